@@ -1,0 +1,901 @@
+/*
+ * api_admin — /admin routes (see api_admin.h).
+ *
+ * Every route is the same small machine: validate the request completely in
+ * memory, then one database transaction whose callback answers.  Writes
+ * (tenant create/patch, key create/revoke) carry their audit row in the same
+ * statement, so the change and its audit entry commit together.
+ *
+ * Admin POSTs honour Idempotency-Key: a first transaction looks the key up
+ * (and purges a few expired records); when a response younger than 24h is
+ * stored it is replayed as it was, otherwise the creation runs and stores its
+ * response in the same statement.  Two requests racing with one key: the
+ * loser's insert of the key collides (or finds the tenant taken), and it
+ * looks the key up once more to replay the winner's response.
+ *
+ * A new API key is shown once: the idempotency record keeps its response
+ * with "key": null, because storing the plaintext would break "stored only
+ * as SHA-256" (SPEC §5).  A replayed key creation therefore answers the same
+ * status, id, tenant and date, without the key.
+ */
+#include "api_admin.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_util.h"
+#include "hub.h"
+#include "log.h"
+#include "store_admin.h"
+#include "util.h"
+
+#define ADMIN_SCOPE "admin"
+#define ADMIN_PREFIX "/admin"
+#define ADMIN_MAX_SEGMENTS 4
+#define IDEM_KEY_MAX 255
+#define API_KEY_RAW 32
+#define API_KEY_TEXT 48 /* "shk_" + 43 + NUL */
+
+#define ID_RULE "must be a string matching [a-zA-Z0-9._-]{1,256}"
+#define STATUS_RULE "must be \"active\" or \"inactive\""
+
+enum admin_op {
+    OP_TENANT_CREATE,
+    OP_TENANT_GET,
+    OP_TENANT_LIST,
+    OP_TENANT_PATCH,
+    OP_KEY_CREATE,
+    OP_KEY_REVOKE,
+    OP_QUARANTINE_LIST,
+    OP_QUARANTINE_GET,
+};
+
+/* One admin request waiting on the database.  Strings are owned (malloc'd)
+ * and released by admin_call_free; the plaintext key is wiped. */
+struct admin_call {
+    struct hub_api_call call; /* first: api_util hands this pointer back */
+    enum admin_op op;
+    int limit;        /* lists: page size (one more row is fetched) */
+    int relooked;     /* Idempotency-Key looked up again after a collision */
+    char *tenant_id;  /* the tenant of the path or body */
+    char *object_id;  /* key id, quarantine id */
+    char *status;     /* new status, or NULL */
+    int quotas_set;   /* quotas given (possibly null) */
+    char *quotas;     /* quotas as JSON text, NULL for SQL NULL */
+    char *audit;      /* audit detail as JSON text */
+    char *idem_key;   /* Idempotency-Key, or NULL */
+    char *after;      /* lists: cursor value */
+    char *reason;     /* quarantine filter */
+    char api_key[API_KEY_TEXT];
+    unsigned char key_hash[32];
+};
+
+static void admin_call_free(struct hub_api_call *call) {
+    struct admin_call *a = (struct admin_call *)call;
+
+    free(a->tenant_id);
+    free(a->object_id);
+    free(a->status);
+    free(a->quotas);
+    free(a->audit);
+    free(a->idem_key);
+    free(a->after);
+    free(a->reason);
+    OPENSSL_cleanse(a->api_key, sizeof(a->api_key));
+    a->tenant_id = a->object_id = a->status = a->quotas = a->audit = NULL;
+    a->idem_key = a->after = a->reason = NULL;
+}
+
+static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum admin_op op) {
+    struct admin_call *a = hub_api_call_new(hub, req, sizeof(*a), admin_call_free);
+    if (a != NULL) {
+        a->op = op;
+    }
+    return a;
+}
+
+/* strdup of a path segment or NULL-able string; sets *oom on failure. */
+static char *dup_n(const char *s, size_t len, int *oom) {
+    char *d;
+    if (s == NULL) {
+        return NULL;
+    }
+    d = strndup(s, len);
+    if (d == NULL) {
+        *oom = 1;
+    }
+    return d;
+}
+
+static char *dup_s(const char *s, int *oom) {
+    return s != NULL ? dup_n(s, strlen(s), oom) : NULL;
+}
+
+static int seg_is(h2o_iovec_t seg, const char *s) {
+    return h2o_memis(seg.base, seg.len, s, strlen(s));
+}
+
+/* GET routes also answer HEAD (h2o leaves the body out). */
+static int method_get(const h2o_req_t *req) {
+    return hub_api_method_is(req, "GET") || hub_api_method_is(req, "HEAD");
+}
+
+static void send_not_found(h2o_req_t *req, const char *what) {
+    hub_api_send_problem(req, 404, what, NULL);
+}
+
+/* Answers JSON text that PostgreSQL rendered, re-serialised compactly by
+ * jansson so that every answer (and every replay) has one byte format.
+ * key, when given, fills the "key" member (a new API key, never stored). */
+static void send_pg_object(h2o_req_t *req, int status, const char *text, size_t len,
+                           const char *key) {
+    json_t *obj = json_loadb(text, len, 0, NULL);
+
+    if (obj == NULL) {
+        hub_log(HUB_ERROR, "database returned malformed JSON");
+        hub_api_send_problem(req, 500, "malformed object from the database", NULL);
+        return;
+    }
+    if (key != NULL) {
+        json_object_set_new(obj, "key", json_string(key));
+    }
+    hub_api_send_json(req, status, obj);
+    json_decref(obj);
+}
+
+/* Single-object answers: 200 with row 0, or 404 when there is no row. */
+static void send_one_row(struct admin_call *a, const struct hub_pg_outcome *out, int index,
+                         const char *missing) {
+    h2o_req_t *req = a->call.req;
+    PGresult *r = out->results[index];
+
+    if (out->status != HUB_PG_OK) {
+        hub_api_send_db_error(req, out);
+        return;
+    }
+    if (r == NULL || PQntuples(r) == 0) {
+        send_not_found(req, missing);
+        return;
+    }
+    send_pg_object(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), NULL);
+}
+
+/* -------------------------------------------------------------- lists -- */
+
+/* Rows are (key, object JSON); limit + 1 were asked for, so a full page plus
+ * one row means there is a next page, starting after the last one shown. */
+static void send_page(struct admin_call *a, const struct hub_pg_outcome *out, const char *kind) {
+    h2o_req_t *req = a->call.req;
+    PGresult *r = out->results[0];
+    json_t *body = NULL, *items = NULL;
+    char *cursor = NULL;
+    int n, shown;
+
+    if (out->status != HUB_PG_OK || r == NULL) {
+        hub_api_send_db_error(req, out);
+        return;
+    }
+    n = PQntuples(r);
+    shown = n > a->limit ? a->limit : n;
+    items = json_array();
+    if (items == NULL) {
+        goto fail_oom;
+    }
+    for (int i = 0; i < shown; i++) {
+        json_t *it = json_loadb(PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1), 0, NULL);
+        if (it == NULL || json_array_append_new(items, it) != 0) {
+            goto fail_items;
+        }
+    }
+    if (n > a->limit) {
+        cursor = hub_api_cursor_encode(kind, PQgetvalue(r, shown - 1, 0));
+        if (cursor == NULL) {
+            goto fail_items;
+        }
+    }
+    body = json_object();
+    if (body == NULL || json_object_set_new(body, "items", items) != 0) {
+        items = NULL; /* json_object_set_new took it even on failure */
+        goto fail_body;
+    }
+    items = NULL;
+    if (json_object_set_new(body, "next_cursor",
+                            cursor != NULL ? json_string(cursor) : json_null()) != 0) {
+        goto fail_body;
+    }
+    hub_api_send_json(req, 200, body);
+    json_decref(body);
+    free(cursor);
+    return;
+
+fail_body:
+    json_decref(body);
+    free(cursor);
+fail_items:
+    json_decref(items);
+fail_oom:
+    hub_api_send_problem(req, 500, "out of memory rendering the list", NULL);
+}
+
+static void tenant_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_page((struct admin_call *)call, out, "tenants");
+}
+
+static void quarantine_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_page((struct admin_call *)call, out, "quarantine");
+}
+
+/* Runs a list statement with params followed by the limit (+1). */
+static void run_list(struct admin_call *a, const struct hub_sql *sql, hub_api_call_cb cb,
+                     int nparams, const char **params) {
+    const char *values[8];
+    char limit[16];
+    struct hub_pg_txn *txn = hub_api_call_txn(&a->call, cb);
+
+    if (txn == NULL) {
+        return;
+    }
+    for (int i = 0; i < nparams; i++) {
+        values[i] = params[i];
+    }
+    snprintf(limit, sizeof(limit), "%d", a->limit + 1);
+    values[nparams] = limit;
+    hub_pg_txn_add(txn, sql, nparams + 1, values, NULL, NULL);
+    hub_api_call_submit(&a->call, txn);
+}
+
+static void tenant_list(struct hub *hub, h2o_req_t *req) {
+    struct hub_api_page page;
+    json_t *errors = NULL;
+    struct admin_call *a;
+    int oom = 0;
+
+    if (hub_api_page_parse(req, "tenants", &page, &errors) != 0) {
+        hub_api_send_invalid(req, errors);
+        return;
+    }
+    a = admin_call_new(hub, req, OP_TENANT_LIST);
+    if (a == NULL) {
+        return;
+    }
+    a->limit = page.limit;
+    a->after = dup_s(page.after, &oom);
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    run_list(a, &hub_sql_admin_tenant_list, tenant_list_done, 1, (const char *[]){a->after});
+}
+
+/* Positive decimal int64 ("1".."999999999999999999"). */
+static int positive_id(const char *s, size_t len) {
+    if (len == 0 || len > 18 || s[0] == '0') {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int quarantine_reason_valid(const char *s) {
+    return strcmp(s, "invalid_envelope") == 0 || strcmp(s, "digest_conflict") == 0 ||
+           strcmp(s, "too_large") == 0;
+}
+
+static void quarantine_list(struct hub *hub, h2o_req_t *req) {
+    struct hub_api_page page;
+    json_t *errors = NULL;
+    const char *tenant = NULL, *reason = NULL;
+    struct admin_call *a;
+    int oom = 0;
+    int r;
+
+    hub_api_page_parse(req, "quarantine", &page, &errors);
+    if (page.after != NULL && !positive_id(page.after, strlen(page.after))) {
+        hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
+    }
+    /* Quarantined records may carry tenant ids that never passed validation,
+     * so the filter takes any text (it only has to be storable). */
+    r = hub_api_query_param(req, "tenant", &tenant);
+    if (r < 0 || (r == 1 && (tenant[0] == '\0' || !hub_utf8_valid(tenant, strlen(tenant))))) {
+        hub_api_errors_add(&errors, "tenant", "must be a non-empty UTF-8 string");
+    }
+    if (r != 1) {
+        tenant = NULL;
+    }
+    r = hub_api_query_param(req, "reason", &reason);
+    if (r < 0 || (r == 1 && !quarantine_reason_valid(reason))) {
+        hub_api_errors_add(&errors, "reason",
+                           "must be one of invalid_envelope, digest_conflict, too_large");
+    }
+    if (r != 1) {
+        reason = NULL;
+    }
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return;
+    }
+    a = admin_call_new(hub, req, OP_QUARANTINE_LIST);
+    if (a == NULL) {
+        return;
+    }
+    a->limit = page.limit;
+    a->tenant_id = dup_s(tenant, &oom);
+    a->reason = dup_s(reason, &oom);
+    a->after = dup_s(page.after, &oom);
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    run_list(a, &hub_sql_admin_quarantine_list, quarantine_list_done, 3,
+             (const char *[]){a->tenant_id, a->reason, a->after});
+}
+
+/* ------------------------------------------------------- single objects -- */
+
+static void tenant_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_one_row((struct admin_call *)call, out, 0, "tenant not found");
+}
+
+static void quarantine_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_one_row((struct admin_call *)call, out, 0, "quarantined record not found");
+}
+
+/* One statement with one text parameter (an id from the path). */
+static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const struct hub_sql *sql,
+                    hub_api_call_cb cb, h2o_iovec_t id) {
+    struct admin_call *a = admin_call_new(hub, req, op);
+    struct hub_pg_txn *txn;
+    int oom = 0;
+
+    if (a == NULL) {
+        return;
+    }
+    a->object_id = dup_n(id.base, id.len, &oom);
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    txn = hub_api_call_txn(&a->call, cb);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, sql, 1, (const char *[]){a->object_id}, NULL, NULL);
+    hub_api_call_submit(&a->call, txn);
+}
+
+static void tenant_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_one_row((struct admin_call *)call, out, 0, "tenant not found");
+}
+
+static int status_valid(const json_t *v) {
+    const char *s = json_string_value(v);
+    return s != NULL && (strcmp(s, "active") == 0 || strcmp(s, "inactive") == 0);
+}
+
+/* JSON text of v for a jsonb parameter; NULL for JSON null.  Sets *oom. */
+static char *json_param(const json_t *v, int *oom) {
+    char *s;
+    if (v == NULL || json_is_null(v)) {
+        return NULL;
+    }
+    s = json_dumps(v, JSON_COMPACT);
+    if (s == NULL) {
+        *oom = 1;
+    }
+    return s;
+}
+
+static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
+    static const char *const allowed[] = {"status", "quotas", NULL};
+    json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    json_t *errors = NULL, *status, *quotas, *audit = NULL;
+    struct admin_call *a;
+    struct hub_pg_txn *txn;
+    int oom = 0;
+
+    if (body == NULL) {
+        return;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    status = json_object_get(body, "status");
+    quotas = json_object_get(body, "quotas");
+    if (status != NULL && !status_valid(status)) {
+        hub_api_errors_add(&errors, "status", STATUS_RULE);
+    }
+    if (quotas != NULL && !json_is_object(quotas) && !json_is_null(quotas)) {
+        hub_api_errors_add(&errors, "quotas", "must be an object or null");
+    }
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        goto done;
+    }
+    if (status == NULL && quotas == NULL) {
+        hub_api_send_problem(req, 400, "nothing to change: give status and/or quotas", NULL);
+        goto done;
+    }
+    a = admin_call_new(hub, req, OP_TENANT_PATCH);
+    if (a == NULL) {
+        goto done;
+    }
+    /* The audit detail is the change itself: the members that were given. */
+    audit = json_object();
+    if (audit == NULL || json_object_update(audit, body) != 0) {
+        oom = 1;
+    }
+    a->tenant_id = dup_n(id.base, id.len, &oom);
+    a->status = dup_s(json_string_value(status), &oom);
+    a->quotas_set = quotas != NULL;
+    a->quotas = json_param(quotas, &oom);
+    a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        goto done;
+    }
+    txn = hub_api_call_txn(&a->call, tenant_patch_done);
+    if (txn == NULL) {
+        goto done;
+    }
+    hub_pg_txn_add(txn, &hub_sql_admin_tenant_patch, 5,
+                   (const char *[]){a->tenant_id, a->status, a->quotas_set ? "true" : "false",
+                                    a->quotas, a->audit},
+                   NULL, NULL);
+    hub_api_call_submit(&a->call, txn);
+
+done:
+    json_decref(audit);
+    json_decref(body);
+}
+
+static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    h2o_req_t *req = call->req;
+    PGresult *r = out->results[0];
+
+    if (out->status != HUB_PG_OK) {
+        hub_api_send_db_error(req, out);
+        return;
+    }
+    if (r == NULL || PQntuples(r) == 0) {
+        send_not_found(req, "API key not found for this tenant");
+        return;
+    }
+    hub_api_send_no_content(req);
+}
+
+static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_iovec_t key_id) {
+    struct admin_call *a;
+    struct hub_pg_txn *txn;
+    int oom = 0;
+
+    if (!hub_api_tenant_id_valid(tenant.base, tenant.len) ||
+        !hub_api_uuid_valid(key_id.base, key_id.len)) {
+        send_not_found(req, "API key not found for this tenant");
+        return;
+    }
+    a = admin_call_new(hub, req, OP_KEY_REVOKE);
+    if (a == NULL) {
+        return;
+    }
+    a->tenant_id = dup_n(tenant.base, tenant.len, &oom);
+    a->object_id = dup_n(key_id.base, key_id.len, &oom);
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    txn = hub_api_call_txn(&a->call, key_revoke_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_admin_api_key_revoke, 2,
+                   (const char *[]){a->tenant_id, a->object_id}, NULL, NULL);
+    hub_api_call_submit(&a->call, txn);
+}
+
+/* ------------------------------------------- creations (idempotent POSTs) -- */
+
+static void post_execute(struct admin_call *a);
+static void idem_lookup(struct admin_call *a);
+
+/* Answers a creation: the object PostgreSQL rendered (stored or fresh). */
+static void send_created(struct admin_call *a, int status, const char *text, size_t len,
+                         int replayed) {
+    h2o_req_t *req = a->call.req;
+
+    if (replayed) {
+        hub_api_add_header(req, "idempotent-replayed", "true");
+    }
+    if (a->op == OP_TENANT_CREATE && status == 201) {
+        char location[sizeof(ADMIN_PREFIX) + 16 + HUB_API_TENANT_ID_MAX];
+        snprintf(location, sizeof(location), ADMIN_PREFIX "/tenants/%s", a->tenant_id);
+        hub_api_add_header(req, "location", location);
+    }
+    send_pg_object(req, status, text, len,
+                   a->op == OP_KEY_CREATE && !replayed ? a->api_key : NULL);
+}
+
+/* The answer when the creation did not happen and nothing can be replayed. */
+static void send_not_created(struct admin_call *a) {
+    char detail[64 + HUB_API_TENANT_ID_MAX];
+
+    if (a->op == OP_TENANT_CREATE) {
+        snprintf(detail, sizeof(detail), "tenant %s already exists", a->tenant_id);
+        hub_api_send_problem(a->call.req, 409, detail, NULL);
+    } else {
+        hub_api_send_problem(a->call.req, 409,
+                             "a concurrent request with this Idempotency-Key did not complete",
+                             NULL);
+    }
+}
+
+static void idem_looked(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct admin_call *a = (struct admin_call *)call;
+    PGresult *r = out->results[1];
+
+    if (out->status != HUB_PG_OK || r == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (PQntuples(r) == 1) {
+        int status = atoi(PQgetvalue(r, 0, 0));
+        send_created(a, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 1);
+        return;
+    }
+    if (a->relooked) {
+        send_not_created(a);
+        return;
+    }
+    post_execute(a);
+}
+
+static void idem_lookup(struct admin_call *a) {
+    struct hub_pg_txn *txn = hub_api_call_txn(&a->call, idem_looked);
+
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_admin_idem_purge, 0, NULL, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_admin_idem_lookup, 2, (const char *[]){ADMIN_SCOPE, a->idem_key},
+                   NULL, NULL);
+    hub_api_call_submit(&a->call, txn);
+}
+
+static void post_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct admin_call *a = (struct admin_call *)call;
+    int last = a->idem_key != NULL ? 1 : 0;
+    PGresult *r = out->results[last];
+
+    if (out->status != HUB_PG_OK) {
+        /* 23505 unique_violation: another request stored this Idempotency-Key
+         * first; our whole transaction rolled back, so replay theirs. */
+        if (out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
+            a->idem_key != NULL && !a->relooked) {
+            a->relooked = 1;
+            idem_lookup(a);
+            return;
+        }
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (r == NULL || PQntuples(r) == 0) {
+        if (a->op == OP_KEY_CREATE) {
+            send_not_found(call->req, "tenant not found");
+            return;
+        }
+        /* The tenant exists: maybe created by a concurrent request with our key. */
+        if (a->idem_key != NULL && !a->relooked) {
+            a->relooked = 1;
+            idem_lookup(a);
+            return;
+        }
+        send_not_created(a);
+        return;
+    }
+    send_created(a, 201, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), 0);
+}
+
+/* A new key: "shk_" + base64url(32 random bytes); only its SHA-256 is kept. */
+static int make_api_key(struct admin_call *a) {
+    unsigned char raw[API_KEY_RAW];
+    unsigned int n = 0;
+    int rc = -1;
+
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        goto out;
+    }
+    memcpy(a->api_key, "shk_", 4);
+    hub_base64url(raw, sizeof(raw), a->api_key + 4);
+    if (EVP_Digest(a->api_key, strlen(a->api_key), a->key_hash, &n, EVP_sha256(), NULL) != 1 ||
+        n != sizeof(a->key_hash)) {
+        goto out;
+    }
+    rc = 0;
+out:
+    OPENSSL_cleanse(raw, sizeof(raw));
+    return rc;
+}
+
+static void post_execute(struct admin_call *a) {
+    struct hub_pg_txn *txn;
+
+    if (a->op == OP_KEY_CREATE && make_api_key(a) != 0) {
+        hub_log(HUB_ERROR, "cannot generate an API key (RAND_bytes or SHA-256 failed)");
+        hub_api_send_problem(a->call.req, 500, "cannot generate a key", NULL);
+        return;
+    }
+    txn = hub_api_call_txn(&a->call, post_done);
+    if (txn == NULL) {
+        return;
+    }
+    if (a->idem_key != NULL) {
+        /* an expired record of this key would make the insert collide */
+        hub_pg_txn_add(txn, &hub_sql_admin_idem_forget_stale, 2,
+                       (const char *[]){ADMIN_SCOPE, a->idem_key}, NULL, NULL);
+    }
+    if (a->op == OP_TENANT_CREATE) {
+        hub_pg_txn_add(txn, &hub_sql_admin_tenant_create, 5,
+                       (const char *[]){a->tenant_id, a->status, a->quotas, a->audit, a->idem_key},
+                       NULL, NULL);
+    } else {
+        hub_pg_txn_add(txn, &hub_sql_admin_api_key_create, 3,
+                       (const char *[]){a->tenant_id, (const char *)a->key_hash, a->idem_key},
+                       (const int[]){0, (int)sizeof(a->key_hash), 0}, (const int[]){0, 1, 0});
+    }
+    hub_api_call_submit(&a->call, txn);
+}
+
+/* Reads the Idempotency-Key header: 1..255 visible ASCII characters.
+ * Returns 0 (with *key NULL when absent) or -1 after adding an error. */
+static int read_idem_key(h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
+    if (!hub_api_header(req, "idempotency-key", key)) {
+        key->base = NULL;
+        key->len = 0;
+        return 0;
+    }
+    if (key->len == 0 || key->len > IDEM_KEY_MAX) {
+        goto bad;
+    }
+    for (size_t i = 0; i < key->len; i++) {
+        if (key->base[i] < 0x21 || key->base[i] > 0x7e) {
+            goto bad;
+        }
+    }
+    return 0;
+bad:
+    hub_api_errors_add(errors, "Idempotency-Key", "must be 1 to 255 visible ASCII characters");
+    return -1;
+}
+
+static void tenant_create(struct hub *hub, h2o_req_t *req) {
+    static const char *const allowed[] = {"id", "status", "quotas", NULL};
+    json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    json_t *errors = NULL, *id, *status, *quotas, *audit = NULL;
+    struct admin_call *a;
+    h2o_iovec_t idem;
+    int oom = 0;
+
+    if (body == NULL) {
+        return;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    id = json_object_get(body, "id");
+    status = json_object_get(body, "status");
+    quotas = json_object_get(body, "quotas");
+    if (id == NULL) {
+        hub_api_errors_add(&errors, "id", "is required");
+    } else if (!json_is_string(id) ||
+               !hub_api_tenant_id_valid(json_string_value(id), json_string_length(id))) {
+        hub_api_errors_add(&errors, "id", ID_RULE);
+    }
+    if (status != NULL && !json_is_null(status) && !status_valid(status)) {
+        hub_api_errors_add(&errors, "status", STATUS_RULE);
+    }
+    if (quotas != NULL && !json_is_object(quotas) && !json_is_null(quotas)) {
+        hub_api_errors_add(&errors, "quotas", "must be an object or null");
+    }
+    read_idem_key(req, &idem, &errors);
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        goto done;
+    }
+    a = admin_call_new(hub, req, OP_TENANT_CREATE);
+    if (a == NULL) {
+        goto done;
+    }
+    a->tenant_id = dup_s(json_string_value(id), &oom);
+    a->status = dup_s(status_valid(status) ? json_string_value(status) : "active", &oom);
+    a->quotas = json_param(quotas, &oom);
+    a->idem_key = dup_n(idem.base, idem.len, &oom);
+    audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas",
+                      quotas);
+    a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
+    if (oom || audit == NULL) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        goto done;
+    }
+    if (a->idem_key != NULL) {
+        idem_lookup(a);
+    } else {
+        post_execute(a);
+    }
+
+done:
+    json_decref(audit);
+    json_decref(body);
+}
+
+static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
+    static const char *const allowed[] = {NULL};
+    json_t *errors = NULL;
+    struct admin_call *a;
+    h2o_iovec_t idem;
+    int oom = 0;
+
+    if (!hub_api_tenant_id_valid(tenant.base, tenant.len)) {
+        send_not_found(req, "tenant not found");
+        return;
+    }
+    /* No members are defined; an empty body is fine, anything else must
+     * still be a well-formed (empty) object. */
+    if (req->entity.len > 0) {
+        json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+        if (body == NULL) {
+            return;
+        }
+        hub_api_reject_unknown_members(body, allowed, &errors);
+        json_decref(body);
+    }
+    read_idem_key(req, &idem, &errors);
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return;
+    }
+    a = admin_call_new(hub, req, OP_KEY_CREATE);
+    if (a == NULL) {
+        return;
+    }
+    a->tenant_id = dup_n(tenant.base, tenant.len, &oom);
+    a->idem_key = dup_n(idem.base, idem.len, &oom);
+    if (oom) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    if (a->idem_key != NULL) {
+        idem_lookup(a);
+    } else {
+        post_execute(a);
+    }
+}
+
+/* -------------------------------------------------------------- routing -- */
+
+/* Splits the path after "/admin" into segments.  Returns the count, or -1
+ * when there are too many or one is empty ("//"); a trailing "/" is allowed. */
+static int split_path(h2o_iovec_t path, h2o_iovec_t *segs) {
+    size_t i = sizeof(ADMIN_PREFIX) - 1;
+    int n = 0;
+
+    if (i < path.len && path.base[i] == '/') {
+        i++;
+    }
+    while (i < path.len) {
+        const char *start = path.base + i;
+        const char *slash = memchr(start, '/', path.len - i);
+        size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
+        if (len == 0 || n == ADMIN_MAX_SEGMENTS) {
+            return -1;
+        }
+        segs[n++] = h2o_iovec_init(start, len);
+        i += len + 1;
+    }
+    return n;
+}
+
+static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
+    if (n == 1) {
+        if (method_get(req)) {
+            tenant_list(hub, req);
+        } else if (hub_api_method_is(req, "POST")) {
+            tenant_create(hub, req);
+        } else {
+            hub_api_send_method_not_allowed(req, "GET, HEAD, POST");
+        }
+        return;
+    }
+    if (n == 2) {
+        if (method_get(req)) {
+            if (!hub_api_tenant_id_valid(s[1].base, s[1].len)) {
+                send_not_found(req, "tenant not found");
+                return;
+            }
+            run_get(hub, req, OP_TENANT_GET, &hub_sql_admin_tenant_get, tenant_get_done, s[1]);
+        } else if (hub_api_method_is(req, "PATCH")) {
+            if (!hub_api_tenant_id_valid(s[1].base, s[1].len)) {
+                send_not_found(req, "tenant not found");
+                return;
+            }
+            tenant_patch(hub, req, s[1]);
+        } else {
+            hub_api_send_method_not_allowed(req, "GET, HEAD, PATCH");
+        }
+        return;
+    }
+    if (n == 3 && seg_is(s[2], "api-keys")) {
+        if (hub_api_method_is(req, "POST")) {
+            key_create(hub, req, s[1]);
+        } else {
+            hub_api_send_method_not_allowed(req, "POST");
+        }
+        return;
+    }
+    if (n == 4 && seg_is(s[2], "api-keys")) {
+        if (hub_api_method_is(req, "DELETE")) {
+            key_revoke(hub, req, s[1], s[3]);
+        } else {
+            hub_api_send_method_not_allowed(req, "DELETE");
+        }
+        return;
+    }
+    send_not_found(req, "no such admin resource");
+}
+
+static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
+    if (n > 2) {
+        send_not_found(req, "no such admin resource");
+        return;
+    }
+    if (!method_get(req)) {
+        hub_api_send_method_not_allowed(req, "GET, HEAD");
+        return;
+    }
+    if (n == 1) {
+        quarantine_list(hub, req);
+        return;
+    }
+    if (!positive_id(s[1].base, s[1].len)) {
+        send_not_found(req, "quarantined record not found");
+        return;
+    }
+    run_get(hub, req, OP_QUARANTINE_GET, &hub_sql_admin_quarantine_get, quarantine_get_done, s[1]);
+}
+
+void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
+    h2o_iovec_t segs[ADMIN_MAX_SEGMENTS];
+    h2o_iovec_t token;
+    int n;
+
+    /* Authentication comes before routing: without the token nothing about
+     * the admin API (not even which paths exist) is revealed. */
+    if (hub->cfg.admin_token == NULL || hub->cfg.admin_token[0] == '\0') {
+        hub_api_send_unauthorized(req, "the admin API is disabled (STREAMING_HUB_ADMIN_TOKEN "
+                                       "is not set)");
+        return;
+    }
+    if (!hub_api_bearer_token(req, &token) ||
+        !hub_api_token_equals(hub->cfg.admin_token, token.base, token.len)) {
+        hub_api_send_unauthorized(req, "a valid admin bearer token is required");
+        return;
+    }
+    n = split_path(req->path_normalized, segs);
+    if (n <= 0) {
+        send_not_found(req, "no such admin resource");
+        return;
+    }
+    if (seg_is(segs[0], "tenants")) {
+        route_tenants(hub, req, segs, n);
+        return;
+    }
+    if (seg_is(segs[0], "quarantine")) {
+        route_quarantine(hub, req, segs, n);
+        return;
+    }
+    /* Dispatch point for the other admin resources of SPEC §9
+     * (policies, policies/reload, breakers) when their modules exist. */
+    send_not_found(req, "no such admin resource");
+}

@@ -1,0 +1,729 @@
+/*
+ * api_util — shared request/response helpers of the JSON API (see api_util.h).
+ */
+#include "api_util.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "hub.h"
+#include "log.h"
+#include "store_admin.h"
+#include "util.h"
+
+#define PROBLEM_TYPE_PREFIX "urn:streaming-hub:problem:"
+#define API_KEY_PREFIX "shk_"
+#define API_KEY_LEN 47 /* "shk_" + base64url(32 bytes) = 4 + 43 */
+#define CURSOR_MAX 1024
+#define QUERY_NAME_MAX 64
+
+struct status_info {
+    int status;
+    const char *reason;
+    const char *slug;
+};
+
+/* Reason phrases (RFC 9110) and problem slugs of the statuses the API uses. */
+static const struct status_info status_table[] = {
+    {200, "OK", NULL},
+    {201, "Created", NULL},
+    {202, "Accepted", NULL},
+    {204, "No Content", NULL},
+    {207, "Multi-Status", NULL},
+    {400, "Bad Request", "bad-request"},
+    {401, "Unauthorized", "unauthorized"},
+    {403, "Forbidden", "forbidden"},
+    {404, "Not Found", "not-found"},
+    {405, "Method Not Allowed", "method-not-allowed"},
+    {409, "Conflict", "conflict"},
+    {413, "Content Too Large", "too-large"},
+    {415, "Unsupported Media Type", "unsupported-media-type"},
+    {429, "Too Many Requests", "too-many-requests"},
+    {500, "Internal Server Error", "internal"},
+    {503, "Service Unavailable", "unavailable"},
+};
+
+static const struct status_info *status_find(int status) {
+    static const struct status_info unknown = {0, "Error", "error"};
+    for (size_t i = 0; i < sizeof(status_table) / sizeof(status_table[0]); i++) {
+        if (status_table[i].status == status) {
+            return &status_table[i];
+        }
+    }
+    return &unknown;
+}
+
+/* Copies req->path_normalized into buf for logging (cut, never overflowed). */
+static const char *req_path(const h2o_req_t *req, char *buf, size_t bufsz) {
+    size_t n = req->path_normalized.len < bufsz - 1 ? req->path_normalized.len : bufsz - 1;
+    memcpy(buf, req->path_normalized.base, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* json_string() refuses invalid UTF-8; error details may quote client bytes,
+ * so those are replaced rather than losing the whole message. */
+static json_t *json_text(const char *s) {
+    json_t *v;
+    char *copy;
+
+    if (hub_utf8_valid(s, strlen(s))) {
+        return json_string(s);
+    }
+    copy = strdup(s);
+    if (copy == NULL) {
+        return NULL;
+    }
+    for (char *p = copy; *p != '\0'; p++) {
+        if ((unsigned char)*p >= 0x80) {
+            *p = '?';
+        }
+    }
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+/* ------------------------------------------------------------ responses -- */
+
+void hub_api_add_header(h2o_req_t *req, const char *name, const char *value) {
+    /* h2o keeps pointers, not copies: both strings must live as long as the request. */
+    h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX);
+    h2o_iovec_t v = h2o_strdup(&req->pool, value, SIZE_MAX);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
+}
+
+/* Sends status with body (copied by h2o_send_inline). */
+static void send_body(h2o_req_t *req, int status, const char *content_type, const char *body,
+                      size_t len) {
+    req->res.status = status;
+    req->res.reason = status_find(status)->reason;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                   strlen(content_type));
+    /* API answers can carry secrets (new keys) and are never cacheable. */
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
+                   H2O_STRLIT("no-store"));
+    req->res.content_length = len;
+    h2o_send_inline(req, body, len);
+}
+
+void hub_api_send_json_text(h2o_req_t *req, int status, const char *text, size_t len) {
+    send_body(req, status, "application/json", text, len);
+}
+
+void hub_api_send_json(h2o_req_t *req, int status, const json_t *body) {
+    char *text = json_dumps(body, JSON_COMPACT);
+
+    if (text == NULL) {
+        hub_api_send_problem(req, 500, "out of memory rendering the response", NULL);
+        return;
+    }
+    send_body(req, status, "application/json", text, strlen(text));
+    free(text);
+}
+
+void hub_api_send_no_content(h2o_req_t *req) {
+    req->res.status = 204;
+    req->res.reason = "No Content";
+    /* SIZE_MAX: no Content-Length header, which a 204 must not carry. */
+    req->res.content_length = SIZE_MAX;
+    h2o_send_inline(req, "", 0);
+}
+
+void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors) {
+    static const char fallback[] = "{\"type\":\"" PROBLEM_TYPE_PREFIX "internal\","
+                                   "\"title\":\"Internal Server Error\",\"status\":500,"
+                                   "\"detail\":\"out of memory\"}";
+    const struct status_info *si = status_find(status);
+    const char *title = errors != NULL ? "Validation failed" : si->reason;
+    char type[96];
+    json_t *p = json_object();
+    char *text;
+
+    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", errors != NULL ? "validation" : si->slug);
+    json_object_set_new(p, "type", json_string(type));
+    json_object_set_new(p, "title", json_string(title));
+    json_object_set_new(p, "status", json_integer(status));
+    json_object_set_new(p, "detail", json_text(detail != NULL ? detail : title));
+    if (errors != NULL) {
+        json_object_set_new(p, "errors", errors); /* takes errors, even when p is NULL */
+    }
+    text = p != NULL ? json_dumps(p, JSON_COMPACT) : NULL;
+    json_decref(p);
+    if (text == NULL) {
+        send_body(req, 500, "application/problem+json", fallback, sizeof(fallback) - 1);
+        return;
+    }
+    send_body(req, status, "application/problem+json", text, strlen(text));
+    free(text);
+}
+
+void hub_api_send_invalid(h2o_req_t *req, json_t *errors) {
+    char detail[512];
+    size_t pos = 0;
+    size_t n = json_array_size(errors);
+
+    /* The detail names every offending field so a human reading one line
+     * (or a log) sees all of it; errors[] is the machine-readable form. */
+    for (size_t i = 0; i < n && pos < sizeof(detail) - 1; i++) {
+        json_t *e = json_array_get(errors, i);
+        const char *field = json_string_value(json_object_get(e, "field"));
+        const char *message = json_string_value(json_object_get(e, "message"));
+        int w = snprintf(detail + pos, sizeof(detail) - pos, "%s%s: %s", i ? "; " : "",
+                         field ? field : "", message ? message : "");
+        if (w < 0) {
+            break;
+        }
+        pos += (size_t)w;
+    }
+    if (pos >= sizeof(detail)) {
+        memcpy(detail + sizeof(detail) - 4, "...", 4);
+    }
+    hub_api_send_problem(req, 400, n > 0 ? detail : "invalid request", errors);
+}
+
+void hub_api_send_unauthorized(h2o_req_t *req, const char *detail) {
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
+                   H2O_STRLIT("Bearer"));
+    hub_api_send_problem(req, 401, detail, NULL);
+}
+
+void hub_api_send_method_not_allowed(h2o_req_t *req, const char *allow) {
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
+    hub_api_send_problem(req, 405, "this method is not allowed on this resource", NULL);
+}
+
+/* Logs a failed transaction with the request path (never bodies or keys)
+ * and returns the status to answer. */
+static int db_error_status(const h2o_req_t *req, const struct hub_pg_outcome *out) {
+    char path[256];
+    int status = out->status == HUB_PG_ESTMT ? 500 : 503;
+
+    hub_log(status == 500 ? HUB_ERROR : HUB_WARN, "database request failed",
+            HUB_LS("path", req_path(req, path, sizeof(path))), HUB_LS("sqlstate", out->sqlstate),
+            HUB_LS("error", out->error));
+    return status;
+}
+
+static void send_unavailable(h2o_req_t *req, const char *detail) {
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
+    hub_api_send_problem(req, 503, detail, NULL);
+}
+
+void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out) {
+    if (db_error_status(req, out) == 503) {
+        send_unavailable(req, "the database is unavailable; retry later");
+    } else {
+        hub_api_send_problem(req, 500, "the database refused the request", NULL);
+    }
+}
+
+void hub_api_errors_add(json_t **errors, const char *field, const char *message) {
+    json_t *e;
+
+    if (*errors == NULL) {
+        *errors = json_array();
+        if (*errors == NULL) {
+            return;
+        }
+    }
+    e = json_object();
+    json_object_set_new(e, "field", json_text(field));
+    json_object_set_new(e, "message", json_text(message));
+    json_array_append_new(*errors, e);
+}
+
+/* ------------------------------------------------------------- requests -- */
+
+int hub_api_method_is(const h2o_req_t *req, const char *method) {
+    return h2o_memis(req->method.base, req->method.len, method, strlen(method));
+}
+
+int hub_api_header(const h2o_req_t *req, const char *name, h2o_iovec_t *value) {
+    ssize_t i = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
+
+    if (i < 0) {
+        return 0;
+    }
+    *value = req->headers.entries[i].value;
+    return 1;
+}
+
+json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes) {
+    json_error_t err;
+    json_t *v;
+    char detail[256];
+
+    if (req->entity.len > max_bytes) {
+        snprintf(detail, sizeof(detail), "the request body is larger than %zu bytes", max_bytes);
+        hub_api_send_problem(req, 413, detail, NULL);
+        return NULL;
+    }
+    if (req->entity.base == NULL || req->entity.len == 0) {
+        hub_api_send_problem(req, 400, "a JSON object is required as the request body", NULL);
+        return NULL;
+    }
+    /* jansson refuses invalid UTF-8, NUL in strings and nesting past its depth limit. */
+    v = json_loadb(req->entity.base, req->entity.len, JSON_REJECT_DUPLICATES, &err);
+    if (v == NULL) {
+        snprintf(detail, sizeof(detail), "malformed JSON at line %d, column %d: %s", err.line,
+                 err.column, err.text);
+        hub_api_send_problem(req, 400, detail, NULL);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        hub_api_send_problem(req, 400, "the request body must be a JSON object", NULL);
+        return NULL;
+    }
+    return v;
+}
+
+int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed,
+                                   json_t **errors) {
+    const char *key;
+    json_t *value;
+    int unknown = 0;
+
+    json_object_foreach((json_t *)obj, key, value) {
+        int known = 0;
+        for (const char *const *a = allowed; *a != NULL; a++) {
+            if (strcmp(key, *a) == 0) {
+                known = 1;
+                break;
+            }
+        }
+        if (!known) {
+            hub_api_errors_add(errors, key, "unknown member");
+            unknown++;
+        }
+    }
+    return unknown;
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+/* Percent-decodes s[0..len) into out (len + 1 bytes), '+' meaning space.
+ * Returns the decoded length, or -1 on a bad escape or a NUL byte. */
+static long query_decode(const char *s, size_t len, char *out) {
+    size_t o = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%') {
+            int hi, lo;
+            if (i + 2 >= len) {
+                return -1;
+            }
+            hi = hex_value(s[i + 1]);
+            lo = hex_value(s[i + 2]);
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+                return -1;
+            }
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        }
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return (long)o;
+}
+
+int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
+    const char *q, *end;
+    int found = 0;
+
+    if (req->query_at == SIZE_MAX || req->query_at >= req->path.len) {
+        return 0;
+    }
+    q = req->path.base + req->query_at + 1;
+    end = req->path.base + req->path.len;
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(stop - q));
+        const char *name_end = eq != NULL ? eq : stop;
+        char decoded_name[QUERY_NAME_MAX + 1];
+
+        /* A name longer than ours, or badly encoded, cannot be ours: skip it. */
+        if ((size_t)(name_end - q) <= QUERY_NAME_MAX &&
+            query_decode(q, (size_t)(name_end - q), decoded_name) >= 0 &&
+            strcmp(decoded_name, name) == 0) {
+            const char *v = eq != NULL ? eq + 1 : stop;
+            char *out = h2o_mem_alloc_pool(&req->pool, (size_t)(stop - v) + 1);
+            if (query_decode(v, (size_t)(stop - v), out) < 0) {
+                return -1;
+            }
+            *value = out;
+            found = 1; /* keep going: the last occurrence wins */
+        }
+        q = stop + 1;
+    }
+    return found;
+}
+
+int hub_api_tenant_id_valid(const char *s, size_t len) {
+    if (len == 0 || len > HUB_API_TENANT_ID_MAX) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int hub_api_uuid_valid(const char *s, size_t len) {
+    if (len != 36) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-') {
+                return 0;
+            }
+        } else if (hex_value(s[i]) < 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* -------------------------------------------------------------- paging -- */
+
+/* "1".."500", digits only. */
+static int parse_limit(const char *s, int *out) {
+    long v = 0;
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 3) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return -1;
+        }
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < 1 || v > HUB_API_LIMIT_MAX) {
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *page,
+                       json_t **errors) {
+    const char *v = NULL;
+    int rc = 0;
+    int r;
+
+    page->limit = HUB_API_LIMIT_DEFAULT;
+    page->after = NULL;
+    r = hub_api_query_param(req, "limit", &v);
+    if (r < 0 || (r == 1 && parse_limit(v, &page->limit) != 0)) {
+        hub_api_errors_add(errors, "limit", "must be an integer from 1 to 500");
+        rc = -1;
+    }
+    r = hub_api_query_param(req, "cursor", &v);
+    if (r < 0 || (r == 1 && (page->after = hub_api_cursor_decode(req, kind, v)) == NULL)) {
+        hub_api_errors_add(errors, "cursor", "is not a cursor of this list");
+        rc = -1;
+    }
+    return rc;
+}
+
+char *hub_api_cursor_encode(const char *kind, const char *value) {
+    size_t klen = strlen(kind), vlen = strlen(value);
+    size_t rawlen = klen + 1 + vlen;
+    unsigned char *raw = malloc(rawlen);
+    char *out = malloc(4 * ((rawlen + 2) / 3) + 1);
+
+    if (raw == NULL || out == NULL) {
+        free(raw);
+        free(out);
+        return NULL;
+    }
+    memcpy(raw, kind, klen);
+    raw[klen] = ':';
+    memcpy(raw + klen + 1, value, vlen);
+    hub_base64url(raw, rawlen, out);
+    free(raw);
+    return out;
+}
+
+const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor) {
+    unsigned char raw[CURSOR_MAX];
+    size_t klen = strlen(kind);
+    long n = hub_api_b64url_decode(cursor, strlen(cursor), raw, sizeof(raw));
+
+    if (n < 0 || (size_t)n <= klen || memcmp(raw, kind, klen) != 0 || raw[klen] != ':') {
+        return NULL;
+    }
+    /* the value goes to the database as text: UTF-8 without NUL only */
+    if (!hub_utf8_valid(raw + klen + 1, (size_t)n - klen - 1)) {
+        return NULL;
+    }
+    return h2o_strdup(&req->pool, (const char *)raw + klen + 1, (size_t)n - klen - 1).base;
+}
+
+static int b64url_value(char c) {
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    if (c == '-') {
+        return 62;
+    }
+    if (c == '_') {
+        return 63;
+    }
+    return -1;
+}
+
+long hub_api_b64url_decode(const char *in, size_t len, unsigned char *out, size_t outsz) {
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0;
+
+    while (len > 0 && in[len - 1] == '=') {
+        len--;
+    }
+    if (len % 4 == 1) {
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        int v = b64url_value(in[i]);
+        if (v < 0) {
+            return -1;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o == outsz) {
+                return -1;
+            }
+            out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    return (long)o;
+}
+
+/* --------------------------------------------------------------- auth -- */
+
+int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
+    h2o_iovec_t v;
+    size_t i = 0, end;
+
+    if (!hub_api_header(req, "authorization", &v)) {
+        return 0;
+    }
+    while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t')) {
+        i++;
+    }
+    if (v.len - i < 7 || strncasecmp(v.base + i, "Bearer", 6) != 0 ||
+        (v.base[i + 6] != ' ' && v.base[i + 6] != '\t')) {
+        return 0;
+    }
+    i += 7;
+    while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t')) {
+        i++;
+    }
+    end = v.len;
+    while (end > i && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t')) {
+        end--;
+    }
+    if (end == i) {
+        return 0;
+    }
+    *token = h2o_iovec_init(v.base + i, end - i);
+    return 1;
+}
+
+static int sha256(const void *p, size_t len, unsigned char out[32]) {
+    unsigned int n = 0;
+    return EVP_Digest(p, len, out, &n, EVP_sha256(), NULL) == 1 && n == 32 ? 0 : -1;
+}
+
+int hub_api_token_equals(const char *expected, const char *presented, size_t presented_len) {
+    unsigned char a[32], b[32];
+    int eq;
+
+    if (expected == NULL || expected[0] == '\0') {
+        return 0;
+    }
+    /* Comparing fixed-size digests hides the secret's length as well. */
+    if (sha256(expected, strlen(expected), a) != 0 || sha256(presented, presented_len, b) != 0) {
+        return 0;
+    }
+    eq = CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+    OPENSSL_cleanse(a, sizeof(a));
+    return eq;
+}
+
+/* ------------------------------------------------ requests on the database -- */
+
+/* The request-pool half of a call: h2o disposes of it with the request. */
+struct call_slot {
+    struct hub_api_call *call;
+};
+
+/* Frees the call once nobody can reach it any more: the request is gone, no
+ * transaction will call back, and no callback is running further up the
+ * stack (a callback may answer, and h2o may then dispose of the request). */
+static void call_release_if_done(struct hub_api_call *call) {
+    if (call->req != NULL || call->in_flight || call->in_callback > 0) {
+        return;
+    }
+    if (call->on_free != NULL) {
+        call->on_free(call);
+    }
+    free(call);
+}
+
+static void call_slot_dispose(void *p) {
+    struct call_slot *slot = p;
+    slot->call->req = NULL;
+    call_release_if_done(slot->call);
+}
+
+void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
+                       void (*on_free)(struct hub_api_call *call)) {
+    struct hub_api_call *call = calloc(1, size);
+    struct call_slot *slot;
+
+    if (call == NULL) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return NULL;
+    }
+    /* h2o_mem_alloc_shared aborts rather than returning NULL, like all of h2o */
+    slot = h2o_mem_alloc_shared(&req->pool, sizeof(*slot), call_slot_dispose);
+    slot->call = call;
+    call->req = req;
+    call->hub = hub;
+    call->on_free = on_free;
+    return call;
+}
+
+static void call_pg_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_api_call *call = arg;
+
+    call->in_flight = 0;
+    call->in_callback++;
+    if (call->req != NULL) {
+        call->on_result(call, out);
+    }
+    call->in_callback--;
+    call_release_if_done(call);
+}
+
+/* Like hub_api_call_txn but answers nothing: NULL when there is no usable
+ * database (the caller picks the answer). */
+static struct hub_pg_txn *call_txn_new(struct hub_api_call *call, hub_api_call_cb cb) {
+    struct hub *hub = call->hub;
+    struct hub_pg_txn *txn;
+
+    /* Fail fast rather than queue: pg.c holds transactions until a
+     * connection comes back, and a client would just hang meanwhile. */
+    if (hub->pg == NULL || hub_pg_connected(hub->pg) == 0) {
+        return NULL;
+    }
+    txn = hub_pg_txn_new(hub->pg, call_pg_done, call);
+    if (txn != NULL) {
+        call->on_result = cb;
+    }
+    return txn;
+}
+
+struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb cb) {
+    struct hub_pg_txn *txn = call_txn_new(call, cb);
+
+    if (txn == NULL) {
+        send_unavailable(call->req, "the database is unavailable; retry later");
+    }
+    return txn;
+}
+
+void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
+    call->in_flight = 1;
+    hub_pg_txn_submit(txn);
+}
+
+/* "shk_" + 43 base64url characters; anything else is refused without a
+ * database round trip. */
+static int api_key_well_formed(h2o_iovec_t key) {
+    if (key.len != API_KEY_LEN || memcmp(key.base, API_KEY_PREFIX, 4) != 0) {
+        return 0;
+    }
+    for (size_t i = 4; i < key.len; i++) {
+        if (b64url_value(key.base[i]) < 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    PGresult *r;
+
+    if (out->status != HUB_PG_OK) {
+        call->on_auth(call, NULL, db_error_status(call->req, out));
+        return;
+    }
+    r = out->results[0];
+    if (r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        call->on_auth(call, PQgetvalue(r, 0, 0), 200);
+    } else {
+        call->on_auth(call, NULL, 401);
+    }
+}
+
+void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
+    unsigned char hash[32];
+    const char *values[1] = {(const char *)hash};
+    const int lengths[1] = {(int)sizeof(hash)};
+    const int formats[1] = {1};
+    struct hub_pg_txn *txn;
+    h2o_iovec_t key;
+
+    call->on_auth = cb;
+    if (!hub_api_bearer_token(call->req, &key) || !api_key_well_formed(key) ||
+        sha256(key.base, key.len, hash) != 0) {
+        cb(call, NULL, 401);
+        return;
+    }
+    txn = call_txn_new(call, auth_done);
+    if (txn == NULL) {
+        cb(call, NULL, 503);
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_api_auth_tenant, 1, values, lengths, formats);
+    hub_api_call_submit(call, txn);
+}

@@ -1,0 +1,234 @@
+/*
+ * api_util — what every JSON API route needs (SPEC §9): reading a JSON body
+ * under a size cap, problem+json errors (RFC 9457), bearer tokens compared in
+ * constant time, opaque pagination cursors, query-string parameters, and the
+ * "request waiting on the database" object that survives a client hanging up.
+ *
+ * Everything here runs on the loop thread.  Functions that take an
+ * h2o_req_t borrow it for the duration of the call; anything they allocate
+ * "from the request" lives in req->pool and goes away with the request.
+ *
+ * Problem types are URNs of the form "urn:streaming-hub:problem:<slug>" with
+ * slugs bad-request, validation, unauthorized, forbidden, not-found,
+ * method-not-allowed, conflict, too-large, unsupported-media-type,
+ * too-many-requests, internal, unavailable.
+ */
+#ifndef HUB_API_UTIL_H
+#define HUB_API_UTIL_H
+
+#include <h2o.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "pg.h"
+
+struct hub;
+struct hub_http;
+
+/* Largest JSON request body of the API; bigger ones are 413. */
+#define HUB_API_MAX_BODY (1024 * 1024)
+/* ?limit= of list routes. */
+#define HUB_API_LIMIT_DEFAULT 100
+#define HUB_API_LIMIT_MAX 500
+/* Longest tenant id (SPEC §5). */
+#define HUB_API_TENANT_ID_MAX 256
+
+/* The "host:port" the HTTP listener is bound to (the real port when the
+ * configuration asked for port 0), e.g. "127.0.0.1:8080" or "[::1]:8080".
+ * Borrowed from the server; valid until hub_http_stop().  Defined in http.c. */
+const char *hub_http_bound_addr(const struct hub_http *http);
+
+/* ------------------------------------------------------------ responses -- */
+
+/* Answers status with body serialised as compact JSON (application/json).
+ * Borrows body. */
+void hub_api_send_json(h2o_req_t *req, int status, const json_t *body);
+
+/* Answers status with text, which must already be JSON.  The bytes are
+ * copied into the request before this returns. */
+void hub_api_send_json_text(h2o_req_t *req, int status, const char *text, size_t len);
+
+/* Answers 204 No Content. */
+void hub_api_send_no_content(h2o_req_t *req);
+
+/*
+ * Answers an application/problem+json error: type, title, status, detail and,
+ * when errors is given, "errors": [{"field", "message"}, ...].  Takes errors
+ * (may be NULL).  detail may be NULL (then the title is repeated).
+ */
+void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors);
+
+/* 400 for validation failures: detail lists each {"field","message"} of
+ * errors (taken).  errors must hold at least one entry. */
+void hub_api_send_invalid(h2o_req_t *req, json_t *errors);
+
+/* 401 with "WWW-Authenticate: Bearer". */
+void hub_api_send_unauthorized(h2o_req_t *req, const char *detail);
+
+/* 405 with "Allow: <allow>" (e.g. "GET, POST"). */
+void hub_api_send_method_not_allowed(h2o_req_t *req, const char *allow);
+
+/*
+ * Answers a failed database transaction: 503 (with Retry-After) when the
+ * connection was lost or the pool is closing, 500 when a statement failed.
+ * Logs the request path, the SQLSTATE and PostgreSQL's primary message —
+ * never a body, token or key.
+ */
+void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out);
+
+/* Appends {"field", "message"} to *errors, creating the array on first use.
+ * Out of memory only loses the entry. */
+void hub_api_errors_add(json_t **errors, const char *field, const char *message);
+
+/* Adds a response header (name in lower case); the value is copied. */
+void hub_api_add_header(h2o_req_t *req, const char *name, const char *value);
+
+/* ------------------------------------------------------------- requests -- */
+
+/* 1 when the request method is `method` (exact, e.g. "GET"). */
+int hub_api_method_is(const h2o_req_t *req, const char *method);
+
+/* Finds request header `name` (lower case).  Returns 1 and points *value
+ * into the request (borrowed, not NUL-terminated), or 0 when absent. */
+int hub_api_header(const h2o_req_t *req, const char *name, h2o_iovec_t *value);
+
+/*
+ * Parses the request body as one JSON object (duplicate members refused).
+ * Returns it (owned by the caller), or NULL after having answered 413 (over
+ * max_bytes), or 400 (empty, malformed, or not an object).
+ */
+json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes);
+
+/*
+ * Adds one error per member of obj whose name is not in allowed (a
+ * NULL-terminated list).  Returns the number of unknown members.
+ */
+int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed,
+                                   json_t **errors);
+
+/*
+ * Finds query parameter `name` (percent-decoded, '+' is a space; the last
+ * occurrence wins).  Returns 1 and a NUL-terminated value allocated from the
+ * request pool, 0 when absent, -1 when its encoding is malformed or decodes
+ * to a NUL byte.
+ */
+int hub_api_query_param(h2o_req_t *req, const char *name, const char **value);
+
+/* 1 when s[0..len) is a valid tenant id: [a-zA-Z0-9._-]{1,256}. */
+int hub_api_tenant_id_valid(const char *s, size_t len);
+
+/* 1 when s[0..len) is a canonical textual UUID (8-4-4-4-12 hex digits). */
+int hub_api_uuid_valid(const char *s, size_t len);
+
+/* -------------------------------------------------------------- paging -- */
+
+/* A list request's ?limit= and ?cursor=. */
+struct hub_api_page {
+    int limit;         /* 1..HUB_API_LIMIT_MAX */
+    const char *after; /* decoded cursor value (request pool), NULL for the first page */
+};
+
+/*
+ * Reads ?limit= (default HUB_API_LIMIT_DEFAULT) and ?cursor= (must have been
+ * made by hub_api_cursor_encode with the same kind).  Returns 0, or -1 after
+ * adding a "limit" or "cursor" entry to *errors.
+ */
+int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *page,
+                       json_t **errors);
+
+/*
+ * Makes an opaque cursor: base64url of "<kind>:<value>", so that a cursor of
+ * one list is refused by another.  Returns a malloc'd string (caller frees)
+ * or NULL on OOM.
+ */
+char *hub_api_cursor_encode(const char *kind, const char *value);
+
+/* Reverses hub_api_cursor_encode.  Returns the value (request pool) or NULL
+ * when the cursor is malformed or of another kind. */
+const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor);
+
+/* Decodes base64url (padding optional) into out.  Returns the length, or -1
+ * when malformed or longer than outsz. */
+long hub_api_b64url_decode(const char *in, size_t len, unsigned char *out, size_t outsz);
+
+/* --------------------------------------------------------------- auth -- */
+
+/*
+ * Extracts the token of "Authorization: Bearer <token>" (scheme is
+ * case-insensitive).  Returns 1 and points *token into the request
+ * (borrowed), or 0 when the header is absent or not a bearer token.
+ */
+int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token);
+
+/*
+ * 1 when presented equals expected.  Both are hashed with SHA-256 first and
+ * the digests compared with CRYPTO_memcmp, so neither the contents nor the
+ * length of the secret leak through timing.  expected NULL or "" never
+ * matches.
+ */
+int hub_api_token_equals(const char *expected, const char *presented, size_t presented_len);
+
+/* ------------------------------------------------ requests on the database -- */
+
+struct hub_api_call;
+
+/* Runs when the call's transaction completed AND the request is still there.
+ * It may answer, or start another transaction on the same call. */
+typedef void (*hub_api_call_cb)(struct hub_api_call *call, const struct hub_pg_outcome *out);
+
+/*
+ * Tenant authentication result.  status is 200 with tenant_id set (borrowed
+ * for the callback), or 401 / 500 / 503 with tenant_id NULL; the callback
+ * then answers (hub_api_send_unauthorized, or hub_api_send_problem).
+ */
+typedef void (*hub_api_auth_cb)(struct hub_api_call *call, const char *tenant_id, int status);
+
+/*
+ * The state of one request waiting on the database.  A route embeds it as
+ * the FIRST member of its own state struct.  The request may disappear while
+ * a transaction is in flight (client gone, server stopping): then `req`
+ * becomes NULL, the route's callback is not called, and the state is freed
+ * when the transaction completes.  Otherwise the state lives until h2o
+ * disposes of the request.  Either way on_free (may be NULL) runs first and
+ * must release what the route put in its state (not the state itself).
+ */
+struct hub_api_call {
+    h2o_req_t *req;   /* NULL once the request is gone */
+    struct hub *hub;  /* borrowed */
+    void (*on_free)(struct hub_api_call *call);
+    hub_api_call_cb on_result;
+    hub_api_auth_cb on_auth;
+    int in_flight;   /* a transaction is pending */
+    int in_callback; /* a callback is running: freeing waits for it */
+};
+
+/*
+ * Allocates a zeroed state of `size` bytes (>= sizeof(struct hub_api_call))
+ * tied to req as described above.  Returns it, or NULL after answering 500
+ * (out of memory).
+ */
+void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
+                       void (*on_free)(struct hub_api_call *call));
+
+/*
+ * Starts a transaction on the API pool whose completion runs cb.  Returns
+ * it, or NULL after answering 503 when the database is unavailable (no pool,
+ * no live connection) or out of memory.  Add statements with hub_pg_txn_add,
+ * then hub_api_call_submit.
+ */
+struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb cb);
+
+/* Submits txn.  cb may run before this returns (pool closing, out of
+ * memory), so the caller must not touch call afterwards. */
+void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn);
+
+/*
+ * Authenticates the request's tenant API key ("Authorization: Bearer shk_…"):
+ * SHA-256 of the key, looked up among unrevoked keys of active tenants.
+ * Runs cb once with the tenant id or an error status (see hub_api_auth_cb);
+ * cb may run before this returns (malformed or missing key: no database
+ * round trip).  cb is not run if the request goes away meanwhile.
+ */
+void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb);
+
+#endif

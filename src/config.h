@@ -1,0 +1,97 @@
+/*
+ * config — the hub's configuration, read from STREAMING_HUB_* environment
+ * variables through one declarative table (name, type, default, help).
+ *
+ * The table in config.c is the single source of truth: parsing, validation,
+ * defaults and `streaming-hub serve --help` are all generated from it.
+ */
+#ifndef HUB_CONFIG_H
+#define HUB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HUB_RETRY_MAX_STEPS 12
+
+struct hub_config {
+    char *env;  /* development | production */
+    char *role; /* all | ingest | delivery */
+    char *postgres_dsn;
+    char *kafka_brokers;
+    char *kafka_topics;
+    char *kafka_group;
+    char *kafka_scram_mechanism;
+    char *kafka_scram_username;
+    char *kafka_scram_password;
+    int kafka_tls_enabled;
+    char *kafka_ca_cert;
+    int64_t kafka_session_timeout_ms;
+    char *http_listen_addr;
+    char *admin_token;
+    char *kek; /* base64 of 32 bytes */
+    char *data_dir;
+    char *policy_dir;
+    int64_t dispatch_workers;
+    int64_t dispatch_claim_batch;
+    int64_t dispatch_lease_ms;
+    int64_t delivery_timeout_ms;
+    int64_t poison_threshold;
+    int autodisable_enabled;
+    int64_t autodisable_failure_window_ms;
+    int64_t autodisable_failure_spread_ms;
+    int64_t retry_schedule_ms[HUB_RETRY_MAX_STEPS];
+    size_t retry_schedule_len;
+    int64_t breaker_consecutive_failures;
+    double breaker_failure_ratio;
+    int64_t breaker_min_attempts;
+    int64_t breaker_window_ms;
+    int64_t breaker_open_ms;
+    int64_t breaker_open_max_ms;
+    int64_t secret_grace_ms;
+    int64_t policy_timeout_ms;
+    int64_t policy_memory_bytes;
+    int allow_private_sinks;
+    int64_t pull_rate;
+    int64_t pull_burst;
+    int64_t event_retention_ms;
+    int64_t max_event_bytes;
+    int64_t shutdown_timeout_ms;
+    int auto_migrate;
+    char *log_level;
+    char *log_format;
+    int64_t ingest_batch_max;      /* records of one partition per transaction */
+    int64_t ingest_pg_connections; /* database connections used by ingest */
+};
+
+/*
+ * Fills *cfg from the environment (getenv), applying defaults.
+ *
+ * On a malformed value returns -1 and writes one line naming the variable into
+ * err (errsz bytes); *cfg then holds whatever was parsed and must still be
+ * released with hub_config_free().  Returns 0 on success.
+ */
+int hub_config_load(struct hub_config *cfg, char *err, size_t errsz);
+
+/* Releases the strings owned by cfg; safe on a zeroed or partly loaded cfg. */
+void hub_config_free(struct hub_config *cfg);
+
+/* Prints every variable with its type, default and help (for --help). */
+void hub_config_print_help(FILE *out);
+
+/*
+ * Parses a duration: a sequence of <digits><unit> with unit one of ms, s, m,
+ * h (e.g. "500ms", "30s", "1h30m").  Returns 0 and stores milliseconds in
+ * *out_ms, or -1 when malformed or when it overflows.
+ */
+int hub_duration_parse(const char *s, int64_t *out_ms);
+
+/* Parses a comma-separated list of durations into out (at most max).
+ * Returns the count (>= 1) or -1 when malformed or too long. */
+int hub_duration_list_parse(const char *s, int64_t *out_ms, size_t max);
+
+/* Parses a byte size: digits with an optional KiB/MiB/GiB/KB/MB/GB/B suffix.
+ * Returns 0 or -1. */
+int hub_size_parse(const char *s, int64_t *out_bytes);
+
+#endif

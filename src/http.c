@@ -1,0 +1,508 @@
+/*
+ * http — the HTTP listener: libh2o (HTTP/1.1 with keep-alive, h2c) on the
+ * hub's libuv loop.  This file owns the socket side (listen, accept, track
+ * and close connections, dispose of h2o) and the first routing step; the
+ * routes themselves live in api_admin.c (and, later, the /v1 modules).
+ *
+ * Life cycle of a connection: we accept it into a `struct http_conn` that we
+ * keep on a list, and hand it to h2o; h2o closes it when the client goes
+ * away, on errors and timeouts, and our close callback unlinks and frees it.
+ *
+ * Stopping (see hub_http_stop): h2o 2.2 has no "close every connection" call,
+ * and its context may only be disposed of once no connection uses it.  So we
+ * close the listener and shut the sockets down under h2o: each connection
+ * then sees EOF or a write error and closes itself the normal way.  When the
+ * last one is gone the context is disposed of and, two close rounds later,
+ * the server is freed.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <h2o.h>
+#include <h2o/socket/uv-binding.h>
+
+#include "api_admin.h"
+#include "api_util.h"
+#include "hub.h"
+#include "log.h"
+#include "metrics.h"
+
+#define HTTP_BACKLOG 1024
+#define HTTP_ADDR_MAX 64
+
+struct hub_http;
+
+/* One accepted connection.  tcp comes first: h2o's close callback gives us
+ * the uv handle, which is then also the connection. */
+struct http_conn {
+    uv_tcp_t tcp;
+    struct hub_http *http;
+    struct http_conn *prev;
+    struct http_conn *next;
+};
+
+/* h2o calls on_req with the h2o_handler_t; ours sits first to reach the server. */
+struct http_handler {
+    h2o_handler_t super;
+    struct hub_http *http;
+};
+
+struct hub_http {
+    struct hub *hub; /* borrowed until hub_http_stop */
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    uv_tcp_t listener;
+    /* Closed one after the other after h2o_context_dispose: the second close
+     * callback runs only once every handle h2o closed has been finished. */
+    uv_timer_t reap[2];
+    struct http_conn *conns; /* live connections */
+    size_t n_conns;
+    int stopping;
+    int listener_closed;
+    int disposed;
+    char bound_addr[HTTP_ADDR_MAX];
+};
+
+const char *hub_http_bound_addr(const struct hub_http *http) {
+    return http->bound_addr;
+}
+
+/* --------------------------------------------------------- operations -- */
+
+static void ops_healthz(h2o_req_t *req) {
+    static const char body[] = "{\"status\":\"ok\"}";
+    hub_api_send_json_text(req, 200, body, sizeof(body) - 1);
+}
+
+static void ops_readyz(struct hub *hub, h2o_req_t *req) {
+    static const char body[] = "{\"status\":\"ready\"}";
+    const char *why = NULL;
+
+    if (hub_ready(hub, &why)) {
+        hub_api_send_json_text(req, 200, body, sizeof(body) - 1);
+        return;
+    }
+    hub_api_send_problem(req, 503, why != NULL ? why : "not ready", NULL);
+}
+
+static void ops_metrics(struct hub *hub, h2o_req_t *req) {
+    static const char type[] = "text/plain; version=0.0.4; charset=utf-8";
+    struct hub_metrics_gauges g;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL) {
+        hub_api_send_problem(req, 500, "out of memory rendering metrics", NULL);
+        return;
+    }
+    hub_gauges(hub, &g);
+    hub_metrics_render(&hub->metrics, &g, f);
+    if (fclose(f) != 0 || text == NULL) {
+        free(text);
+        hub_api_send_problem(req, 500, "out of memory rendering metrics", NULL);
+        return;
+    }
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, type,
+                   sizeof(type) - 1);
+    req->res.content_length = len;
+    h2o_send_inline(req, text, len); /* copies */
+    free(text);
+}
+
+/* The three operations endpoints answer GET and HEAD only. */
+static int ops_route(struct hub *hub, h2o_req_t *req) {
+    h2o_iovec_t p = req->path_normalized;
+    int which;
+
+    if (h2o_memis(p.base, p.len, H2O_STRLIT("/healthz"))) {
+        which = 0;
+    } else if (h2o_memis(p.base, p.len, H2O_STRLIT("/readyz"))) {
+        which = 1;
+    } else if (h2o_memis(p.base, p.len, H2O_STRLIT("/metrics"))) {
+        which = 2;
+    } else {
+        return 0;
+    }
+    if (!hub_api_method_is(req, "GET") && !hub_api_method_is(req, "HEAD")) {
+        hub_api_send_method_not_allowed(req, "GET, HEAD");
+        return 1;
+    }
+    switch (which) {
+    case 0:
+        ops_healthz(req);
+        break;
+    case 1:
+        ops_readyz(hub, req);
+        break;
+    default:
+        ops_metrics(hub, req);
+        break;
+    }
+    return 1;
+}
+
+/* 1 when path is `prefix` itself or lies under "prefix/". */
+static int path_under(h2o_iovec_t path, const char *prefix, size_t plen) {
+    return path.len >= plen && memcmp(path.base, prefix, plen) == 0 &&
+           (path.len == plen || path.base[plen] == '/');
+}
+
+/* Every request starts here.  Returns 0: we always answer (now or later). */
+static int on_req(h2o_handler_t *self, h2o_req_t *req) {
+    struct hub_http *http = ((struct http_handler *)self)->http;
+    struct hub *hub = http->hub;
+
+    hub->metrics.http_requests++;
+    if (http->stopping) {
+        hub_api_send_problem(req, 503, "the server is shutting down", NULL);
+        return 0;
+    }
+    /* h2o refuses bodies over max_request_entity_size itself; this is the
+     * guard for any route, whatever that limit is set to. */
+    if (req->entity.len > HUB_API_MAX_BODY) {
+        hub_api_send_problem(req, 413, "the request body is larger than 1 MiB", NULL);
+        return 0;
+    }
+    if (ops_route(hub, req)) {
+        return 0;
+    }
+    if (path_under(req->path_normalized, H2O_STRLIT("/admin"))) {
+        hub_api_admin_handle(hub, req);
+        return 0;
+    }
+    if (path_under(req->path_normalized, H2O_STRLIT("/v1"))) {
+        /* Dispatch point of the tenant API (SPEC §4, §9): subscriptions,
+         * deliveries, events.  Tenant routes authenticate with
+         * hub_api_auth_tenant() (api_util.h).  None exists yet. */
+        hub_api_send_problem(req, 404, "no such resource", NULL);
+        return 0;
+    }
+    hub_api_send_problem(req, 404, "no such resource", NULL);
+    return 0;
+}
+
+/* -------------------------------------------------------- connections -- */
+
+static void http_maybe_finish(struct hub_http *http);
+
+static void conn_unlink(struct http_conn *c) {
+    struct hub_http *http = c->http;
+
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        http->conns = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    c->prev = c->next = NULL;
+    http->n_conns--;
+}
+
+/* Close callback of a connection's handle (given to h2o, or ours on errors). */
+static void conn_closed(uv_handle_t *handle) {
+    struct http_conn *c = (struct http_conn *)handle;
+    struct hub_http *http = c->http;
+
+    conn_unlink(c);
+    free(c);
+    if (http->stopping) {
+        http_maybe_finish(http);
+    }
+}
+
+static void on_accept(uv_stream_t *listener, int status) {
+    struct hub_http *http = listener->data;
+    struct http_conn *c;
+    h2o_socket_t *sock;
+    int rc;
+
+    if (status != 0) {
+        hub_log(HUB_WARN, "http accept failed", HUB_LS("error", uv_strerror(status)));
+        return;
+    }
+    /* h2o_mem_alloc aborts on OOM, as h2o does for every connection it
+     * handles; not accepting would stall the listener for good anyway. */
+    c = h2o_mem_alloc(sizeof(*c));
+    memset(c, 0, sizeof(*c));
+    c->http = http;
+    uv_tcp_init(listener->loop, &c->tcp);
+    c->next = http->conns;
+    if (http->conns != NULL) {
+        http->conns->prev = c;
+    }
+    http->conns = c;
+    http->n_conns++;
+    rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (rc != 0) {
+        hub_log(HUB_WARN, "http accept failed", HUB_LS("error", uv_strerror(rc)));
+        uv_close((uv_handle_t *)&c->tcp, conn_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+    h2o_accept(&http->accept_ctx, sock);
+}
+
+/* ------------------------------------------------------------ address -- */
+
+/*
+ * Parses "host:port", "[v6]:port" or ":port" (all interfaces, IPv4) into ss.
+ * Numeric hosts are taken as they are; a name (e.g. "localhost") is resolved
+ * once, at start, before the loop runs.  Returns 0 or a negative uv error.
+ */
+static int parse_listen_addr(const char *addr, struct sockaddr_storage *ss) {
+    char host[256];
+    const char *colon, *port_s;
+    size_t hlen;
+    long port = 0;
+    struct addrinfo hints, *res = NULL;
+
+    if (addr == NULL || addr[0] == '\0') {
+        return UV_EINVAL;
+    }
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+        if (close == NULL || close[1] != ':') {
+            return UV_EINVAL;
+        }
+        hlen = (size_t)(close - addr - 1);
+        if (hlen == 0 || hlen >= sizeof(host)) {
+            return UV_EINVAL;
+        }
+        memcpy(host, addr + 1, hlen);
+        port_s = close + 2;
+    } else {
+        colon = strrchr(addr, ':');
+        if (colon == NULL) {
+            return UV_EINVAL;
+        }
+        hlen = (size_t)(colon - addr);
+        if (hlen >= sizeof(host)) {
+            return UV_EINVAL;
+        }
+        memcpy(host, addr, hlen);
+        port_s = colon + 1;
+        if (hlen == 0) {
+            memcpy(host, "0.0.0.0", 8);
+            hlen = 7;
+        }
+    }
+    host[hlen] = '\0';
+    if (port_s[0] == '\0' || strlen(port_s) > 5) {
+        return UV_EINVAL;
+    }
+    for (const char *p = port_s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') {
+            return UV_EINVAL;
+        }
+        port = port * 10 + (*p - '0');
+    }
+    if (port > 65535) {
+        return UV_EINVAL;
+    }
+    memset(ss, 0, sizeof(*ss));
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0) {
+        return 0;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) {
+        return UV_EADDRNOTAVAIL;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    if (ss->ss_family == AF_INET) {
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    } else {
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Formats the listener's real address ("127.0.0.1:43817", "[::1]:8080"). */
+static int format_bound_addr(uv_tcp_t *listener, char *out, size_t outsz) {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN];
+    int rc = uv_tcp_getsockname(listener, (struct sockaddr *)&ss, &len);
+
+    if (rc != 0) {
+        return rc;
+    }
+    if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, ip, sizeof(ip));
+        snprintf(out, outsz, "[%s]:%u", ip, (unsigned)ntohs(a->sin6_port));
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        uv_ip4_name(a, ip, sizeof(ip));
+        snprintf(out, outsz, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- start/stop -- */
+
+static void start_failed_closed(uv_handle_t *handle) {
+    free(handle->data);
+}
+
+/*
+ * A client that hangs up while we answer makes write(2) fail with EPIPE —
+ * and raise SIGPIPE, whose default action kills the process.  libuv does not
+ * suppress it (h2o's own server ignores it in main), so the listener does,
+ * before its first socket exists.  Process-wide, but nothing in the hub
+ * wants SIGPIPE: libpq and libcurl already guard their own writes.
+ */
+static int ignore_sigpipe(void) {
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGPIPE, &sa, NULL) == 0 ? 0 : UV_EINVAL;
+}
+
+int hub_http_start(struct hub *hub, struct hub_http **out) {
+    struct sockaddr_storage ss;
+    struct hub_http *http;
+    h2o_hostconf_t *host;
+    h2o_pathconf_t *path;
+    struct http_handler *handler;
+    const char *addr = hub->cfg.http_listen_addr;
+    int rc;
+
+    if (ignore_sigpipe() != 0) {
+        hub_log(HUB_ERROR, "cannot ignore SIGPIPE");
+        return UV_EINVAL;
+    }
+    rc = parse_listen_addr(addr, &ss);
+    if (rc != 0) {
+        hub_log(HUB_ERROR, "invalid STREAMING_HUB_HTTP_LISTEN_ADDR (want host:port)",
+                HUB_LS("addr", addr), HUB_LS("error", uv_strerror(rc)));
+        return rc;
+    }
+    http = calloc(1, sizeof(*http));
+    if (http == NULL) {
+        return UV_ENOMEM;
+    }
+    http->hub = hub;
+    rc = uv_tcp_init(hub->loop, &http->listener);
+    if (rc != 0) {
+        goto fail_free;
+    }
+    http->listener.data = http;
+    rc = uv_tcp_bind(&http->listener, (const struct sockaddr *)&ss, 0);
+    if (rc != 0) {
+        goto fail_close;
+    }
+    /* libuv reports some bind errors (EADDRINUSE) only here */
+    rc = uv_listen((uv_stream_t *)&http->listener, HTTP_BACKLOG, on_accept);
+    if (rc != 0) {
+        goto fail_close;
+    }
+    rc = format_bound_addr(&http->listener, http->bound_addr, sizeof(http->bound_addr));
+    if (rc != 0) {
+        goto fail_close;
+    }
+
+    /* Nothing below can fail short of h2o aborting on OOM. */
+    h2o_config_init(&http->config);
+    http->config.server_name = h2o_iovec_init(H2O_STRLIT("streaming-hub/" HUB_VERSION));
+    /* h2o answers 413 itself, before reading a body past this size. */
+    http->config.max_request_entity_size = HUB_API_MAX_BODY;
+    host = h2o_config_register_host(&http->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    path = h2o_config_register_path(host, "/", 0);
+    handler = (struct http_handler *)h2o_create_handler(path, sizeof(*handler));
+    handler->super.on_req = on_req;
+    handler->http = http;
+    h2o_context_init(&http->ctx, hub->loop, &http->config);
+    http->accept_ctx.ctx = &http->ctx;
+    http->accept_ctx.hosts = http->config.hosts;
+    uv_timer_init(hub->loop, &http->reap[0]);
+    uv_timer_init(hub->loop, &http->reap[1]);
+    http->reap[0].data = http->reap[1].data = http;
+
+    hub_log(HUB_INFO, "http listening", HUB_LS("addr", http->bound_addr));
+    *out = http;
+    return 0;
+
+fail_close:
+    hub_log(HUB_ERROR, "cannot listen for HTTP", HUB_LS("addr", addr),
+            HUB_LS("error", uv_strerror(rc)));
+    /* the handle is live in the loop: free the server from its close callback */
+    uv_close((uv_handle_t *)&http->listener, start_failed_closed);
+    return rc;
+fail_free:
+    free(http);
+    return rc;
+}
+
+static void reap_last_closed(uv_handle_t *handle) {
+    struct hub_http *http = handle->data;
+    free(http);
+}
+
+static void reap_first_closed(uv_handle_t *handle) {
+    struct hub_http *http = handle->data;
+    uv_close((uv_handle_t *)&http->reap[1], reap_last_closed);
+}
+
+/*
+ * Disposes of h2o once the listener and every connection are closed.  Runs
+ * from close callbacks only, which matters: h2o_context_dispose() runs the
+ * loop once (UV_RUN_NOWAIT) to finish its own handles, and a nested run is
+ * harmless from the closing phase, unlike from an I/O callback.
+ */
+static void http_maybe_finish(struct hub_http *http) {
+    if (!http->listener_closed || http->n_conns > 0 || http->disposed) {
+        return;
+    }
+    http->disposed = 1;
+    h2o_context_dispose(&http->ctx);
+    h2o_config_dispose(&http->config);
+    uv_close((uv_handle_t *)&http->reap[0], reap_first_closed);
+}
+
+static void listener_closed(uv_handle_t *handle) {
+    struct hub_http *http = handle->data;
+    http->listener_closed = 1;
+    http_maybe_finish(http);
+}
+
+void hub_http_stop(struct hub_http *http) {
+    if (http == NULL || http->stopping) {
+        return;
+    }
+    http->stopping = 1;
+    uv_close((uv_handle_t *)&http->listener, listener_closed);
+    /* No h2o_context_request_shutdown(): its HTTP/2 grace timer would still be
+     * linked when the context is disposed of.  Shutting the sockets down makes
+     * h2o see EOF (idle or reading) or a write error (answering) and close
+     * each connection itself; a request still waiting on the database learns
+     * it is gone through its pool dispose callback (api_util.c). */
+    for (struct http_conn *c = http->conns; c != NULL; c = c->next) {
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
+            shutdown(fd, SHUT_RDWR);
+        }
+    }
+    hub_log(HUB_INFO, "http stopping", HUB_LI("connections", (int64_t)http->n_conns));
+}

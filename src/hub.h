@@ -1,0 +1,59 @@
+/*
+ * hub — the one context that every module hangs off (no other global
+ * mutable state, see log.h for the single documented exception).
+ *
+ * All fields are owned by the hub and touched only on the loop thread.
+ */
+#ifndef HUB_HUB_H
+#define HUB_HUB_H
+
+#include <uv.h>
+
+#include "config.h"
+#include "metrics.h"
+
+struct hub_pg;
+struct hub_ingest;
+struct hub_kafka_mock;
+struct hub_http;
+
+struct hub {
+    uv_loop_t *loop;
+    struct hub_config cfg;     /* owned; loaded before hub_serve() */
+    struct hub_metrics metrics;
+    struct hub_pg *pg;         /* API and maintenance pool */
+    struct hub_pg *pg_ingest;  /* ingest writers (separate so ingest never waits on the API) */
+    struct hub_ingest *ingest; /* NULL for the delivery role */
+    struct hub_kafka_mock *mock; /* embedded Kafka, when KAFKA_BROKERS=embedded */
+    struct hub_http *http;
+    char *brokers;             /* resolved bootstrap list */
+    int migrations_current;    /* schema is at the version this binary expects */
+    int draining;              /* SIGTERM/SIGINT received */
+    int exit_code;
+    uv_signal_t sig_int;
+    uv_signal_t sig_term;
+    uv_signal_t sig_hup;
+    uv_timer_t maintenance;    /* partition upkeep */
+    uv_timer_t drain_deadline;
+};
+
+/*
+ * Runs `serve` with an already-loaded configuration until SIGINT/SIGTERM.
+ * Returns the process exit code.
+ */
+int hub_serve(struct hub_config *cfg);
+
+/* hub_serve, printing the dev banner once everything listens. */
+int hub_serve_with(struct hub_config *cfg, int banner);
+
+/* Process role predicates (STREAMING_HUB_ROLE). */
+int hub_role_ingest(const struct hub *hub);
+int hub_role_delivery(const struct hub *hub);
+
+/* Fills the render-time gauges from the live modules. */
+void hub_gauges(const struct hub *hub, struct hub_metrics_gauges *g);
+
+/* 1 when /readyz should answer 200; otherwise 0 and *why says which check failed. */
+int hub_ready(const struct hub *hub, const char **why);
+
+#endif

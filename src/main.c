@@ -1,0 +1,96 @@
+/*
+ * streaming-hub — command line entry point (SPEC §2.1).
+ */
+#include <curl/curl.h>
+#include <h2o/version.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <luajit.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "config.h"
+#include "dev.h"
+#include "hub.h"
+#include "kafka.h"
+#include "log.h"
+#include "migrate.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: streaming-hub [command]\n\n"
+            "commands:\n"
+            "  serve                 run the hub (default)\n"
+            "  migrate               apply the embedded migrations and exit\n"
+            "  dev                   everything embedded: private PostgreSQL, Kafka, secrets\n"
+            "  kafka-mock [--brokers N] [--topic NAME:PARTITIONS]...\n"
+            "                        run only the embedded Kafka cluster\n"
+            "  version               versions of the hub and its libraries\n\n"
+            "`streaming-hub serve --help` lists every environment variable.\n");
+}
+
+static int cmd_version(void) {
+    int pq = PQlibVersion();
+    printf("streaming-hub %s\n", HUB_VERSION);
+    printf("  libuv       %s\n", uv_version_string());
+    printf("  librdkafka  %s\n", rd_kafka_version_str());
+    printf("  libpq       %d.%d\n", pq / 10000, pq % 10000);
+    printf("  libcurl     %s\n", curl_version_info(CURLVERSION_NOW)->version);
+    printf("  OpenSSL     %s\n", OpenSSL_version(OPENSSL_VERSION));
+    printf("  jansson     %s\n", jansson_version_str());
+    printf("  h2o         %s\n", H2O_VERSION);
+    printf("  LuaJIT      %s\n", LUAJIT_VERSION);
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv) {
+    struct hub_config cfg = {0};
+    char err[256];
+
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: streaming-hub serve\n\n");
+            hub_config_print_help(stdout);
+            return 0;
+        }
+        fprintf(stderr, "streaming-hub serve: unknown argument %s\n", argv[i]);
+        return 2;
+    }
+    if (hub_config_load(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "streaming-hub: %s\n", err);
+        hub_config_free(&cfg);
+        return 2;
+    }
+    hub_log_init(cfg.log_level, cfg.log_format);
+    return hub_serve(&cfg);
+}
+
+int main(int argc, char **argv) {
+    const char *cmd = argc > 1 ? argv[1] : "serve";
+
+    if (strcmp(cmd, "serve") == 0) {
+        return cmd_serve(argc > 2 ? argc - 2 : 0, argv + 2);
+    }
+    if (strcmp(cmd, "migrate") == 0) {
+        return hub_migrate_main();
+    }
+    if (strcmp(cmd, "dev") == 0) {
+        return hub_dev_main(argc - 2, argv + 2);
+    }
+    if (strcmp(cmd, "kafka-mock") == 0) {
+        return hub_kafka_mock_main(argc - 2, argv + 2);
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        return cmd_version();
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "streaming-hub: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

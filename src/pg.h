@@ -1,0 +1,93 @@
+/*
+ * pg — asynchronous PostgreSQL on the libuv loop.
+ *
+ * A pool of libpq connections, each a small state machine driven by a
+ * uv_poll_t on PQsocket(): non-blocking connect (PQconnectPoll), pipeline
+ * mode, lazily prepared named statements, reconnect with jittered backoff.
+ *
+ * The unit of work is a transaction: one or more statements sent back to
+ * back in pipeline mode and closed by a single Sync, so PostgreSQL runs them
+ * in one implicit transaction (all commit or none do) at the cost of one
+ * network round trip.  Several transactions may be in flight on one
+ * connection; each completes with its own callback, in submission order per
+ * connection.
+ *
+ * Everything here runs on the loop thread.
+ */
+#ifndef HUB_PG_H
+#define HUB_PG_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <uv.h>
+
+/* A named SQL text.  Statements are static objects compared by address; each
+ * connection prepares a statement the first time it runs it. */
+struct hub_sql {
+    const char *name;
+    const char *text;
+};
+
+enum hub_pg_status {
+    HUB_PG_OK = 0,
+    HUB_PG_ESTMT = -1,   /* a statement failed; the transaction rolled back */
+    HUB_PG_ECONN = -2,   /* connection lost while in flight: outcome unknown */
+    HUB_PG_ECLOSED = -3, /* the pool is closing; never sent */
+};
+
+struct hub_pg_outcome {
+    enum hub_pg_status status;
+    PGresult *const *results; /* results[i] for statement i; NULL when not executed */
+    int n_results;
+    const char *error;    /* first line of the error when status != OK */
+    const char *sqlstate; /* SQLSTATE when status == HUB_PG_ESTMT, else "" */
+};
+
+/* Called once per transaction on the loop thread.  The results belong to the
+ * pool and are cleared when the callback returns. */
+typedef void (*hub_pg_cb)(void *arg, const struct hub_pg_outcome *out);
+
+struct hub_pg;
+struct hub_pg_txn;
+
+/*
+ * Creates a pool of nconns connections to dsn and starts connecting.
+ * `name` appears in logs and as application_name.  Returns NULL on OOM.
+ */
+struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name);
+
+/* Fails every queued and in-flight transaction with HUB_PG_ECLOSED/ECONN,
+ * closes the connections, and frees the pool once every handle is closed;
+ * closed_cb (may be NULL) runs then. */
+void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg);
+
+/* Number of connections currently usable. */
+int hub_pg_connected(const struct hub_pg *pg);
+
+/* Transactions waiting for a connection plus those in flight. */
+size_t hub_pg_pending(const struct hub_pg *pg);
+
+/* Starts a transaction; cb runs exactly once, after submit. */
+struct hub_pg_txn *hub_pg_txn_new(struct hub_pg *pg, hub_pg_cb cb, void *arg);
+
+/*
+ * Appends a statement.  values/lengths/formats follow PQexecParams (lengths
+ * and formats may be NULL for all-text parameters; a NULL value is SQL NULL).
+ * Parameter bytes are copied; the caller's buffers may go away at once.
+ * Returns 0, or -1 on OOM (the transaction will then fail at submit).
+ */
+int hub_pg_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
+                   const char *const *values, const int *lengths, const int *formats);
+
+/* Like hub_pg_txn_add but the results come back in binary format. */
+int hub_pg_txn_add_binary(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
+                          const char *const *values, const int *lengths, const int *formats);
+
+/* Queues the transaction; it runs on the next connection with room. */
+void hub_pg_txn_submit(struct hub_pg_txn *txn);
+
+/* Opens a blocking connection (for migrate/dev/tests before the loop runs).
+ * Returns NULL and logs on failure. */
+PGconn *hub_pg_connect_blocking(const char *dsn, const char *name);
+
+#endif

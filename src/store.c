@@ -1,0 +1,170 @@
+/*
+ * store — ingest SQL and binary arrays.
+ */
+#include "store.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PGARR_HEADER 20 /* ndim, flags, oid, dim length, lower bound */
+
+/* Seconds between the Unix epoch and PostgreSQL's (2000-01-01). */
+#define PG_EPOCH_OFFSET_US (946684800LL * 1000000LL)
+
+static void pgarr_reserve(struct hub_pgarr *a, size_t more) {
+    if (a->oom || a->len + more <= a->cap) {
+        return;
+    }
+    size_t cap = a->cap ? a->cap : 4096;
+    while (cap < a->len + more) {
+        cap *= 2;
+    }
+    char *b = realloc(a->buf, cap);
+    if (b == NULL) {
+        a->oom = 1;
+        return;
+    }
+    a->buf = b;
+    a->cap = cap;
+}
+
+static void put32(char *p, uint32_t v) {
+    v = htonl(v);
+    memcpy(p, &v, 4);
+}
+
+void hub_pgarr_init(struct hub_pgarr *a, uint32_t oid) {
+    memset(a, 0, sizeof(*a));
+    a->oid = oid;
+    pgarr_reserve(a, PGARR_HEADER);
+    a->len = PGARR_HEADER;
+}
+
+void hub_pgarr_add(struct hub_pgarr *a, const void *p, size_t len) {
+    pgarr_reserve(a, 4 + (p ? len : 0));
+    if (a->oom) {
+        return;
+    }
+    if (p == NULL) {
+        put32(a->buf + a->len, 0xFFFFFFFFu);
+        a->len += 4;
+        a->has_null = 1;
+    } else {
+        put32(a->buf + a->len, (uint32_t)len);
+        memcpy(a->buf + a->len + 4, p, len);
+        a->len += 4 + len;
+    }
+    a->n++;
+}
+
+void hub_pgarr_add_text(struct hub_pgarr *a, const char *s) {
+    hub_pgarr_add(a, s, s ? strlen(s) : 0);
+}
+
+void hub_pgarr_add_i32(struct hub_pgarr *a, int32_t v) {
+    char b[4];
+    put32(b, (uint32_t)v);
+    hub_pgarr_add(a, b, 4);
+}
+
+void hub_pgarr_add_i64(struct hub_pgarr *a, int64_t v) {
+    char b[8];
+    put32(b, (uint32_t)((uint64_t)v >> 32));
+    put32(b + 4, (uint32_t)((uint64_t)v & 0xFFFFFFFFu));
+    hub_pgarr_add(a, b, 8);
+}
+
+void hub_pgarr_add_ts(struct hub_pgarr *a, int64_t unix_us) {
+    hub_pgarr_add_i64(a, unix_us - PG_EPOCH_OFFSET_US);
+}
+
+void hub_pgarr_add_jsonb(struct hub_pgarr *a, const char *json, size_t len) {
+    /* jsonb's binary input is a version byte (1) followed by the JSON text */
+    pgarr_reserve(a, 5 + len);
+    if (a->oom) {
+        return;
+    }
+    put32(a->buf + a->len, (uint32_t)(len + 1));
+    a->buf[a->len + 4] = 1;
+    memcpy(a->buf + a->len + 5, json, len);
+    a->len += 5 + len;
+    a->n++;
+}
+
+const char *hub_pgarr_finish(struct hub_pgarr *a, int *len) {
+    if (a->oom || a->len > (size_t)INT32_MAX) {
+        return NULL;
+    }
+    put32(a->buf, 1);
+    put32(a->buf + 4, (uint32_t)a->has_null);
+    put32(a->buf + 8, a->oid);
+    put32(a->buf + 12, a->n);
+    put32(a->buf + 16, 1);
+    *len = (int)a->len;
+    return a->buf;
+}
+
+void hub_pgarr_free(struct hub_pgarr *a) {
+    free(a->buf);
+    a->buf = NULL;
+    a->len = a->cap = 0;
+}
+
+/*
+ * Why one statement: the roster gate, the cross-partition dedup lookup and
+ * the insert all happen server-side in one round trip.  `old` finds keys
+ * stored on earlier days (the unique index only covers one day, see
+ * migrations/0002_inbox.sql); ON CONFLICT covers the same day, including a
+ * concurrent hub racing us on the same key (that row then has neither `old`
+ * nor `ins`, and ingest retries the batch to classify it).
+ */
+const struct hub_sql hub_sql_ingest_insert = {
+    "ingest_insert",
+    "WITH b AS ("
+    "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"
+    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[])"
+    "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"
+    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset)"
+    "), r AS ("
+    "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"
+    "), old AS ("
+    "  SELECT DISTINCT ON (r.ord) r.ord, e.digest AS old_digest"
+    "    FROM r JOIN event_inbox e"
+    "      ON e.tenant_id = r.tenant_id AND e.source = r.source AND e.event_id = r.event_id"
+    "   WHERE r.status = 'active'"
+    "), ins AS ("
+    "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"
+    "                           schema_major, event_time, content_type, headers, payload,"
+    "                           digest, topic, kafka_partition, kafka_offset)"
+    "  SELECT nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date, r.tenant_id, r.source,"
+    "         r.event_id, r.ce_type, r.event_type, r.schema_major, r.event_time,"
+    "         r.content_type, r.headers, r.payload, r.digest, r.topic, r.kafka_partition,"
+    "         r.kafka_offset"
+    "    FROM r"
+    "   WHERE r.status = 'active' AND NOT EXISTS (SELECT 1 FROM old WHERE old.ord = r.ord)"
+    "   ORDER BY r.ord"
+    "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"
+    "  RETURNING seq, tenant_id, source, event_id"
+    ")"
+    " SELECT r.ord, r.status, old.old_digest, ins.seq"
+    "   FROM r LEFT JOIN old ON old.ord = r.ord"
+    "   LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"
+    "                AND ins.event_id = r.event_id"
+    "  ORDER BY r.ord",
+};
+
+const struct hub_sql hub_sql_quarantine_insert = {
+    "quarantine_insert",
+    "INSERT INTO quarantine (reason, field, detail, tenant_id, source, event_id, topic,"
+    "                        kafka_partition, kafka_offset, headers, value)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    "                      $6::text[], $7::text[], $8::int4[], $9::int8[], $10::jsonb[],"
+    "                      $11::bytea[])",
+};
+
+const struct hub_sql hub_sql_maintain_partitions = {
+    "maintain_partitions",
+    "SELECT hub_maintain_partitions($1::interval)",
+};

@@ -1,0 +1,146 @@
+/*
+ * store_admin — SQL texts of the admin API (see store_admin.h).
+ *
+ * The JSON shapes of the API objects are written once, as macros, and pasted
+ * into the statements at compile time (string-literal concatenation: no
+ * runtime SQL building, every value still travels as a parameter).
+ */
+#include "store_admin.h"
+
+#define ADM_STR_(x) #x
+#define ADM_STR(x) ADM_STR_(x)
+
+/* RFC 3339 in UTC whatever the session TimeZone is. */
+#define ADM_TS(col) "to_char((" col ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+/* The tenant object of SPEC §5 / §9, from a row alias t. */
+#define ADM_TENANT_JSON(t)                                                                        \
+    "json_build_object('id', " t ".id, 'status', " t ".status, 'quotas', " t ".quotas, "          \
+    "'created_at', " ADM_TS(t ".created_at") ", 'updated_at', " ADM_TS(t ".updated_at") ")::text"
+
+/* base64 without the line breaks PostgreSQL puts every 76 characters. */
+#define ADM_B64(col) "translate(encode(" col ", 'base64'), E'\\n', '')"
+
+/* The quarantine object, from a row alias q, with value_base64 = value_expr. */
+#define ADM_QUARANTINE_JSON(q, value_expr)                                                        \
+    "json_build_object('id', " q ".id, 'received_at', " ADM_TS(q ".received_at") ", "             \
+    "'reason', " q ".reason, 'field', " q ".field, 'detail', " q ".detail, "                      \
+    "'tenant_id', " q ".tenant_id, 'source', " q ".source, 'event_id', " q ".event_id, "          \
+    "'topic', " q ".topic, 'partition', " q ".kafka_partition, 'offset', " q ".kafka_offset, "    \
+    "'headers', " q ".headers, 'value_size', octet_length(" q ".value), "                          \
+    "'value_base64', " value_expr ")::text"
+
+/* Idempotency records count for 24 hours (SPEC §9). */
+#define ADM_IDEM_TTL "interval '24 hours'"
+
+const struct hub_sql hub_sql_admin_tenant_create = {
+    "admin_tenant_create",
+    "WITH t AS ("
+    "    INSERT INTO tenants (id, status, quotas) VALUES ($1::text, $2::text, $3::jsonb)"
+    "    ON CONFLICT (id) DO NOTHING"
+    "    RETURNING id, status, quotas, created_at, updated_at),"
+    " b AS (SELECT t.id, " ADM_TENANT_JSON("t") " AS obj FROM t),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT b.id, 'admin', 'tenant.create', b.id, $4::jsonb FROM b),"
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT 'admin', $5::text, 201, b.obj FROM b WHERE $5::text IS NOT NULL)"
+    " SELECT obj FROM b",
+};
+
+const struct hub_sql hub_sql_admin_tenant_get = {
+    "admin_tenant_get",
+    "SELECT " ADM_TENANT_JSON("t") " FROM tenants t WHERE t.id = $1::text",
+};
+
+const struct hub_sql hub_sql_admin_tenant_list = {
+    "admin_tenant_list",
+    "SELECT t.id, " ADM_TENANT_JSON("t") " FROM tenants t"
+    " WHERE ($1::text IS NULL OR t.id > $1::text)"
+    " ORDER BY t.id LIMIT $2::int",
+};
+
+const struct hub_sql hub_sql_admin_tenant_patch = {
+    "admin_tenant_patch",
+    "WITH t AS ("
+    "    UPDATE tenants SET status = COALESCE($2::text, status),"
+    "           quotas = CASE WHEN $3::boolean THEN $4::jsonb ELSE quotas END,"
+    "           updated_at = now()"
+    "     WHERE id = $1::text"
+    "    RETURNING id, status, quotas, created_at, updated_at),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT t.id, 'admin', 'tenant.update', t.id, $5::jsonb FROM t)"
+    " SELECT " ADM_TENANT_JSON("t") " FROM t",
+};
+
+const struct hub_sql hub_sql_admin_api_key_create = {
+    "admin_api_key_create",
+    "WITH k AS ("
+    "    INSERT INTO tenant_api_keys (tenant_id, key_hash)"
+    "    SELECT t.id, $2::bytea FROM tenants t WHERE t.id = $1::text"
+    "    RETURNING id, tenant_id, created_at),"
+    " b AS (SELECT k.id, k.tenant_id,"
+    "              json_build_object('id', k.id, 'key', NULL, 'tenant_id', k.tenant_id,"
+    "                                'created_at', " ADM_TS("k.created_at") ")::text AS obj"
+    "         FROM k),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
+    "       SELECT b.tenant_id, 'admin', 'api_key.create', b.id::text FROM b),"
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT 'admin', $3::text, 201, b.obj FROM b WHERE $3::text IS NOT NULL)"
+    " SELECT obj FROM b",
+};
+
+const struct hub_sql hub_sql_admin_api_key_revoke = {
+    "admin_api_key_revoke",
+    "WITH k AS ("
+    "    UPDATE tenant_api_keys SET revoked_at = now()"
+    "     WHERE id = $2::uuid AND tenant_id = $1::text AND revoked_at IS NULL"
+    "    RETURNING id, tenant_id),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
+    "       SELECT k.tenant_id, 'admin', 'api_key.revoke', k.id::text FROM k)"
+    " SELECT k.id FROM k",
+};
+
+const struct hub_sql hub_sql_admin_quarantine_list = {
+    "admin_quarantine_list",
+    "SELECT q.id, "
+    ADM_QUARANTINE_JSON("q", "CASE WHEN octet_length(q.value) <= "
+                             ADM_STR(HUB_QUARANTINE_LIST_VALUE_MAX) " THEN " ADM_B64("q.value")
+                             " END")
+    " FROM quarantine q"
+    " WHERE ($1::text IS NULL OR q.tenant_id = $1::text)"
+    "   AND ($2::text IS NULL OR q.reason = $2::text)"
+    "   AND ($3::bigint IS NULL OR q.id < $3::bigint)"
+    " ORDER BY q.id DESC LIMIT $4::int",
+};
+
+const struct hub_sql hub_sql_admin_quarantine_get = {
+    "admin_quarantine_get",
+    "SELECT " ADM_QUARANTINE_JSON("q", ADM_B64("q.value")) " FROM quarantine q"
+    " WHERE q.id = $1::bigint",
+};
+
+const struct hub_sql hub_sql_admin_idem_lookup = {
+    "admin_idem_lookup",
+    "SELECT status, body FROM idempotency_keys"
+    " WHERE scope = $1::text AND key = $2::text AND created_at > now() - " ADM_IDEM_TTL,
+};
+
+const struct hub_sql hub_sql_admin_idem_purge = {
+    "admin_idem_purge",
+    /* SKIP LOCKED: several hubs purging at once never wait on each other. */
+    "DELETE FROM idempotency_keys WHERE (scope, key) IN ("
+    "    SELECT scope, key FROM idempotency_keys"
+    "     WHERE created_at <= now() - " ADM_IDEM_TTL " LIMIT 100 FOR UPDATE SKIP LOCKED)",
+};
+
+const struct hub_sql hub_sql_admin_idem_forget_stale = {
+    "admin_idem_forget_stale",
+    "DELETE FROM idempotency_keys"
+    " WHERE scope = $1::text AND key = $2::text AND created_at <= now() - " ADM_IDEM_TTL,
+};
+
+const struct hub_sql hub_sql_api_auth_tenant = {
+    "api_auth_tenant",
+    "SELECT t.id FROM tenant_api_keys k JOIN tenants t ON t.id = k.tenant_id"
+    " WHERE k.key_hash = $1::bytea AND k.revoked_at IS NULL AND t.status = 'active'",
+};

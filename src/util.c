@@ -1,0 +1,180 @@
+/*
+ * util — shared helpers.
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int hub_utf8_valid(const void *p, size_t len) {
+    const unsigned char *s = p;
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c == 0) {
+            return 0;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if ((c & 0xE0) == 0xC0) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + n >= len) {
+            return 0;
+        }
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) {
+                return 0;
+            }
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        /* reject overlong forms, surrogates and code points past U+10FFFF */
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+            return 0;
+        }
+        i += n + 1;
+    }
+    return 1;
+}
+
+void hub_hex(const unsigned char *in, size_t len, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+char *hub_base64(const void *in, size_t len) {
+    char *out = malloc(4 * ((len + 2) / 3) + 1);
+    if (out == NULL) {
+        return NULL;
+    }
+    EVP_EncodeBlock((unsigned char *)out, in, (int)len);
+    return out;
+}
+
+size_t hub_base64url(const unsigned char *in, size_t len, char *out) {
+    size_t n = (size_t)EVP_EncodeBlock((unsigned char *)out, in, (int)len);
+    while (n > 0 && out[n - 1] == '=') {
+        n--;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] == '+') {
+            out[i] = '-';
+        } else if (out[i] == '/') {
+            out[i] = '_';
+        }
+    }
+    out[n] = '\0';
+    return n;
+}
+
+uint64_t hub_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int hub_mkdir_p(const char *dir) {
+    char path[4096];
+    size_t len = strlen(dir);
+
+    if (len == 0 || len >= sizeof(path)) {
+        return -1;
+    }
+    memcpy(path, dir, len + 1);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *p = '/';
+        }
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        return -1;
+    }
+    return 0;
+}
+
+char *hub_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *b = realloc(buf, cap);
+            if (b == NULL) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) {
+            break;
+        }
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len) {
+        *len = n;
+    }
+    return buf;
+}
+
+int hub_write_file(const char *path, const void *data, size_t len, int mode) {
+    char tmp[4096];
+    int fd;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        return -1;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) {
+        return -1;
+    }
+    if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
