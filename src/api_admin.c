@@ -59,17 +59,17 @@ enum admin_op {
 struct admin_call {
     struct hub_api_call call; /* first: api_util hands this pointer back */
     enum admin_op op;
-    int limit;        /* lists: page size (one more row is fetched) */
-    int relooked;     /* Idempotency-Key looked up again after a collision */
-    char *tenant_id;  /* the tenant of the path or body */
-    char *object_id;  /* key id, quarantine id */
-    char *status;     /* new status, or NULL */
-    int quotas_set;   /* quotas given (possibly null) */
-    char *quotas;     /* quotas as JSON text, NULL for SQL NULL */
-    char *audit;      /* audit detail as JSON text */
-    char *idem_key;   /* Idempotency-Key, or NULL */
-    char *after;      /* lists: cursor value */
-    char *reason;     /* quarantine filter */
+    int limit;       /* lists: page size (one more row is fetched) */
+    int relooked;    /* Idempotency-Key looked up again after a collision */
+    char *tenant_id; /* the tenant of the path or body */
+    char *object_id; /* key id, quarantine id */
+    char *status;    /* new status, or NULL */
+    int quotas_set;  /* quotas given (possibly null) */
+    char *quotas;    /* quotas as JSON text, NULL for SQL NULL */
+    char *audit;     /* audit detail as JSON text */
+    char *idem_key;  /* Idempotency-Key, or NULL */
+    char *after;     /* lists: cursor value */
+    char *reason;    /* quarantine filter */
     char api_key[API_KEY_TEXT];
     unsigned char key_hash[32];
 };
@@ -386,7 +386,7 @@ static char *json_param(const json_t *v, int *oom) {
     if (v == NULL || json_is_null(v)) {
         return NULL;
     }
-    s = json_dumps(v, JSON_COMPACT);
+    s = json_dumps(v, HUB_API_JSON_FLAGS);
     if (s == NULL) {
         *oom = 1;
     }
@@ -516,8 +516,7 @@ static void send_created(struct admin_call *a, int status, const char *text, siz
         snprintf(location, sizeof(location), ADMIN_PREFIX "/tenants/%s", a->tenant_id);
         hub_api_add_header(req, "location", location);
     }
-    send_pg_object(req, status, text, len,
-                   a->op == OP_KEY_CREATE && !replayed ? a->api_key : NULL);
+    send_pg_object(req, status, text, len, a->op == OP_KEY_CREATE && !replayed ? a->api_key : NULL);
 }
 
 /* The answer when the creation did not happen and nothing can be replayed. */
@@ -712,8 +711,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
     a->status = dup_s(status_valid(status) ? json_string_value(status) : "active", &oom);
     a->quotas = json_param(quotas, &oom);
     a->idem_key = dup_n(idem.base, idem.len, &oom);
-    audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas",
-                      quotas);
+    audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas", quotas);
     a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
     if (oom || audit == NULL) {
         hub_api_send_problem(req, 500, "out of memory", NULL);

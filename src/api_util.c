@@ -116,7 +116,7 @@ void hub_api_send_json_text(h2o_req_t *req, int status, const char *text, size_t
 }
 
 void hub_api_send_json(h2o_req_t *req, int status, const json_t *body) {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = json_dumps(body, HUB_API_JSON_FLAGS);
 
     if (text == NULL) {
         hub_api_send_problem(req, 500, "out of memory rendering the response", NULL);
@@ -144,7 +144,8 @@ void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t
     json_t *p = json_object();
     char *text;
 
-    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s", errors != NULL ? "validation" : si->slug);
+    snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s",
+             errors != NULL ? "validation" : si->slug);
     json_object_set_new(p, "type", json_string(type));
     json_object_set_new(p, "title", json_string(title));
     json_object_set_new(p, "status", json_integer(status));
@@ -152,7 +153,7 @@ void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t
     if (errors != NULL) {
         json_object_set_new(p, "errors", errors); /* takes errors, even when p is NULL */
     }
-    text = p != NULL ? json_dumps(p, JSON_COMPACT) : NULL;
+    text = p != NULL ? json_dumps(p, HUB_API_JSON_FLAGS) : NULL;
     json_decref(p);
     if (text == NULL) {
         send_body(req, 500, "application/problem+json", fallback, sizeof(fallback) - 1);
@@ -283,8 +284,7 @@ json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes) {
     return v;
 }
 
-int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed,
-                                   json_t **errors) {
+int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed, json_t **errors) {
     const char *key;
     json_t *value;
     int unknown = 0;

@@ -33,6 +33,11 @@ struct hub_http;
 /* Longest tenant id (SPEC §5). */
 #define HUB_API_TENANT_ID_MAX 256
 
+/* How the API writes JSON: compact, and reals with 15 significant digits
+ * (DBL_DIG) — every decimal a human typed with up to 15 digits comes back
+ * exactly as typed ("0.1", not jansson's default "0.10000000000000001"). */
+#define HUB_API_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+
 /* The "host:port" the HTTP listener is bound to (the real port when the
  * configuration asked for port 0), e.g. "127.0.0.1:8080" or "[::1]:8080".
  * Borrowed from the server; valid until hub_http_stop().  Defined in http.c. */
@@ -103,8 +108,7 @@ json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes);
  * Adds one error per member of obj whose name is not in allowed (a
  * NULL-terminated list).  Returns the number of unknown members.
  */
-int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed,
-                                   json_t **errors);
+int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed, json_t **errors);
 
 /*
  * Finds query parameter `name` (percent-decoded, '+' is a space; the last
@@ -193,8 +197,8 @@ typedef void (*hub_api_auth_cb)(struct hub_api_call *call, const char *tenant_id
  * must release what the route put in its state (not the state itself).
  */
 struct hub_api_call {
-    h2o_req_t *req;   /* NULL once the request is gone */
-    struct hub *hub;  /* borrowed */
+    h2o_req_t *req;  /* NULL once the request is gone */
+    struct hub *hub; /* borrowed */
     void (*on_free)(struct hub_api_call *call);
     hub_api_call_cb on_result;
     hub_api_auth_cb on_auth;

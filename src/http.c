@@ -275,16 +275,16 @@ static int parse_listen_addr(const char *addr, struct sockaddr_storage *ss) {
         return UV_EINVAL;
     }
     if (addr[0] == '[') {
-        const char *close = strchr(addr, ']');
-        if (close == NULL || close[1] != ':') {
+        const char *rb = strchr(addr, ']');
+        if (rb == NULL || rb[1] != ':') {
             return UV_EINVAL;
         }
-        hlen = (size_t)(close - addr - 1);
+        hlen = (size_t)(rb - addr - 1);
         if (hlen == 0 || hlen >= sizeof(host)) {
             return UV_EINVAL;
         }
         memcpy(host, addr + 1, hlen);
-        port_s = close + 2;
+        port_s = rb + 2;
     } else {
         colon = strrchr(addr, ':');
         if (colon == NULL) {

@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define INGEST_POLL_BUDGET 8192       /* records taken per loop turn */
-#define INGEST_PENDING_BYTES (2 << 20) /* pause a partition above this much pending */
+#define INGEST_PENDING_BYTES (32 << 20) /* stop taking records above this much pending */
 #define INGEST_RETRY_MIN_MS 100
 #define INGEST_RETRY_MAX_MS 5000
 
@@ -76,6 +76,7 @@ struct hub_ingest {
     int stopping;
     int open_handles;
     int batches_inflight;
+    size_t pending_bytes; /* over every partition */
     void (*done_cb)(void *arg);
     void *done_arg;
     size_t batch_max;
@@ -132,6 +133,7 @@ static void part_drop_pending(struct ingest_part *p) {
     for (size_t i = 0; i < p->n_pending; i++) {
         rd_kafka_message_destroy(p->pending[i]);
     }
+    p->ing->pending_bytes -= p->pending_bytes;
     p->n_pending = 0;
     p->pending_bytes = 0;
 }
@@ -148,21 +150,22 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
     }
     p->pending[p->n_pending++] = m;
     p->pending_bytes += m->len;
+    p->ing->pending_bytes += m->len;
     return 0;
 }
 
-/* Backpressure: a partition holding more than two batches (or 2 MiB) of
- * pending records stops fetching until its batches catch up. */
+/*
+ * A partition whose batch keeps failing stops fetching, so that it does not
+ * pile up records while the others go on; it resumes once its batch is stored.
+ *
+ * Backpressure for speed is global instead (ingest_drain stops taking records
+ * above INGEST_PENDING_BYTES, and librdkafka's bounded queue then stops the
+ * fetcher): pausing partitions for that costs librdkafka a fetch back-off of
+ * up to a second on every resume, which showed as stalls in bench/ingest.
+ */
 static void part_backpressure(struct ingest_part *p) {
-    size_t limit = 2 * p->ing->batch_max;
-    int over = p->n_pending >= limit || p->pending_bytes >= INGEST_PENDING_BYTES;
-    int failing = p->inflight != NULL && p->inflight->attempts > 0;
-
-    if (over || failing) {
-        part_set_paused(p, 1);
-    } else if (p->n_pending < limit / 2 && p->pending_bytes < INGEST_PENDING_BYTES / 2) {
-        part_set_paused(p, 0);
-    }
+    int failing = p->inflight != NULL && p->inflight->attempts > 0 && !p->inflight->stored;
+    part_set_paused(p, failing);
 }
 
 /* --------------------------------------------------------------- batches -- */
@@ -290,6 +293,28 @@ static char *header_text(const rd_kafka_message_t *m, const char *attr) {
     return found;
 }
 
+/* Hands n built arrays to txn as the parameters of sql (no copy), or frees
+ * them when add is 0.  Returns 0, or -1 on OOM (the txn then fails). */
+static int txn_add_arrays(struct hub_pg_txn *txn, const struct hub_sql *sql, struct hub_pgarr *a,
+                          int n, int add) {
+    char *values[HUB_INGEST_NPARAMS > HUB_QUARANTINE_NPARAMS ? HUB_INGEST_NPARAMS
+                                                             : HUB_QUARANTINE_NPARAMS];
+    int lengths[sizeof(values) / sizeof(values[0])];
+    int rc = 0;
+
+    for (int k = 0; k < n; k++) {
+        values[k] = hub_pgarr_take(&a[k], &lengths[k]);
+        rc |= values[k] == NULL ? -1 : 0;
+    }
+    if (rc == 0 && add) {
+        return hub_pg_txn_add_owned(txn, sql, n, values, lengths);
+    }
+    for (int k = 0; k < n; k++) {
+        free(values[k]);
+    }
+    return add ? -1 : 0;
+}
+
 /* Adds quarantine rows for the records selected by `want` to txn. */
 static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
                           int (*want)(const struct ingest_rec *)) {
@@ -297,9 +322,6 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
     static const uint32_t oids[HUB_QUARANTINE_NPARAMS] = {
         HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_TEXT, HUB_OID_TEXT,
         HUB_OID_TEXT, HUB_OID_INT4, HUB_OID_INT8, HUB_OID_JSONB, HUB_OID_BYTEA};
-    const char *values[HUB_QUARANTINE_NPARAMS];
-    int lengths[HUB_QUARANTINE_NPARAMS], formats[HUB_QUARANTINE_NPARAMS];
-    int rc = 0;
 
     for (int k = 0; k < HUB_QUARANTINE_NPARAMS; k++) {
         hub_pgarr_init(&a[k], oids[k]);
@@ -343,21 +365,7 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
         free(hjson);
         hub_pgarr_add(&a[10], m->payload ? m->payload : "", m->len);
     }
-    for (int k = 0; k < HUB_QUARANTINE_NPARAMS; k++) {
-        values[k] = hub_pgarr_finish(&a[k], &lengths[k]);
-        formats[k] = 1;
-        if (values[k] == NULL) {
-            rc = -1;
-        }
-    }
-    if (rc == 0) {
-        rc = hub_pg_txn_add(txn, &hub_sql_quarantine_insert, HUB_QUARANTINE_NPARAMS, values,
-                            lengths, formats);
-    }
-    for (int k = 0; k < HUB_QUARANTINE_NPARAMS; k++) {
-        hub_pgarr_free(&a[k]);
-    }
-    return rc;
+    return txn_add_arrays(txn, &hub_sql_quarantine_insert, a, HUB_QUARANTINE_NPARAMS, 1);
 }
 
 static int want_invalid(const struct ingest_rec *r) {
@@ -375,9 +383,6 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         HUB_OID_INT4,        HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,
         HUB_OID_TEXT,        HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ, HUB_OID_TEXT, HUB_OID_JSONB,
         HUB_OID_BYTEA,       HUB_OID_BYTEA, HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_INT8};
-    const char *values[HUB_INGEST_NPARAMS];
-    int lengths[HUB_INGEST_NPARAMS], formats[HUB_INGEST_NPARAMS];
-    int rc = 0;
 
     *count = 0;
     for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
@@ -406,21 +411,7 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_add_i64(&a[14], r->msg->offset);
         (*count)++;
     }
-    for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
-        values[k] = hub_pgarr_finish(&a[k], &lengths[k]);
-        formats[k] = 1;
-        if (values[k] == NULL) {
-            rc = -1;
-        }
-    }
-    if (rc == 0 && *count > 0) {
-        rc = hub_pg_txn_add(txn, &hub_sql_ingest_insert, HUB_INGEST_NPARAMS, values, lengths,
-                            formats);
-    }
-    for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
-        hub_pgarr_free(&a[k]);
-    }
-    return rc;
+    return txn_add_arrays(txn, &hub_sql_ingest_insert, a, HUB_INGEST_NPARAMS, *count > 0);
 }
 
 static void batch_free(struct ingest_batch *b) {
@@ -743,6 +734,7 @@ static void part_maybe_start(struct ingest_part *p) {
     for (size_t i = 0; i < n; i++) {
         b->recs[i].msg = p->pending[i];
         p->pending_bytes -= p->pending[i]->len;
+        ing->pending_bytes -= p->pending[i]->len;
     }
     memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
     p->n_pending -= n;
@@ -801,7 +793,17 @@ static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
     struct ingest_part *p;
 
     if (m->err) {
-        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        if (m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+            m->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC) {
+            /* The brokers answered and no topic matches the subscription yet:
+             * there is nothing to assign, which is a ready state.  A matching
+             * topic created later is picked up by the metadata refresh. */
+            if (!ing->ready) {
+                hub_log(HUB_INFO, "no kafka topic matches the subscription yet",
+                        HUB_LS("topics", ing->hub->cfg.kafka_topics));
+            }
+            ing->ready = 1;
+        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             hub_log(HUB_WARN, "kafka consumer error", HUB_LS("error", rd_kafka_message_errstr(m)),
                     HUB_LS("topic", m->rkt ? rd_kafka_topic_name(m->rkt) : NULL),
                     HUB_LI("partition", m->partition));
@@ -828,7 +830,11 @@ static void ingest_drain(struct hub_ingest *ing) {
     }
     while (read(ing->pipe_fds[0], buf, sizeof(buf)) > 0) {
     }
-    while (taken < INGEST_POLL_BUDGET) {
+    /* Over the pending budget, take one record per turn: enough to keep the
+     * consumer polled (rebalances, max.poll.interval.ms), while librdkafka's
+     * bounded queue holds the rest back. */
+    int budget = ing->pending_bytes > INGEST_PENDING_BYTES ? 1 : INGEST_POLL_BUDGET;
+    while (taken < budget) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(ing->rk, 0);
         if (m == NULL) {
             break;
@@ -896,8 +902,11 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
         /* new topics matching the regex are picked up within seconds */
         rd_kafka_conf_set(conf, "topic.metadata.refresh.interval.ms", "2000", err,
                           sizeof(err)) ||
-        /* bounded prefetch: memory stays flat however far behind we are */
-        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "2048", err, sizeof(err)) ||
+        /* Bounded prefetch, for the whole consumer queue (librdkafka 2.0
+         * measures the forwarded queue): memory stays flat however far behind
+         * we are.  Too small a bound starves the fetcher, which backs off a
+         * whole second each time the queue is full. */
+        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "16384", err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "fetch.max.bytes", "16777216", err, sizeof(err))) {
         goto fail_conf;
     }

@@ -21,6 +21,7 @@ struct pg_stmt {
     const struct hub_sql *sql;
     int nparams;
     int result_format;
+    int owned; /* values[i] are separate malloc'd buffers (hub_pg_txn_add_owned) */
     char **values;
     int *lengths;
     int *formats;
@@ -168,6 +169,47 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     return 0;
 }
 
+int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
+                         char **values, const int *lengths) {
+    struct pg_stmt *st;
+    char *p;
+
+    if (txn->n_stmts == txn->cap_stmts) {
+        int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
+        struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
+        if (s == NULL) {
+            goto fail;
+        }
+        txn->stmts = s;
+        txn->cap_stmts = cap;
+    }
+    p = malloc(sizeof(char *) * (size_t)nparams + 2 * sizeof(int) * (size_t)nparams + 1);
+    if (p == NULL) {
+        goto fail;
+    }
+    st = &txn->stmts[txn->n_stmts++];
+    memset(st, 0, sizeof(*st));
+    st->sql = sql;
+    st->nparams = nparams;
+    st->owned = 1;
+    st->values = (char **)p;
+    st->lengths = (int *)(p + sizeof(char *) * (size_t)nparams);
+    st->formats = st->lengths + nparams;
+    for (int i = 0; i < nparams; i++) {
+        st->values[i] = values[i];
+        st->lengths[i] = lengths[i];
+        st->formats[i] = 1;
+    }
+    return 0;
+
+fail:
+    for (int i = 0; i < nparams; i++) {
+        free(values[i]);
+    }
+    txn->oom = 1;
+    return -1;
+}
+
 int hub_pg_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                    const char *const *values, const int *lengths, const int *formats) {
     return txn_add(txn, sql, nparams, values, lengths, formats, 0);
@@ -180,6 +222,11 @@ int hub_pg_txn_add_binary(struct hub_pg_txn *txn, const struct hub_sql *sql, int
 
 static void txn_free(struct hub_pg_txn *txn) {
     for (int i = 0; i < txn->n_stmts; i++) {
+        if (txn->stmts[i].owned) {
+            for (int k = 0; k < txn->stmts[i].nparams; k++) {
+                free(txn->stmts[i].values[k]);
+            }
+        }
         free(txn->stmts[i].values);
         if (txn->results != NULL && txn->results[i] != NULL) {
             PQclear(txn->results[i]);
@@ -586,6 +633,15 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
     c->inflight++;
     for (int i = 0; i < txn->n_stmts; i++) {
         struct pg_stmt *st = &txn->stmts[i];
+        if (st->sql->plan_each_time) {
+            if (PQsendQueryParams(c->conn, st->sql->text, st->nparams, NULL,
+                                  (const char *const *)st->values, st->lengths, st->formats,
+                                  st->result_format) != 1 ||
+                exp_push(c, EXP_QUERY, txn, i) != 0) {
+                goto fail;
+            }
+            continue;
+        }
         if (!prepared_has(c, st->sql)) {
             if (PQsendPrepare(c->conn, st->sql->name, st->sql->text, 0, NULL) != 1 ||
                 prepared_add(c, st->sql) != 0 || exp_push(c, EXP_PREPARE, txn, i) != 0) {

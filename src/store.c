@@ -105,6 +105,18 @@ const char *hub_pgarr_finish(struct hub_pgarr *a, int *len) {
     return a->buf;
 }
 
+char *hub_pgarr_take(struct hub_pgarr *a, int *len) {
+    char *buf;
+    if (hub_pgarr_finish(a, len) == NULL) {
+        hub_pgarr_free(a);
+        return NULL;
+    }
+    buf = a->buf;
+    a->buf = NULL;
+    a->len = a->cap = 0;
+    return buf;
+}
+
 void hub_pgarr_free(struct hub_pgarr *a) {
     free(a->buf);
     a->buf = NULL;
@@ -112,12 +124,18 @@ void hub_pgarr_free(struct hub_pgarr *a) {
 }
 
 /*
- * Why one statement: the roster gate, the cross-partition dedup lookup and
- * the insert all happen server-side in one round trip.  `old` finds keys
- * stored on earlier days (the unique index only covers one day, see
- * migrations/0002_inbox.sql); ON CONFLICT covers the same day, including a
- * concurrent hub racing us on the same key (that row then has neither `old`
- * nor `ins`, and ingest retries the batch to classify it).
+ * Why one statement: the roster gate, the dedup lookups and the insert all
+ * happen server-side in one round trip.
+ *
+ * Dedup has two halves (see migrations/0002_inbox.sql): the per-day unique
+ * index arbitrates today's partition through ON CONFLICT, at no extra cost;
+ * keys stored on earlier days are looked up by the NOT EXISTS, which only
+ * visits partitions older than today (pruned at executor start, `now()` being
+ * stable).  Only rows that were not inserted — replays, normally rare — pay
+ * for fetching the stored digest that tells a duplicate from a conflict.  A
+ * row inserted meanwhile by a concurrent hub is invisible to this
+ * statement's snapshot: it comes back with neither seq nor digest, and ingest
+ * runs the batch again to classify it.
  */
 const struct hub_sql hub_sql_ingest_insert = {
     "ingest_insert",
@@ -129,11 +147,6 @@ const struct hub_sql hub_sql_ingest_insert = {
     "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset)"
     "), r AS ("
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"
-    "), old AS ("
-    "  SELECT DISTINCT ON (r.ord) r.ord, e.digest AS old_digest"
-    "    FROM r JOIN event_inbox e"
-    "      ON e.tenant_id = r.tenant_id AND e.source = r.source AND e.event_id = r.event_id"
-    "   WHERE r.status = 'active'"
     "), ins AS ("
     "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"
     "                           schema_major, event_time, content_type, headers, payload,"
@@ -143,16 +156,26 @@ const struct hub_sql hub_sql_ingest_insert = {
     "         r.content_type, r.headers, r.payload, r.digest, r.topic, r.kafka_partition,"
     "         r.kafka_offset"
     "    FROM r"
-    "   WHERE r.status = 'active' AND NOT EXISTS (SELECT 1 FROM old WHERE old.ord = r.ord)"
+    "   WHERE r.status = 'active'"
+    "     AND NOT EXISTS (SELECT 1 FROM event_inbox e"
+    "                      WHERE e.tenant_id = r.tenant_id AND e.source = r.source"
+    "                        AND e.event_id = r.event_id"
+    "                        AND e.day < (now() AT TIME ZONE 'UTC')::date)"
     "   ORDER BY r.ord"
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"
     "  RETURNING seq, tenant_id, source, event_id"
     ")"
-    " SELECT r.ord, r.status, old.old_digest, ins.seq"
-    "   FROM r LEFT JOIN old ON old.ord = r.ord"
-    "   LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"
-    "                AND ins.event_id = r.event_id"
+    " SELECT r.ord, r.status,"
+    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"
+    "          (SELECT e.digest FROM event_inbox e"
+    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"
+    "              AND e.event_id = r.event_id LIMIT 1)"
+    "        END,"
+    "        ins.seq"
+    "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"
+    "                       AND ins.event_id = r.event_id"
     "  ORDER BY r.ord",
+    1, /* plan per batch: see struct hub_sql */
 };
 
 const struct hub_sql hub_sql_quarantine_insert = {
@@ -162,9 +185,11 @@ const struct hub_sql hub_sql_quarantine_insert = {
     " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
     "                      $6::text[], $7::text[], $8::int4[], $9::int8[], $10::jsonb[],"
     "                      $11::bytea[])",
+    0,
 };
 
 const struct hub_sql hub_sql_maintain_partitions = {
     "maintain_partitions",
     "SELECT hub_maintain_partitions($1::interval)",
+    0,
 };

@@ -42,6 +42,9 @@ void hub_pgarr_add_jsonb(struct hub_pgarr *a, const char *json, size_t len);
 /* Writes the header; returns the buffer (owned by a) and its length, or NULL on OOM. */
 const char *hub_pgarr_finish(struct hub_pgarr *a, int *len);
 void hub_pgarr_free(struct hub_pgarr *a);
+/* Finishes the array and hands its malloc'd buffer to the caller (for
+ * hub_pg_txn_add_owned); a is left empty.  NULL on OOM (a is then freed). */
+char *hub_pgarr_take(struct hub_pgarr *a, int *len);
 
 /*
  * Ingest: one statement per partition batch.  Parameters (binary arrays, one

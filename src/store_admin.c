@@ -7,6 +7,10 @@
  */
 #include "store_admin.h"
 
+/* The SQL below is laid out for reading as SQL; clang-format would reflow the
+ * string pieces across macro boundaries. */
+// clang-format off
+
 #define ADM_STR_(x) #x
 #define ADM_STR(x) ADM_STR_(x)
 
@@ -144,3 +148,5 @@ const struct hub_sql hub_sql_api_auth_tenant = {
     "SELECT t.id FROM tenant_api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = $1::bytea AND k.revoked_at IS NULL AND t.status = 'active'",
 };
+
+// clang-format on

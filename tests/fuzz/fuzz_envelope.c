@@ -40,17 +40,16 @@
 
 #define FUZZ_MAX_HEADERS 4096
 
-#define CHECK(cond)                                                                               \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
             fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);          \
-            abort();                                                                              \
-        }                                                                                         \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* Exact-size heap copy (malloc(0) avoided so that the pointer is never NULL by accident). */
-static void *copy_exact(const uint8_t *p, size_t n)
-{
+static void *copy_exact(const uint8_t *p, size_t n) {
     void *c = malloc(n > 0 ? n : 1);
     if (c == NULL) {
         abort();
@@ -62,8 +61,7 @@ static void *copy_exact(const uint8_t *p, size_t n)
 }
 
 /* Exact-size NUL-terminated copy (an embedded NUL simply ends the string early). */
-static char *copy_cstr(const void *p, size_t n)
-{
+static char *copy_cstr(const void *p, size_t n) {
     char *c = malloc(n + 1);
     if (c == NULL) {
         abort();
@@ -75,8 +73,7 @@ static char *copy_cstr(const void *p, size_t n)
     return c;
 }
 
-static int is_json_type(const char *ct)
-{
+static int is_json_type(const char *ct) {
     size_t end = strcspn(ct, ";");
     while (end > 0 && (ct[end - 1] == ' ' || ct[end - 1] == '\t')) {
         end--;
@@ -91,8 +88,7 @@ static int is_json_type(const char *ct)
 }
 
 static void check_event(const struct hub_event *ev, const void *value, size_t value_len,
-                        size_t max_bytes)
-{
+                        size_t max_bytes) {
     CHECK(ev->arena_ != NULL);
     CHECK(ev->specversion != NULL && strcmp(ev->specversion, "1.0") == 0);
     CHECK(ev->id != NULL && strlen(ev->id) >= 1 && strlen(ev->id) <= 256);
@@ -122,8 +118,8 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
 
     for (size_t i = 0; i < ev->n_extensions; i++) {
         const char *name = ev->extensions[i].name;
-        CHECK(name[0] != '\0' && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789") ==
-                                     strlen(name));
+        CHECK(name[0] != '\0' &&
+              strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(name));
         CHECK(ev->extensions[i].value != NULL);
         if (i > 0) {
             CHECK(strcmp(ev->extensions[i - 1].name, name) < 0);
@@ -135,12 +131,19 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
     json_t *attrs = json_loadb(ev->attrs_json, ev->attrs_json_len, 0, &jerr);
     CHECK(json_is_object(attrs));
     CHECK(json_is_string(json_object_get(attrs, "id")));
+    /* attrs_json is written by hand: it must be exactly jansson's encoding. */
+    char *again = json_dumps(attrs, JSON_COMPACT | JSON_SORT_KEYS);
+    CHECK(again != NULL && strcmp(again, ev->attrs_json) == 0);
+    free(again);
+    CHECK(json_object_size(attrs) == ev->n_extensions + 6 + (ev->subject != NULL) +
+                                         (ev->schema_version != NULL) + (ev->dataschema != NULL) +
+                                         (ev->resourcetype != NULL) + (ev->eventtype != NULL) +
+                                         (ev->traceparent != NULL) + (ev->tracestate != NULL) + 1);
     json_decref(attrs);
 
     if (is_json_type(ev->content_type) && ev->payload_len > 0) {
         json_t *doc = json_loadb((const char *)ev->payload, ev->payload_len,
-                                 JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL,
-                                 &jerr);
+                                 JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
         CHECK(doc != NULL);
         json_decref(doc);
     }
@@ -148,8 +151,7 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static struct hub_header headers[FUZZ_MAX_HEADERS];
     size_t n = 0;
     enum hub_envelope_mode mode = HUB_ENVELOPE_KAFKA;
@@ -176,8 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 topic = copy_cstr(line + 7, len - 7);
             } else if (len >= 5 && memcmp(line, "@max=", 5) == 0) {
                 size_t max = 0;
-                for (size_t i = 5; i < len && i < 5 + 9 && line[i] >= '0' && line[i] <= '9';
-                     i++) {
+                for (size_t i = 5; i < len && i < 5 + 9 && line[i] >= '0' && line[i] <= '9'; i++) {
                     max = max * 10 + (size_t)(line[i] - '0');
                 }
                 limits.max_event_bytes = max;

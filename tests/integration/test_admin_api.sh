@@ -103,8 +103,9 @@ assert_eq 201 "$(http_status)" "POST /admin/tenants → 201"
 assert_eq "acme active null" "$(jstr id "$body") $(jstr status "$body") $(jraw quotas "$body")" \
     "created tenant: id, default status active, quotas null"
 assert_contains "$body" '"created_at":"' "created tenant has created_at"
-[[ $(jstr created_at "$body") =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$ ]] &&
-    pass "created_at is RFC 3339 UTC" || fail "created_at is RFC 3339 UTC: $(jstr created_at "$body")"
+ts=$(jstr created_at "$body")
+[[ $ts =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$ ]] && pass "created_at is RFC 3339 UTC" ||
+    fail "created_at is RFC 3339 UTC: $ts"
 assert_eq "/admin/tenants/acme" "$(header location)" "201 has Location"
 assert_eq active "$(psql_q "SELECT status FROM tenants WHERE id = 'acme'")" "tenant stored"
 
@@ -171,6 +172,10 @@ body=$(admin PATCH /admin/tenants/acme '{"quotas":{"ingest_per_second":100}}')
 assert_eq 200 "$(http_status)" "PATCH quotas → 200"
 assert_contains "$body" '"quotas":{"ingest_per_second":100}' "quotas returned"
 assert_eq "inactive" "$(jstr status "$body")" "PATCH quotas leaves status alone"
+body=$(admin PATCH /admin/tenants/acme '{"quotas":{"ratio":0.1,"burst":2.5e3}}')
+assert_contains "$body" '"ratio":0.1' "fractional quota returned as typed"
+assert_eq "0.1" "$(psql_q "SELECT quotas->>'ratio' FROM tenants WHERE id = 'acme'")" \
+    "fractional quota stored as typed"
 body=$(admin PATCH /admin/tenants/acme '{"status":"active","quotas":null}')
 assert_eq "200 active null" "$(http_status) $(jstr status "$body") $(jraw quotas "$body")" \
     "PATCH status and quotas null"
@@ -183,7 +188,7 @@ admin PATCH /admin/tenants/acme '{}' >/dev/null
 assert_eq 400 "$(http_status)" "PATCH nothing → 400"
 admin PATCH /admin/tenants/nope '{"status":"active"}' >/dev/null
 assert_eq 404 "$(http_status)" "PATCH absent tenant → 404"
-assert_eq "tenant.create,tenant.update,tenant.update,tenant.update" \
+assert_eq "tenant.create,tenant.update,tenant.update,tenant.update,tenant.update" \
     "$(psql_q "SELECT string_agg(action, ',' ORDER BY id) FROM audit_log
                WHERE tenant_id = 'acme' AND actor = 'admin'")" \
     "audit rows for create and each successful patch"
@@ -332,8 +337,9 @@ qid=$(psql_q "INSERT INTO quarantine (reason, field, detail, tenant_id, source, 
 psql_q "INSERT INTO quarantine (reason, tenant_id, headers) VALUES ('too_large', 'other', '{}')" \
     >/dev/null
 body=$(admin GET "/admin/quarantine/$qid")
-assert_eq "200 invalid_envelope time acme 3 42" \
-    "$(http_status) $(jstr reason "$body") $(jstr field "$body") $(jstr tenant_id "$body") $(jraw partition "$body") $(jraw offset "$body")" \
+got="$(http_status) $(jstr reason "$body") $(jstr field "$body") $(jstr tenant_id "$body")"
+got+=" $(jraw partition "$body") $(jraw offset "$body") $(jraw value_size "$body")"
+assert_eq "200 invalid_envelope time acme 3 42 200" "$got" \
     "GET /admin/quarantine/{id} → the record"
 assert_contains "$body" '"headers":{"ce-id":"e-1"}' "headers are JSON"
 assert_eq "$(for _ in $(seq 1 100); do printf '\x00\xff'; done | base64 -w0)" \
@@ -356,7 +362,8 @@ assert_eq 400 "$(http_status)" "a quarantine cursor is refused by the tenant lis
 # ---------------------------------------------------------------------------
 
 admin GET /admin/nothing-here >/dev/null
-assert_eq "404 $PROBLEM" "$(http_status) $(header content-type)" "unknown admin path → 404 problem"
+assert_eq "404 $PROBLEM" "$(http_status) $(header content-type)" \
+    "unknown admin path → 404 problem"
 admin DELETE /admin/tenants >/dev/null
 assert_eq "405 GET, HEAD, POST" "$(http_status) $(header allow)" "DELETE /admin/tenants → 405"
 admin POST /admin/quarantine '{}' >/dev/null
@@ -371,7 +378,8 @@ assert_eq 404 "$(http_status)" "/v1 has no routes yet → 404"
 # transport: keep-alive, h2c
 # ---------------------------------------------------------------------------
 
-conns=$(curl -s -o /dev/null -o /dev/null -w '%{num_connects} ' "$HUB_URL/healthz" "$HUB_URL/healthz")
+conns=$(curl -s -o /dev/null -o /dev/null -w '%{num_connects} ' \
+    "$HUB_URL/healthz" "$HUB_URL/healthz")
 assert_eq "1 0 " "$conns" "HTTP/1.1 keep-alive reuses the connection"
 if curl -V | grep -q HTTP2; then
     out=$(curl -s --http2-prior-knowledge -w ' %{http_version}' "$HUB_URL/healthz")
@@ -379,13 +387,47 @@ if curl -V | grep -q HTTP2; then
 fi
 
 # ---------------------------------------------------------------------------
-# SIGTERM with connections open (one idle, one mid-request) still exits 0
+# requests stuck on the database: a client giving up, then SIGTERM
 # ---------------------------------------------------------------------------
 
+# lock_tenants SECONDS: holds an exclusive lock on tenants in the background,
+# so admin reads wait on the database meanwhile.
+lock_tenants() {
+    psql -XAtq "$STREAMING_HUB_POSTGRES_DSN" -c "BEGIN; LOCK TABLE tenants IN ACCESS EXCLUSIVE
+        MODE; SELECT pg_sleep($1); COMMIT" >/dev/null 2>&1 &
+    track_pid $!
+    wait_until 5 "[[ \$(psql_q \"SELECT count(*) FROM pg_locks l JOIN pg_class c
+        ON c.oid = l.relation WHERE c.relname = 'tenants' AND l.mode = 'AccessExclusiveLock'
+        AND l.granted\") == 1 ]]" || fail "could not lock tenants"
+}
+
+# The client hangs up while its request waits: the answer has nowhere to go.
+lock_tenants 3
+curl -s -o /dev/null -w '%{http_code}' --max-time 1 -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "$HUB_URL/admin/tenants" >"$WORK/gone1" &
+gone1=$!
+if curl -V | grep -q HTTP2; then
+    code=$(curl -s --http2-prior-knowledge -o /dev/null -w '%{http_code}' --max-time 1 \
+        -H "Authorization: Bearer $ADMIN_TOKEN" "$HUB_URL/admin/tenants/acme")
+    assert_eq 000 "$code" "a client gave up waiting (h2c)"
+fi
+wait "$gone1"
+assert_eq 000 "$(cat "$WORK/gone1")" "a client gave up waiting (HTTP/1.1)"
+wait_until 5 "[[ \$(hub_curl GET /admin/tenants/acme '' -H 'Authorization: Bearer $ADMIN_TOKEN' \
+    >/dev/null; http_status) == 200 ]]"
+assert_eq 200 "$(http_status)" "the hub serves on after abandoned requests"
+
+# SIGTERM with connections open: one idle, one mid-request, one waiting on
+# the database.  The hub must still exit 0 (hub_test_done checks), without
+# a sanitizer report, and without dying of SIGPIPE answering a closed socket.
 port=${HUB_URL##*:}
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 exec 4<>"/dev/tcp/127.0.0.1/$port"
 printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n' >&4
-sleep 0.2
+lock_tenants 3
+curl -s -o /dev/null --max-time 10 -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "$HUB_URL/admin/tenants" &
+track_pid $!
+sleep 0.3
 
 hub_test_done

@@ -454,7 +454,7 @@ int main(int argc, char **argv) {
     /* Throughput-friendly batching: the ingest benchmark pushes ~30k 1 KiB
      * records per second through this tool. */
     if (conf_set(conf, "bootstrap.servers", o.bootstrap) != 0 ||
-        conf_set(conf, "linger.ms", "5") != 0 ||
+        conf_set(conf, "linger.ms", getenv("HUB_PRODUCE_LINGER_MS") ? getenv("HUB_PRODUCE_LINGER_MS") : "5") != 0 ||
         conf_set(conf, "batch.num.messages", "10000") != 0 ||
         conf_set(conf, "batch.size", "1048576") != 0 ||
         conf_set(conf, "queue.buffering.max.messages", "500000") != 0 ||

@@ -32,8 +32,7 @@ struct msg {
 };
 
 /* Appends a header (repeats allowed: that is how last-one-wins is tested). */
-static void add_n(struct msg *m, const char *name, const void *value, size_t len)
-{
+static void add_n(struct msg *m, const char *name, const void *value, size_t len) {
     assert_true(m->n < MAX_HEADERS);
     snprintf(m->names[m->n], NAME_CAP, "%s", name);
     m->h[m->n].name = m->names[m->n];
@@ -43,14 +42,12 @@ static void add_n(struct msg *m, const char *name, const void *value, size_t len
     m->n++;
 }
 
-static void add(struct msg *m, const char *name, const char *value)
-{
+static void add(struct msg *m, const char *name, const char *value) {
     add_n(m, name, value, strlen(value));
 }
 
 /* Removes every header spelled exactly `name`. */
-static void del(struct msg *m, const char *name)
-{
+static void del(struct msg *m, const char *name) {
     size_t out = 0;
     for (size_t i = 0; i < m->n; i++) {
         if (strcmp(m->names[i], name) != 0) {
@@ -64,28 +61,22 @@ static void del(struct msg *m, const char *name)
 }
 
 /* Replaces (or adds) header `name` with a NUL-terminated value. */
-static void put_n(struct msg *m, const char *name, const void *value, size_t len)
-{
+static void put_n(struct msg *m, const char *name, const void *value, size_t len) {
     del(m, name);
     add_n(m, name, value, len);
 }
 
-static void put(struct msg *m, const char *name, const char *value)
-{
+static void put(struct msg *m, const char *name, const char *value) {
     put_n(m, name, value, strlen(value));
 }
 
 /* A valid Kafka binary-mode record with prefix "ce-" or "ce_" and a JSON payload. */
-static void base_with(struct msg *m, const char *prefix)
-{
+static void base_with(struct msg *m, const char *prefix) {
     char name[NAME_CAP];
     static const char *const attrs[][2] = {
-        {"specversion", "1.0"},
-        {"id", "evt-1"},
-        {"source", "//ledger/acme"},
-        {"type", "studio.lerian.transaction.posted"},
-        {"time", "2024-05-01T10:00:00Z"},
-        {"tenantid", "acme"},
+        {"specversion", "1.0"},           {"id", "evt-1"},
+        {"source", "//ledger/acme"},      {"type", "studio.lerian.transaction.posted"},
+        {"time", "2024-05-01T10:00:00Z"}, {"tenantid", "acme"},
     };
 
     memset(m, 0, sizeof(*m));
@@ -99,26 +90,22 @@ static void base_with(struct msg *m, const char *prefix)
     m->limits.max_event_bytes = 1048576;
 }
 
-static void base(struct msg *m)
-{
+static void base(struct msg *m) {
     base_with(m, "ce-");
 }
 
-static void set_value(struct msg *m, const char *value)
-{
+static void set_value(struct msg *m, const char *value) {
     m->value = value;
     m->value_len = value != NULL ? strlen(value) : 0;
 }
 
-static int run(const struct msg *m, struct hub_event *ev, struct hub_envelope_error *err)
-{
-    return hub_envelope_parse(m->mode, m->h, m->n, m->value, m->value_len, m->topic, &m->limits,
-                              ev, err);
+static int run(const struct msg *m, struct hub_event *ev, struct hub_envelope_error *err) {
+    return hub_envelope_parse(m->mode, m->h, m->n, m->value, m->value_len, m->topic, &m->limits, ev,
+                              err);
 }
 
 /* Parses and fails the test with the parser's own words when it refuses. */
-static void expect_ok(const struct msg *m, struct hub_event *ev)
-{
+static void expect_ok(const struct msg *m, struct hub_event *ev) {
     struct hub_envelope_error err;
     if (run(m, ev, &err) != 0) {
         fail_msg("refused: field '%s': %s", err.field, err.message);
@@ -128,8 +115,7 @@ static void expect_ok(const struct msg *m, struct hub_event *ev)
 
 /* Expects a refusal with this reason and field; the event must be left empty. */
 static void expect_refused(const struct msg *m, enum hub_envelope_reason reason,
-                           const char *field)
-{
+                           const char *field) {
     struct hub_event ev;
     struct hub_envelope_error err;
     memset(&ev, 0xab, sizeof(ev));
@@ -147,14 +133,12 @@ static void expect_refused(const struct msg *m, enum hub_envelope_reason reason,
     assert_null(ev.payload);
 }
 
-static void expect_invalid(const struct msg *m, const char *field)
-{
+static void expect_invalid(const struct msg *m, const char *field) {
     expect_refused(m, HUB_ENVELOPE_INVALID, field);
 }
 
 /* Parses a record that differs from base() by one header. */
-static void expect_header_ok(const char *name, const char *value)
-{
+static void expect_header_ok(const char *name, const char *value) {
     struct msg m;
     struct hub_event ev;
     base(&m);
@@ -163,8 +147,7 @@ static void expect_header_ok(const char *name, const char *value)
     hub_event_free(&ev);
 }
 
-static void expect_header_invalid(const char *name, const char *value, const char *field)
-{
+static void expect_header_invalid(const char *name, const char *value, const char *field) {
     struct msg m;
     base(&m);
     put(&m, name, value);
@@ -172,8 +155,7 @@ static void expect_header_invalid(const char *name, const char *value, const cha
 }
 
 /* A string of n copies of c (freed by the caller). */
-static char *repeat(char c, size_t n)
-{
+static char *repeat(char c, size_t n) {
     char *s = malloc(n + 1);
     assert_non_null(s);
     memset(s, c, n);
@@ -181,8 +163,7 @@ static char *repeat(char c, size_t n)
     return s;
 }
 
-static const char *ext_value(const struct hub_event *ev, const char *name)
-{
+static const char *ext_value(const struct hub_event *ev, const char *name) {
     for (size_t i = 0; i < ev->n_extensions; i++) {
         if (strcmp(ev->extensions[i].name, name) == 0) {
             return ev->extensions[i].value;
@@ -195,8 +176,7 @@ static const char *ext_value(const struct hub_event *ev, const char *name)
 /* Binary mode basics                                                        */
 /* ------------------------------------------------------------------------- */
 
-static void test_minimal_binary_event(void **state)
-{
+static void test_minimal_binary_event(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -223,24 +203,22 @@ static void test_minimal_binary_event(void **state)
     assert_int_equal(ev.n_extensions, 0);
     assert_int_equal(ev.structured, 0);
     assert_int_equal(ev.payload_len, m.value_len);
-    assert_string_equal(ev.attrs_json,
-                        "{\"datacontenttype\":\"application/json\",\"id\":\"evt-1\","
-                        "\"source\":\"//ledger/acme\",\"specversion\":\"1.0\","
-                        "\"tenantid\":\"acme\",\"time\":\"2024-05-01T10:00:00Z\","
-                        "\"type\":\"studio.lerian.transaction.posted\"}");
+    assert_string_equal(ev.attrs_json, "{\"datacontenttype\":\"application/json\",\"id\":\"evt-1\","
+                                       "\"source\":\"//ledger/acme\",\"specversion\":\"1.0\","
+                                       "\"tenantid\":\"acme\",\"time\":\"2024-05-01T10:00:00Z\","
+                                       "\"type\":\"studio.lerian.transaction.posted\"}");
     assert_int_equal(ev.attrs_json_len, strlen(ev.attrs_json));
     hub_event_free(&ev);
     assert_null(ev.arena_);
     assert_null(ev.id);
 }
 
-static void test_binary_payload_is_zero_copy_and_digest(void **state)
-{
+static void test_binary_payload_is_zero_copy_and_digest(void **state) {
     (void)state;
-    static const unsigned char abc_sha256[32] = {
-        0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22,
-        0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00,
-        0x15, 0xad};
+    static const unsigned char abc_sha256[32] = {0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea,
+                                                 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22, 0x23,
+                                                 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c,
+                                                 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
     char value[] = "abc";
     struct msg m;
     struct hub_event ev;
@@ -256,13 +234,12 @@ static void test_binary_payload_is_zero_copy_and_digest(void **state)
     hub_event_free(&ev);
 }
 
-static void test_empty_payload_digest(void **state)
-{
+static void test_empty_payload_digest(void **state) {
     (void)state;
-    static const unsigned char empty_sha256[32] = {
-        0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9,
-        0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52,
-        0xb8, 0x55};
+    static const unsigned char empty_sha256[32] = {0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14,
+                                                   0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
+                                                   0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c,
+                                                   0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
     struct msg m;
     struct hub_event ev;
     base(&m);
@@ -275,8 +252,7 @@ static void test_empty_payload_digest(void **state)
     hub_event_free(&ev);
 }
 
-static void test_underscore_prefix_kafka(void **state)
-{
+static void test_underscore_prefix_kafka(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -290,8 +266,7 @@ static void test_underscore_prefix_kafka(void **state)
     hub_event_free(&ev);
 }
 
-static void test_underscore_prefix_ignored_in_http(void **state)
-{
+static void test_underscore_prefix_ignored_in_http(void **state) {
     (void)state;
     struct msg m;
     base_with(&m, "ce_");
@@ -299,8 +274,7 @@ static void test_underscore_prefix_ignored_in_http(void **state)
     expect_invalid(&m, "specversion");
 }
 
-static void test_header_names_case_insensitive(void **state)
-{
+static void test_header_names_case_insensitive(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -319,8 +293,7 @@ static void test_header_names_case_insensitive(void **state)
     hub_event_free(&ev);
 }
 
-static void test_last_header_wins(void **state)
-{
+static void test_last_header_wins(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -344,8 +317,7 @@ static void test_last_header_wins(void **state)
     hub_event_free(&ev);
 }
 
-static void test_unrelated_headers_ignored(void **state)
-{
+static void test_unrelated_headers_ignored(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -361,8 +333,7 @@ static void test_unrelated_headers_ignored(void **state)
     hub_event_free(&ev);
 }
 
-static void test_failed_parse_leaves_event_empty_and_free_is_safe(void **state)
-{
+static void test_failed_parse_leaves_event_empty_and_free_is_safe(void **state) {
     (void)state;
     struct hub_event ev;
     memset(&ev, 0, sizeof(ev));
@@ -376,24 +347,20 @@ static void test_failed_parse_leaves_event_empty_and_free_is_safe(void **state)
     expect_invalid(&m, "specversion");
 }
 
-static void test_null_error_pointer_and_limits(void **state)
-{
+static void test_null_error_pointer_and_limits(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
     base(&m);
     /* NULL limits use the SPEC default (1 MiB); NULL err is allowed. */
-    assert_int_equal(hub_envelope_parse(m.mode, m.h, m.n, m.value, m.value_len, NULL, NULL, &ev,
-                                        NULL),
-                     0);
+    assert_int_equal(
+        hub_envelope_parse(m.mode, m.h, m.n, m.value, m.value_len, NULL, NULL, &ev, NULL), 0);
     hub_event_free(&ev);
-    assert_int_equal(hub_envelope_parse(m.mode, NULL, 0, m.value, m.value_len, NULL, NULL, &ev,
-                                        NULL),
-                     -1);
+    assert_int_equal(
+        hub_envelope_parse(m.mode, NULL, 0, m.value, m.value_len, NULL, NULL, &ev, NULL), -1);
 }
 
-static void test_reason_strings(void **state)
-{
+static void test_reason_strings(void **state) {
     (void)state;
     assert_string_equal(hub_envelope_reason_str(HUB_ENVELOPE_INVALID), "invalid_envelope");
     assert_string_equal(hub_envelope_reason_str(HUB_ENVELOPE_TOO_LARGE), "too_large");
@@ -403,8 +370,7 @@ static void test_reason_strings(void **state)
 /* Required attributes and lengths                                           */
 /* ------------------------------------------------------------------------- */
 
-static void test_required_attributes(void **state)
-{
+static void test_required_attributes(void **state) {
     (void)state;
     static const char *const required[] = {"specversion", "id",   "source",
                                            "type",        "time", "tenantid"};
@@ -422,8 +388,7 @@ static void test_required_attributes(void **state)
     }
 }
 
-static void test_specversion_exact(void **state)
-{
+static void test_specversion_exact(void **state) {
     (void)state;
     expect_header_invalid("ce-specversion", "1", "specversion");
     expect_header_invalid("ce-specversion", "1.0 ", "specversion");
@@ -432,8 +397,7 @@ static void test_specversion_exact(void **state)
 }
 
 /* The attribute at `name` accepts max bytes and refuses max + 1. */
-static void check_length_limit(const char *name, const char *field, char fill, size_t max)
-{
+static void check_length_limit(const char *name, const char *field, char fill, size_t max) {
     char *ok = repeat(fill, max);
     char *too_long = repeat(fill, max + 1);
     expect_header_ok(name, ok);
@@ -442,8 +406,7 @@ static void check_length_limit(const char *name, const char *field, char fill, s
     free(too_long);
 }
 
-static void test_length_limits(void **state)
-{
+static void test_length_limits(void **state) {
     (void)state;
     check_length_limit("ce-id", "id", 'i', 256);
     check_length_limit("ce-source", "source", 's', 1024);
@@ -452,8 +415,7 @@ static void test_length_limits(void **state)
     check_length_limit("ce-subject", "subject", 'x', 1024);
 }
 
-static void test_length_counts_bytes_not_characters(void **state)
-{
+static void test_length_counts_bytes_not_characters(void **state) {
     (void)state;
     /* 128 two-byte characters = 256 bytes: ok; one more ASCII byte: refused. */
     char ok[300];
@@ -469,15 +431,13 @@ static void test_length_counts_bytes_not_characters(void **state)
     expect_header_invalid("ce-id", ok, "id");
 }
 
-static void test_subject_optional_but_not_empty(void **state)
-{
+static void test_subject_optional_but_not_empty(void **state) {
     (void)state;
     expect_header_ok("ce-subject", "account/42");
     expect_header_invalid("ce-subject", "", "subject");
 }
 
-static void test_source_uri_reference(void **state)
-{
+static void test_source_uri_reference(void **state) {
     (void)state;
     expect_header_ok("ce-source", "https://ledger.example.com/v1/orgs/1?x=y#frag");
     expect_header_ok("ce-source", "/ledger/acme");
@@ -498,8 +458,7 @@ static void test_source_uri_reference(void **state)
     expect_header_invalid("ce-source", "https://x\\y", "source");
 }
 
-static void test_type_any_reverse_dns(void **state)
-{
+static void test_type_any_reverse_dns(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -510,8 +469,7 @@ static void test_type_any_reverse_dns(void **state)
     hub_event_free(&ev);
 }
 
-static void test_tenantid_syntax(void **state)
-{
+static void test_tenantid_syntax(void **state) {
     (void)state;
     expect_header_ok("ce-tenantid", "Acme_1.eu-West");
     expect_header_invalid("ce-tenantid", "acme corp", "tenantid");
@@ -524,8 +482,7 @@ static void test_tenantid_syntax(void **state)
 /* time                                                                      */
 /* ------------------------------------------------------------------------- */
 
-static void expect_time(const char *s, int64_t want)
-{
+static void expect_time(const char *s, int64_t want) {
     int64_t got = 0;
     if (hub_rfc3339_parse(s, strlen(s), &got) != 0) {
         fail_msg("'%s' refused", s);
@@ -535,16 +492,14 @@ static void expect_time(const char *s, int64_t want)
     }
 }
 
-static void expect_bad_time(const char *s)
-{
+static void expect_bad_time(const char *s) {
     int64_t got = 0;
     if (hub_rfc3339_parse(s, strlen(s), &got) == 0) {
         fail_msg("'%s' accepted", s);
     }
 }
 
-static void test_rfc3339_values(void **state)
-{
+static void test_rfc3339_values(void **state) {
     (void)state;
     expect_time("1970-01-01T00:00:00Z", 0);
     expect_time("2024-02-29T12:00:00Z", INT64_C(1709208000000000));
@@ -558,8 +513,7 @@ static void test_rfc3339_values(void **state)
     expect_time("2024-01-01T00:00:00.1234567890123456789Z", INT64_C(1704067200123456));
 }
 
-static void test_rfc3339_refusals(void **state)
-{
+static void test_rfc3339_refusals(void **state) {
     (void)state;
     expect_bad_time("2023-02-29T00:00:00Z");
     expect_bad_time("1900-02-29T00:00:00Z");
@@ -585,8 +539,7 @@ static void test_rfc3339_refusals(void **state)
     expect_bad_time("2024-01-01T00:00:00Z ");
 }
 
-static void test_time_attribute(void **state)
-{
+static void test_time_attribute(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -604,13 +557,11 @@ static void test_time_attribute(void **state)
 /* schemaversion and topic                                                   */
 /* ------------------------------------------------------------------------- */
 
-static int major_of(const char *s)
-{
+static int major_of(const char *s) {
     return hub_schema_major_parse(s, strlen(s));
 }
 
-static void test_schema_major_parse(void **state)
-{
+static void test_schema_major_parse(void **state) {
     (void)state;
     assert_int_equal(major_of("1.0.0"), 1);
     assert_int_equal(major_of("v2.1.0"), 2);
@@ -638,8 +589,7 @@ static void test_schema_major_parse(void **state)
     assert_int_equal(hub_schema_major_parse("2.0.0garbage", 5), 2);
 }
 
-static void expect_schema_major(const char *schemaversion, const char *topic, int want)
-{
+static void expect_schema_major(const char *schemaversion, const char *topic, int want) {
     struct msg m;
     struct hub_event ev;
     base(&m);
@@ -655,8 +605,7 @@ static void expect_schema_major(const char *schemaversion, const char *topic, in
     hub_event_free(&ev);
 }
 
-static void test_schema_major_of_event(void **state)
-{
+static void test_schema_major_of_event(void **state) {
     (void)state;
     expect_schema_major("v2.1.0", NULL, 2);
     expect_schema_major("3", "lerian.streaming.ledger_transaction.posted.v2", 3);
@@ -672,8 +621,7 @@ static void test_schema_major_of_event(void **state)
     assert_int_equal(hub_topic_schema_major(".v7"), 7);
 }
 
-static void test_schemaversion_refusals(void **state)
-{
+static void test_schemaversion_refusals(void **state) {
     (void)state;
     expect_header_invalid("ce-schemaversion", "x", "schemaversion");
     expect_header_invalid("ce-schemaversion", "1.x", "schemaversion");
@@ -687,8 +635,7 @@ static void test_schemaversion_refusals(void **state)
 /* event type                                                                */
 /* ------------------------------------------------------------------------- */
 
-static void expect_event_type(const char *type, const char *rt, const char *et, const char *want)
-{
+static void expect_event_type(const char *type, const char *rt, const char *et, const char *want) {
     struct msg m;
     struct hub_event ev;
     base(&m);
@@ -704,8 +651,7 @@ static void expect_event_type(const char *type, const char *rt, const char *et, 
     hub_event_free(&ev);
 }
 
-static void test_event_type_derivation(void **state)
-{
+static void test_event_type_derivation(void **state) {
     (void)state;
     expect_event_type("studio.lerian.transaction.posted", NULL, NULL, "transaction.posted");
     expect_event_type("studio.lerian.ledger.balance.config-changed", NULL, NULL,
@@ -722,12 +668,11 @@ static void test_event_type_derivation(void **state)
     expect_event_type("studio.lerian.transaction.posted", NULL, "created", "transaction.posted");
 }
 
-static void test_event_type_derive_truncates(void **state)
-{
+static void test_event_type_derive_truncates(void **state) {
     (void)state;
     char out[8];
-    size_t n = hub_event_type_derive("studio.lerian.transaction.posted", NULL, NULL, out,
-                                     sizeof(out));
+    size_t n =
+        hub_event_type_derive("studio.lerian.transaction.posted", NULL, NULL, out, sizeof(out));
     assert_int_equal(n, strlen("transaction.posted"));
     assert_string_equal(out, "transac");
     assert_int_equal(hub_event_type_derive("a.b", NULL, NULL, NULL, 0), 3);
@@ -736,8 +681,7 @@ static void test_event_type_derive_truncates(void **state)
     assert_string_equal(out, "ledger.");
 }
 
-static void test_resourcetype_eventtype_not_empty(void **state)
-{
+static void test_resourcetype_eventtype_not_empty(void **state) {
     (void)state;
     expect_header_invalid("ce-resourcetype", "", "resourcetype");
     expect_header_invalid("ce-eventtype", "", "eventtype");
@@ -747,8 +691,7 @@ static void test_resourcetype_eventtype_not_empty(void **state)
 /* datacontenttype, dataschema, JSON payloads, size                          */
 /* ------------------------------------------------------------------------- */
 
-static void test_datacontenttype_media_types(void **state)
-{
+static void test_datacontenttype_media_types(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -761,8 +704,15 @@ static void test_datacontenttype_media_types(void **state)
         "application/octet-stream",
     };
     static const char *const bad[] = {
-        "json", "text/", "/plain", "text/plain;", "text/plain; charset", "text/plain; a=\"b",
-        "text /plain", "text/plain x", "text/pl@in",
+        "json",
+        "text/",
+        "/plain",
+        "text/plain;",
+        "text/plain; charset",
+        "text/plain; a=\"b",
+        "text /plain",
+        "text/plain x",
+        "text/pl@in",
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         base(&m);
@@ -778,8 +728,7 @@ static void test_datacontenttype_media_types(void **state)
     }
 }
 
-static void test_content_type_header_fallback(void **state)
-{
+static void test_content_type_header_fallback(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -804,8 +753,7 @@ static void test_content_type_header_fallback(void **state)
     expect_invalid(&m, "datacontenttype");
 }
 
-static void test_dataschema(void **state)
-{
+static void test_dataschema(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -820,14 +768,18 @@ static void test_dataschema(void **state)
     expect_header_invalid("ce-dataschema", "https://x/a b", "dataschema");
 }
 
-static void test_json_payload_well_formed(void **state)
-{
+static void test_json_payload_well_formed(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
     static const char *const good[] = {
-        "{\"a\":[1,2,{\"b\":null}]}", "[]", "\"just a string\"", "42", "true",
-        "{\"amount\":123456789012345678901234567890}", "{\"s\":\"nul\\u0000inside\"}",
+        "{\"a\":[1,2,{\"b\":null}]}",
+        "[]",
+        "\"just a string\"",
+        "42",
+        "true",
+        "{\"amount\":123456789012345678901234567890}",
+        "{\"s\":\"nul\\u0000inside\"}",
         " {\"ws\": 1} \n",
     };
     static const char *const bad[] = {
@@ -851,12 +803,14 @@ static void test_json_payload_well_formed(void **state)
     expect_invalid(&m, "data");
 }
 
-static void test_json_content_type_variants(void **state)
-{
+static void test_json_content_type_variants(void **state) {
     (void)state;
     static const char *const json_types[] = {
-        "application/json", "APPLICATION/JSON; charset=utf-8", "text/json",
-        "application/vnd.lerian+json", "application/problem+json ; x=1",
+        "application/json",
+        "APPLICATION/JSON; charset=utf-8",
+        "text/json",
+        "application/vnd.lerian+json",
+        "application/problem+json ; x=1",
     };
     for (size_t i = 0; i < sizeof(json_types) / sizeof(json_types[0]); i++) {
         struct msg m;
@@ -875,8 +829,7 @@ static void test_json_content_type_variants(void **state)
     hub_event_free(&ev);
 }
 
-static void test_empty_payload_with_json_type(void **state)
-{
+static void test_empty_payload_with_json_type(void **state) {
     (void)state;
     struct msg m;
     base(&m);
@@ -887,8 +840,7 @@ static void test_empty_payload_with_json_type(void **state)
     expect_invalid(&m, "data");
 }
 
-static void test_too_large(void **state)
-{
+static void test_too_large(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -906,10 +858,12 @@ static void test_too_large(void **state)
 /* Control characters, UTF-8, extensions                                     */
 /* ------------------------------------------------------------------------- */
 
-static void test_control_characters_refused(void **state)
-{
+static void test_control_characters_refused(void **state) {
     (void)state;
-    expect_header_invalid("ce-id", "a\x01" "b", "id");
+    expect_header_invalid("ce-id",
+                          "a\x01"
+                          "b",
+                          "id");
     expect_header_invalid("ce-id", "a\x1f", "id");
     expect_header_invalid("ce-id", "a\x7f", "id");
     expect_header_invalid("ce-subject", "line\nbreak", "subject");
@@ -926,8 +880,7 @@ static void test_control_characters_refused(void **state)
     expect_invalid(&m, "id");
 }
 
-static void test_utf8(void **state)
-{
+static void test_utf8(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -949,8 +902,7 @@ static void test_utf8(void **state)
     expect_header_invalid("ce-myext", "\xc3", "myext");
 }
 
-static void test_extension_names(void **state)
-{
+static void test_extension_names(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -975,8 +927,7 @@ static void test_extension_names(void **state)
     expect_header_invalid("ce-data", "v", "data");
 }
 
-static void test_many_headers(void **state)
-{
+static void test_many_headers(void **state) {
     (void)state;
     /* Thousands of extension headers, half of them repeats: linear-ish and correct. */
     enum { N = 4000 };
@@ -1018,8 +969,7 @@ static void test_many_headers(void **state)
     free(h);
 }
 
-static void test_trace_headers_kept(void **state)
-{
+static void test_trace_headers_kept(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -1044,8 +994,7 @@ static void test_trace_headers_kept(void **state)
     hub_event_free(&ev);
 }
 
-static void test_all_attributes_in_attrs_json(void **state)
-{
+static void test_all_attributes_in_attrs_json(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -1074,8 +1023,7 @@ static void test_all_attributes_in_attrs_json(void **state)
 /* HTTP binding                                                              */
 /* ------------------------------------------------------------------------- */
 
-static void test_http_percent_decoding(void **state)
-{
+static void test_http_percent_decoding(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -1099,8 +1047,7 @@ static void test_http_percent_decoding(void **state)
     hub_event_free(&ev);
 }
 
-static void test_http_bad_percent_and_utf8(void **state)
-{
+static void test_http_bad_percent_and_utf8(void **state) {
     (void)state;
     static const char *const bad[] = {"%zz", "abc%", "%4", "%E9", "%C3%28", "%00", "%0A", "%7F"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -1121,13 +1068,12 @@ static void test_http_bad_percent_and_utf8(void **state)
 /* Structured mode                                                           */
 /* ------------------------------------------------------------------------- */
 
-#define CE_JSON_ATTRS                                                                             \
-    "\"specversion\":\"1.0\",\"id\":\"s-1\",\"source\":\"/ledger\","                              \
-    "\"type\":\"studio.lerian.ledger.balance.config-changed\","                                   \
+#define CE_JSON_ATTRS                                                                              \
+    "\"specversion\":\"1.0\",\"id\":\"s-1\",\"source\":\"/ledger\","                               \
+    "\"type\":\"studio.lerian.ledger.balance.config-changed\","                                    \
     "\"time\":\"2024-05-01T10:00:00.5-03:00\",\"tenantid\":\"acme\""
 
-static void structured(struct msg *m, const char *json)
-{
+static void structured(struct msg *m, const char *json) {
     memset(m, 0, sizeof(*m));
     add(m, "content-type", "application/cloudevents+json; charset=utf-8");
     set_value(m, json);
@@ -1135,8 +1081,7 @@ static void structured(struct msg *m, const char *json)
     m->limits.max_event_bytes = 1048576;
 }
 
-static void expect_structured_payload(const char *json, const char *want)
-{
+static void expect_structured_payload(const char *json, const char *want) {
     struct msg m;
     struct hub_event ev;
     structured(&m, json);
@@ -1148,8 +1093,7 @@ static void expect_structured_payload(const char *json, const char *want)
     hub_event_free(&ev);
 }
 
-static void test_structured_attributes(void **state)
-{
+static void test_structured_attributes(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -1183,8 +1127,7 @@ static void test_structured_attributes(void **state)
     hub_event_free(&ev);
 }
 
-static void test_structured_data_exact_bytes(void **state)
-{
+static void test_structured_data_exact_bytes(void **state) {
     (void)state;
     /* numbers, spacing and escapes are kept exactly as sent (SPEC §3.1) */
     expect_structured_payload("{" CE_JSON_ATTRS ", \"data\" : {\"amount\": 0.1, \"l\":[1 , 2e3],"
@@ -1205,8 +1148,7 @@ static void test_structured_data_exact_bytes(void **state)
                               "{\"data\":3}");
 }
 
-static void test_structured_string_and_base64(void **state)
-{
+static void test_structured_string_and_base64(void **state) {
     (void)state;
     expect_structured_payload(
         "{" CE_JSON_ATTRS ",\"datacontenttype\":\"text/plain\",\"data\":\"caf\\u00e9 \\\"x\\\"\"}",
@@ -1239,15 +1181,13 @@ static void test_structured_string_and_base64(void **state)
     expect_invalid(&m, "data");
 }
 
-static void test_structured_without_data(void **state)
-{
+static void test_structured_without_data(void **state) {
     (void)state;
     expect_structured_payload("{" CE_JSON_ATTRS "}", "");
     expect_structured_payload("{" CE_JSON_ATTRS ",\"data\":null}", "");
 }
 
-static void test_structured_refusals(void **state)
-{
+static void test_structured_refusals(void **state) {
     (void)state;
     struct msg m;
     structured(&m, "{" CE_JSON_ATTRS ",\"subject\":5}");
@@ -1290,8 +1230,7 @@ static void test_structured_refusals(void **state)
     expect_invalid(&m, "");
 }
 
-static void test_structured_too_large(void **state)
-{
+static void test_structured_too_large(void **state) {
     (void)state;
     struct msg m;
     struct hub_event ev;
@@ -1307,8 +1246,7 @@ static void test_structured_too_large(void **state)
     expect_refused(&m, HUB_ENVELOPE_TOO_LARGE, "data");
 }
 
-static void test_structured_detection_prefix(void **state)
-{
+static void test_structured_detection_prefix(void **state) {
     (void)state;
     /* Case-insensitive, and binary mode stays binary for any other type. */
     struct msg m;
@@ -1321,8 +1259,7 @@ static void test_structured_detection_prefix(void **state)
     hub_event_free(&ev);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_binary_event),
         cmocka_unit_test(test_binary_payload_is_zero_copy_and_digest),
