@@ -30,6 +30,7 @@
 #include <h2o/socket/uv-binding.h>
 
 #include "api_admin.h"
+#include "api_subs.h"
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
@@ -185,7 +186,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     if (path_under(req->path_normalized, H2O_STRLIT("/v1"))) {
         /* Dispatch point of the tenant API (SPEC §4, §9): subscriptions,
          * deliveries, events.  Tenant routes authenticate with
-         * hub_api_auth_tenant() (api_util.h).  None exists yet. */
+         * hub_api_auth_tenant() (api_util.h). */
+        if (hub_api_subs_handle(hub, req)) {
+            return 0;
+        }
         hub_api_send_problem(req, 404, "no such resource", NULL);
         return 0;
     }

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "http.h"
+#include "httpc.h"
 #include "ingest.h"
 #include "kafka.h"
 #include "log.h"
@@ -39,6 +41,8 @@ void hub_gauges(const struct hub *hub, struct hub_metrics_gauges *g) {
                            (hub->pg_ingest ? hub_pg_connected(hub->pg_ingest) : 0);
     g->pg_txns_pending = (int64_t)((hub->pg ? hub_pg_pending(hub->pg) : 0) +
                                    (hub->pg_ingest ? hub_pg_pending(hub->pg_ingest) : 0));
+    g->jobs_due = hub->metrics.jobs_due;
+    g->breakers_open = (int64_t)hub_dispatch_breakers_open(hub->dispatch);
 }
 
 int hub_ready(const struct hub *hub, const char **why) {
@@ -147,6 +151,10 @@ static void hub_finish(struct hub *hub) {
         hub_http_stop(hub->http);
         hub->http = NULL;
     }
+    if (hub->httpc) {
+        hub_httpc_close(hub->httpc);
+        hub->httpc = NULL;
+    }
     if (hub->pg_ingest) {
         hub_pg_close(hub->pg_ingest, hub_pg_closed, hub);
         hub->pg_ingest = NULL;
@@ -164,11 +172,23 @@ static void hub_finish(struct hub *hub) {
     hub_close_handle((uv_handle_t *)&hub->sig_hup);
 }
 
+static void hub_dispatch_stopped(void *arg) {
+    struct hub *hub = arg;
+    hub->dispatch = NULL;
+    hub_log(HUB_INFO, "dispatcher drained");
+    hub_finish(hub);
+}
+
+/* Ingest drains first (its batches create jobs), then the dispatcher. */
 static void hub_ingest_stopped(void *arg) {
     struct hub *hub = arg;
     hub->ingest = NULL;
     hub_log(HUB_INFO, "ingest drained");
-    hub_finish(hub);
+    if (hub->dispatch) {
+        hub_dispatch_stop(hub->dispatch, hub_dispatch_stopped, hub);
+    } else {
+        hub_finish(hub);
+    }
 }
 
 static void drain_deadline_cb(uv_timer_t *t) {
@@ -193,7 +213,7 @@ static void hub_begin_drain(struct hub *hub, const char *why) {
     if (hub->ingest) {
         hub_ingest_stop(hub->ingest, hub_ingest_stopped, hub);
     } else {
-        hub_finish(hub);
+        hub_ingest_stopped(hub);
     }
 }
 
@@ -237,6 +257,16 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         rc = 2;
         goto fail_cfg;
     }
+    if (hub->cfg.kek != NULL) {
+        if (hub_kek_parse(hub->cfg.kek, &hub->kek) != 0) {
+            fprintf(stderr, "streaming-hub: STREAMING_HUB_KEK: not base64 of 32 bytes\n");
+            rc = 2;
+            goto fail_cfg;
+        }
+        hub->has_kek = 1;
+    } else {
+        hub_log(HUB_WARN, "STREAMING_HUB_KEK is not set: subscriptions cannot be created");
+    }
     if (hub->cfg.admin_token == NULL) {
         hub_log(HUB_WARN, "STREAMING_HUB_ADMIN_TOKEN is not set: the admin API answers 401");
     }
@@ -268,6 +298,25 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
             goto fail_kafka;
         }
     }
+    {
+        struct hub_httpc_options hopt = {
+            .allow_private = hub->cfg.allow_private_sinks,
+            .excerpt_bytes = 1024,
+            .max_body_bytes = 1 << 20,
+            .user_agent = "streaming-hub/" HUB_VERSION,
+        };
+        hub->httpc = hub_httpc_new(hub->loop, &hopt);
+        if (hub->httpc == NULL) {
+            goto fail_ingest;
+        }
+    }
+    if (hub_role_delivery(hub)) {
+        if (!hub->has_kek) {
+            hub_log(HUB_WARN, "no STREAMING_HUB_KEK: the dispatcher is not started");
+        } else if (hub_dispatch_start(hub, &hub->dispatch) != 0) {
+            goto fail_ingest;
+        }
+    }
     if (hub_http_start(hub, &hub->http) != 0) {
         goto fail_ingest;
     }
@@ -291,7 +340,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     }
     uv_run(hub->loop, UV_RUN_DEFAULT);
     rc = hub->exit_code;
-    if (hub->ingest != NULL || hub->http != NULL) {
+    if (hub->ingest != NULL || hub->http != NULL || hub->dispatch != NULL) {
         /* the drain deadline cut things short: exit without tidying up */
         hub_log(HUB_INFO, "stopped");
         return rc;
@@ -306,7 +355,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     return rc;
 
 fail_ingest:
-    if (hub->ingest) {
+    if (hub->ingest || hub->dispatch || hub->httpc) {
         /* unreachable in practice: ingest stops asynchronously; exit instead */
         return 1;
     }

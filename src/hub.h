@@ -10,12 +10,15 @@
 #include <uv.h>
 
 #include "config.h"
+#include "crypto.h"
 #include "metrics.h"
 
 struct hub_pg;
 struct hub_ingest;
 struct hub_kafka_mock;
 struct hub_http;
+struct hub_httpc;
+struct hub_dispatch;
 
 struct hub {
     uv_loop_t *loop;
@@ -26,6 +29,10 @@ struct hub {
     struct hub_ingest *ingest; /* NULL for the delivery role */
     struct hub_kafka_mock *mock; /* embedded Kafka, when KAFKA_BROKERS=embedded */
     struct hub_http *http;
+    struct hub_httpc *httpc;   /* outgoing HTTP (verification probes, deliveries) */
+    struct hub_dispatch *dispatch; /* NULL for the ingest role */
+    struct hub_kek kek;        /* STREAMING_HUB_KEK, when has_kek */
+    int has_kek;
     char *brokers;             /* resolved bootstrap list */
     int migrations_current;    /* schema is at the version this binary expects */
     int draining;              /* SIGTERM/SIGINT received */

@@ -80,7 +80,21 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   "Database connections currently usable.", g->pg_connections_up);
     render_scalar(out, "streaming_hub_pg_transactions_pending", "gauge",
                   "Database transactions queued or in flight.", g->pg_txns_pending);
-    render_scalar(out, "streaming_hub_jobs_due", "gauge", "Delivery jobs due now.", g->jobs_due);
+    static const char *const outcomes[HUB_D__COUNT] = {"succeeded", "failed", "shed",
+                                                       "dead",      "poison", "deferred"};
+    fprintf(out, "# HELP streaming_hub_deliveries_total Delivery outcomes.\n"
+                 "# TYPE streaming_hub_deliveries_total counter\n");
+    for (int d = 0; d < HUB_D__COUNT; d++) {
+        fprintf(out, "streaming_hub_deliveries_total{outcome=\"%s\"} %llu\n", outcomes[d],
+                (unsigned long long)m->deliveries[d]);
+    }
+    render_histogram(out, "streaming_hub_delivery_attempt_seconds",
+                     "Duration of one delivery attempt.", &m->delivery_attempt_seconds);
+    render_scalar(out, "streaming_hub_subscriptions_auto_disabled_total", "counter",
+                  "Subscriptions disabled because their destination stayed broken.",
+                  (long long)m->subscriptions_auto_disabled);
+    render_scalar(out, "streaming_hub_jobs_due", "gauge",
+                  "Delivery jobs due now (sampled, capped at 100000).", m->jobs_due);
     render_scalar(out, "streaming_hub_breakers_open", "gauge",
                   "Open and half-open circuit breakers of this process.", g->breakers_open);
     render_scalar(out, "streaming_hub_http_requests_total", "counter",

@@ -21,6 +21,16 @@ enum hub_verdict {
     HUB_V__COUNT
 };
 
+enum hub_delivery_outcome {
+    HUB_D_SUCCEEDED = 0,
+    HUB_D_FAILED,
+    HUB_D_SHED,
+    HUB_D_DEAD,
+    HUB_D_POISON,
+    HUB_D_DEFERRED,
+    HUB_D__COUNT
+};
+
 #define HUB_HIST_BUCKETS 14
 
 struct hub_histogram {
@@ -35,6 +45,10 @@ struct hub_metrics {
     uint64_t ingest_batch_failures; /* partition batches that failed and were retried */
     uint64_t ingest_commit_failures; /* offset commits refused by the broker */
     uint64_t http_requests;
+    uint64_t deliveries[HUB_D__COUNT];
+    struct hub_histogram delivery_attempt_seconds;
+    uint64_t subscriptions_auto_disabled;
+    int64_t jobs_due; /* sampled by the dispatcher (capped) */
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

@@ -136,6 +136,9 @@ void hub_pgarr_free(struct hub_pgarr *a) {
  * row inserted meanwhile by a concurrent hub is invisible to this
  * statement's snapshot: it comes back with neither seq nor digest, and ingest
  * runs the batch again to classify it.
+ *
+ * Each stored event gets its delivery jobs in the same statement, so an event
+ * and its jobs commit (and the offset moves) together.
  */
 const struct hub_sql hub_sql_ingest_insert = {
     "ingest_insert",
@@ -163,7 +166,20 @@ const struct hub_sql hub_sql_ingest_insert = {
     "                        AND e.day < (now() AT TIME ZONE 'UTC')::date)"
     "   ORDER BY r.ord"
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"
-    "  RETURNING seq, tenant_id, source, event_id"
+    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"
+    "), jobs AS ("
+    /* matching (SPEC §6): the tenant's routes for this event type, its
+     * resource wildcard and '*', of subscriptions enabled AND verified */
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"
+    "                             event_type)"
+    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type"
+    "    FROM ins i"
+    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"
+    "         AND sr.schema_major = i.schema_major"
+    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"
+    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"
+    "         AND s.verification_state = 'active'"
+    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"
     ")"
     " SELECT r.ord, r.status,"
     "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"

@@ -372,7 +372,7 @@ body=$(hub_curl GET /nothing "" -D "$HDRS")
 assert_eq "404 $PROBLEM" "$(http_status) $(header content-type)" "unknown path → 404 problem"
 assert_contains "$body" '"type":"urn:streaming-hub:problem:not-found"' "problem type"
 hub_curl GET /v1/subscriptions >/dev/null
-assert_eq 404 "$(http_status)" "/v1 has no routes yet → 404"
+assert_eq 401 "$(http_status)" "/v1 without a tenant key → 401"
 
 # ---------------------------------------------------------------------------
 # transport: keep-alive, h2c

@@ -1,0 +1,1042 @@
+/*
+ * dispatch — claims, attempts and outcomes (see dispatch.h).
+ *
+ * The cycle: a claim query leases up to (free workers) due jobs and returns
+ * everything an attempt needs (subscription, sealed secrets, the stored
+ * event) in one round trip; each job becomes one httpc POST; each finished
+ * attempt becomes an outcome in a queue that is written in batches (one
+ * transaction for many outcomes), so the dispatcher never waits on the
+ * database between attempts.
+ */
+#include "dispatch.h"
+
+#include <jansson.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "breaker.h"
+#include "crypto.h"
+#include "httpc.h"
+#include "hub.h"
+#include "log.h"
+#include "netguard.h"
+#include "pg.h"
+#include "sign.h"
+#include "store.h"
+#include "util.h"
+#include "uuid.h"
+
+#define DISPATCH_IDLE_MS 50        /* claim poll when nothing was due */
+#define DISPATCH_FLUSH_MS 5        /* outcome batching window */
+#define DISPATCH_FLUSH_MAX 256     /* outcomes per transaction */
+#define DISPATCH_PER_TENANT 4      /* jobs of one tenant per claim round */
+#define DISPATCH_EXCERPT 1024
+#define DISPATCH_MAX_BODY (1 << 20)
+#define DISPATCH_DUE_SAMPLE_MS 5000
+
+/* ------------------------------------------------------------------ SQL -- */
+
+/*
+ * Claim: tenants with pending jobs are enumerated by a skip scan of the due
+ * index; each contributes its oldest due jobs, and jobs are taken round-robin
+ * across tenants (every tenant's first before anyone's second), so a tenant's
+ * backlog cannot delay another tenant's fresh event beyond a few claim
+ * rounds.  SKIP LOCKED lets several dispatchers claim concurrently.
+ * $1 owner, $2 lease ms, $3 batch, $4 per tenant.
+ */
+static const struct hub_sql sql_claim = {
+    "dispatch_claim",
+    "WITH RECURSIVE t(tenant_id) AS ("
+    "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending'"
+    "    ORDER BY tenant_id LIMIT 1)"
+    "  UNION ALL"
+    "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
+    "           WHERE j.state = 'pending' AND j.tenant_id > t.tenant_id"
+    "           ORDER BY j.tenant_id LIMIT 1)"
+    "    FROM t WHERE t.tenant_id IS NOT NULL"
+    "), cand AS ("
+    "  SELECT c.id FROM t CROSS JOIN LATERAL ("
+    "     SELECT j.id, j.next_attempt_at,"
+    "            row_number() OVER (ORDER BY j.next_attempt_at, j.id) AS rn"
+    "       FROM delivery_jobs j"
+    "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id"
+    "        AND j.next_attempt_at <= now()"
+    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
+    "   WHERE t.tenant_id IS NOT NULL"
+    "   ORDER BY c.rn, c.next_attempt_at LIMIT $3::int"
+    "), locked AS ("
+    "  SELECT j.id FROM delivery_jobs j"
+    "   WHERE j.id IN (SELECT id FROM cand) AND j.state = 'pending'"
+    "   FOR UPDATE SKIP LOCKED"
+    "), claimed AS ("
+    "  UPDATE delivery_jobs j SET state = 'in_flight', lease_owner = $1::text,"
+    "         lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()"
+    "    FROM locked WHERE j.id = locked.id"
+    "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"
+    "            j.event_type, j.attempt_count"
+    ")"
+    " SELECT c.id, c.subscription_id, c.tenant_id, c.event_id, c.event_type, c.attempt_count,"
+    "        s.url, s.headers_sealed, s.secret_sealed,"
+    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
+    "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload"
+    "   FROM claimed c JOIN subscriptions s ON s.id = c.subscription_id"
+    "   JOIN event_inbox e ON e.seq = c.event_seq AND e.day = c.event_day",
+    1, /* planned per claim: the skip scan's plan depends on the limits */
+};
+
+/*
+ * Outcomes, one row per finished (or shed) job.  The job update is fenced by
+ * our lease so that a job reclaimed by another dispatcher after our lease
+ * expired keeps its new owner's state.  Failure streaks (SPEC §7.7) take the
+ * newest outcome per subscription in the batch.
+ * $1 id, $2 state, $3 reason, $4 delay ms, $5 attempted, $6 delivery id,
+ * $7 started_at, $8 duration ms, $9 status, $10 error, $11 excerpt,
+ * $12 subscription id, $13 success, $14 owner.
+ */
+static const struct hub_sql sql_outcomes = {
+    "dispatch_outcomes",
+    "WITH o AS ("
+    "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"
+    "                       $6::text[], $7::timestamptz[], $8::int4[], $9::int4[], $10::text[],"
+    "                       $11::text[], $12::text[], $13::bool[])"
+    "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"
+    "         status, error, excerpt, subscription_id, success)"
+    "), j AS ("
+    "  UPDATE delivery_jobs d SET state = o.state, reason = o.reason,"
+    "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"
+    "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"
+    "         lease_owner = NULL, lease_until = NULL, updated_at = now()"
+    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text AND d.state = 'in_flight'"
+    "  RETURNING d.id, d.attempt_count"
+    "), a AS ("
+    "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"
+    "                                 status, error, response_excerpt)"
+    "  SELECT (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid, o.id,"
+    "         j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"
+    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted"
+    "  ON CONFLICT DO NOTHING"
+    "), last AS ("
+    "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"
+    "         (SELECT min(f.started_at) FROM o f WHERE f.subscription_id = o.subscription_id"
+    "             AND f.attempted AND NOT f.success) AS first_fail"
+    "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC"
+    ")"
+    " UPDATE subscriptions s SET"
+    "        failure_first_at = CASE WHEN last.success THEN NULL"
+    "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"
+    "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"
+    "   FROM last WHERE s.id = last.id",
+    0,
+};
+
+/* 410 Gone: $1 subscription ids. */
+static const struct hub_sql sql_gone = {
+    "dispatch_gone",
+    "WITH d AS ("
+    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'gone', updated_at = now()"
+    "   WHERE id = ANY($1::uuid[]) AND enabled RETURNING id, tenant_id)"
+    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    " SELECT tenant_id, 'dispatcher', 'subscription.disable', id::text,"
+    "        '{\"reason\":\"gone\"}'::jsonb FROM d",
+    0,
+};
+
+/* Auto-disable (SPEC §7.7), both gates: $1 window ms, $2 spread ms, $3 ids. */
+static const struct hub_sql sql_autodisable = {
+    "dispatch_autodisable",
+    "WITH d AS ("
+    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'auto_disabled',"
+    "         updated_at = now()"
+    "   WHERE id = ANY($3::uuid[]) AND enabled AND failure_first_at IS NOT NULL"
+    "     AND now() - failure_first_at >= $1::bigint * interval '1 millisecond'"
+    "     AND failure_last_at - failure_first_at >= $2::bigint * interval '1 millisecond'"
+    "  RETURNING id, tenant_id, failure_first_at, failure_last_at)"
+    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    " SELECT tenant_id, 'dispatcher', 'subscription.auto_disable', id::text,"
+    "        jsonb_build_object('failure_first_at', failure_first_at,"
+    "                           'failure_last_at', failure_last_at)"
+    "   FROM d RETURNING object_id, tenant_id",
+    0,
+};
+
+/* Expired leases: the worker died mid-attempt.  $1 poison threshold. */
+static const struct hub_sql sql_reclaim = {
+    "dispatch_reclaim",
+    "UPDATE delivery_jobs d"
+    "   SET state = CASE WHEN d.reclaims + 1 >= $1::int THEN 'dead' ELSE 'pending' END,"
+    "       reason = CASE WHEN d.reclaims + 1 >= $1::int THEN 'poison' ELSE d.reason END,"
+    "       reclaims = d.reclaims + 1, lease_owner = NULL, lease_until = NULL,"
+    "       next_attempt_at = now(), updated_at = now()"
+    "  FROM (SELECT id FROM delivery_jobs WHERE state = 'in_flight' AND lease_until < now()"
+    "         ORDER BY lease_until LIMIT 1000 FOR UPDATE SKIP LOCKED) x"
+    " WHERE d.id = x.id"
+    " RETURNING d.id, d.state",
+    0,
+};
+
+static const struct hub_sql sql_due_sample = {
+    "dispatch_due_sample",
+    "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
+    "  WHERE state = 'pending' AND next_attempt_at <= now() LIMIT 100000) x",
+    0,
+};
+
+/* ---------------------------------------------------------------- types -- */
+
+struct job {
+    struct hub_dispatch *d;
+    int64_t id;
+    char sub_id[40];
+    char *tenant;
+    char *event_id;
+    char *event_type;
+    char *url;
+    char *content_type;
+    char *attrs; /* event attributes (JSON text) */
+    unsigned char *payload;
+    size_t payload_len;
+    char *headers_sealed;
+    char *secret_sealed;
+    char *prev_secret_sealed;
+    int64_t schedule[HUB_RETRY_MAX_STEPS];
+    size_t n_schedule;
+    int attempt_count; /* before this attempt */
+    char origin[300];
+    char delivery_id[HUB_UUID_TEXT_SIZE];
+    int64_t started_unix_ms;
+};
+
+struct outcome {
+    int64_t id;
+    const char *state;
+    const char *reason;
+    int64_t delay_ms;
+    int attempted;
+    int success;
+    char delivery_id[40];
+    int64_t started_unix_ms;
+    int duration_ms;
+    int status; /* 0 = none */
+    char error[32];
+    char *excerpt;
+    char sub_id[40];
+};
+
+struct hub_dispatch {
+    struct hub *hub;
+    char owner[96];
+    struct hub_breakers *breakers;
+    uv_timer_t claim_timer;
+    uv_timer_t flush_timer;
+    uv_timer_t reclaim_timer;
+    uv_timer_t sample_timer;
+    int claiming;
+    int flushing;
+    size_t flush_n; /* outcomes in the transaction in flight */
+    int aux_inflight; /* reclaim and sampling queries not answered yet */
+    size_t inflight;
+    struct outcome *outcomes;
+    size_t n_outcomes;
+    size_t cap_outcomes;
+    char **gone;     /* subscription ids answered 410 since the last flush */
+    size_t n_gone;
+    int stopping;
+    int open_handles;
+    void (*done_cb)(void *arg);
+    void *done_arg;
+};
+
+static void dispatch_claim(struct hub_dispatch *d);
+static void dispatch_flush(struct hub_dispatch *d);
+static void claim_timer_cb(uv_timer_t *t);
+static void dispatch_maybe_done(struct hub_dispatch *d);
+
+static int64_t unix_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static uint64_t rand64(void) {
+    uint64_t r = 0;
+    if (RAND_bytes((unsigned char *)&r, sizeof(r)) != 1) {
+        r = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+    }
+    return r;
+}
+
+static void job_free(struct job *j) {
+    free(j->tenant);
+    free(j->event_id);
+    free(j->event_type);
+    free(j->url);
+    free(j->content_type);
+    free(j->attrs);
+    free(j->payload);
+    free(j->headers_sealed);
+    free(j->secret_sealed);
+    free(j->prev_secret_sealed);
+    free(j);
+}
+
+/* ------------------------------------------------------------- outcomes -- */
+
+static struct outcome *outcome_push(struct hub_dispatch *d) {
+    if (d->n_outcomes == d->cap_outcomes) {
+        size_t cap = d->cap_outcomes ? d->cap_outcomes * 2 : 64;
+        struct outcome *o = realloc(d->outcomes, sizeof(*o) * cap);
+        if (o == NULL) {
+            return NULL;
+        }
+        d->outcomes = o;
+        d->cap_outcomes = cap;
+    }
+    struct outcome *o = &d->outcomes[d->n_outcomes++];
+    memset(o, 0, sizeof(*o));
+    return o;
+}
+
+static void flush_timer_cb(uv_timer_t *t) {
+    dispatch_flush(t->data);
+}
+
+static void schedule_flush(struct hub_dispatch *d) {
+    if (!d->flushing && !uv_is_active((uv_handle_t *)&d->flush_timer)) {
+        uv_timer_start(&d->flush_timer, flush_timer_cb,
+                       d->n_outcomes >= DISPATCH_FLUSH_MAX ? 0 : DISPATCH_FLUSH_MS, 0);
+    }
+}
+
+static void flush_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    size_t n = d->flush_n; /* more may have been queued meanwhile */
+
+    d->flushing = 0;
+    if (out->status != HUB_PG_OK) {
+        /* keep them and try again; leases protect the jobs meanwhile */
+        hub_log(HUB_WARN, "delivery outcomes not recorded, retrying",
+                HUB_LS("error", out->error), HUB_LI("outcomes", (int64_t)n));
+        uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
+        return;
+    }
+    /* auto-disabled subscriptions come back from the last statement */
+    if (out->n_results >= 1) {
+        PGresult *r = out->results[out->n_results - 1];
+        int rows = r ? PQntuples(r) : 0;
+        for (int i = 0; i < rows && PQnfields(r) == 2; i++) {
+            d->hub->metrics.subscriptions_auto_disabled++;
+            hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
+                    HUB_LS("subscription", PQgetvalue(r, i, 0)),
+                    HUB_LS("tenant", PQgetvalue(r, i, 1)),
+                    HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
+                    HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(d->outcomes[i].excerpt);
+    }
+    memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
+    d->n_outcomes -= n;
+    if (d->n_outcomes > 0) {
+        schedule_flush(d);
+    }
+    dispatch_maybe_done(d);
+}
+
+/* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction. */
+static void dispatch_flush(struct hub_dispatch *d) {
+    static const uint32_t oids[13] = {HUB_OID_INT8, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_INT8,
+                                      16 /* bool */, HUB_OID_TEXT, HUB_OID_TIMESTAMPTZ,
+                                      HUB_OID_INT4, HUB_OID_INT4, HUB_OID_TEXT, HUB_OID_TEXT,
+                                      HUB_OID_TEXT, 16};
+    struct hub_pgarr a[13];
+    char *values[13];
+    int lengths[13];
+    size_t n = d->n_outcomes < DISPATCH_FLUSH_MAX ? d->n_outcomes : DISPATCH_FLUSH_MAX;
+    struct hub_pg_txn *txn;
+    int rc = 0;
+
+    if (d->flushing || n == 0) {
+        return;
+    }
+    for (int k = 0; k < 13; k++) {
+        hub_pgarr_init(&a[k], oids[k]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct outcome *o = &d->outcomes[i];
+        char t = o->attempted ? 1 : 0, s = o->success ? 1 : 0;
+        hub_pgarr_add_i64(&a[0], o->id);
+        hub_pgarr_add_text(&a[1], o->state);
+        hub_pgarr_add_text(&a[2], o->reason);
+        hub_pgarr_add_i64(&a[3], o->delay_ms);
+        hub_pgarr_add(&a[4], &t, 1);
+        hub_pgarr_add_text(&a[5], o->attempted ? o->delivery_id : NULL);
+        hub_pgarr_add_ts(&a[6], o->started_unix_ms * 1000);
+        hub_pgarr_add_i32(&a[7], o->duration_ms);
+        if (o->status > 0) {
+            hub_pgarr_add_i32(&a[8], o->status);
+        } else {
+            hub_pgarr_add(&a[8], NULL, 0);
+        }
+        hub_pgarr_add_text(&a[9], o->error[0] ? o->error : NULL);
+        hub_pgarr_add_text(&a[10], o->excerpt);
+        hub_pgarr_add_text(&a[11], o->sub_id);
+        hub_pgarr_add(&a[12], &s, 1);
+    }
+    for (int k = 0; k < 13; k++) {
+        values[k] = hub_pgarr_take(&a[k], &lengths[k]);
+        rc |= values[k] == NULL;
+    }
+    txn = hub_pg_txn_new(d->hub->pg, flush_done, d);
+    if (txn == NULL || rc) {
+        for (int k = 0; k < 13; k++) {
+            free(values[k]);
+        }
+        if (txn == NULL) {
+            uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
+            return;
+        }
+    } else {
+        char *v[14];
+        int l[14];
+        memcpy(v, values, sizeof(values));
+        memcpy(l, lengths, sizeof(lengths));
+        v[13] = strdup(d->owner);
+        l[13] = (int)strlen(d->owner);
+        hub_pg_txn_add_owned(txn, &sql_outcomes, 14, v, l);
+    }
+    if (d->n_gone > 0 && d->hub->cfg.autodisable_enabled) {
+        /* 410 disables at once, but only while auto-disable is allowed */
+        struct hub_pgarr g;
+        char *gv[1];
+        int gl[1];
+        hub_pgarr_init(&g, 2950 /* uuid */);
+        for (size_t i = 0; i < d->n_gone; i++) {
+            unsigned char u[16];
+            const char *p = d->gone[i];
+            for (int k = 0; k < 16; k++) {
+                while (*p == '-') {
+                    p++;
+                }
+                unsigned int byte = 0;
+                sscanf(p, "%2x", &byte);
+                u[k] = (unsigned char)byte;
+                p += 2;
+            }
+            hub_pgarr_add(&g, u, 16);
+        }
+        gv[0] = hub_pgarr_take(&g, &gl[0]);
+        if (gv[0] != NULL) {
+            hub_pg_txn_add_owned(txn, &sql_gone, 1, gv, gl);
+        }
+    }
+    for (size_t i = 0; i < d->n_gone; i++) {
+        free(d->gone[i]);
+    }
+    d->n_gone = 0;
+    if (d->hub->cfg.autodisable_enabled) {
+        /* the gates are checked at every recorded failure (SPEC §7.7) */
+        char window[32], spread[32], ids[64 * 40 + 3];
+        size_t pos = 0;
+        int any = 0;
+        ids[pos++] = '{';
+        for (size_t i = 0; i < n && pos + 40 < sizeof(ids) - 2; i++) {
+            if (d->outcomes[i].attempted && !d->outcomes[i].success) {
+                pos += (size_t)snprintf(ids + pos, sizeof(ids) - pos, "%s%s", any ? "," : "",
+                                        d->outcomes[i].sub_id);
+                any = 1;
+            }
+        }
+        ids[pos++] = '}';
+        ids[pos] = '\0';
+        if (any) {
+            const char *params[3] = {window, spread, ids};
+            snprintf(window, sizeof(window), "%lld",
+                     (long long)d->hub->cfg.autodisable_failure_window_ms);
+            snprintf(spread, sizeof(spread), "%lld",
+                     (long long)d->hub->cfg.autodisable_failure_spread_ms);
+            hub_pg_txn_add(txn, &sql_autodisable, 3, params, NULL, NULL);
+        }
+    }
+    d->flushing = 1;
+    d->flush_n = n;
+    hub_pg_txn_submit(txn);
+}
+
+/* ------------------------------------------------------------- attempts -- */
+
+/* Percent-encodes a header value per the CloudEvents HTTP binding: bytes
+ * outside printable ASCII, '"' and '%' become %XX. */
+static void ce_encode(const char *in, char *out, size_t outsz) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < outsz; p++) {
+        if (*p < 0x21 || *p > 0x7e || *p == '"' || *p == '%') {
+            if (*p == ' ') {
+                out[o++] = ' '; /* a space is allowed inside a value */
+                continue;
+            }
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+}
+
+struct header_list {
+    char **lines;
+    size_t n;
+    size_t cap;
+};
+
+static void hl_add(struct header_list *h, const char *name, const char *value) {
+    size_t len = strlen(name) + strlen(value) + 3;
+    char *line;
+    if (h->n + 2 > h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 32;
+        char **l = realloc(h->lines, sizeof(*l) * cap);
+        if (l == NULL) {
+            return;
+        }
+        h->lines = l;
+        h->cap = cap;
+    }
+    line = malloc(len);
+    if (line == NULL) {
+        return;
+    }
+    snprintf(line, len, "%s: %s", name, value);
+    h->lines[h->n++] = line;
+    h->lines[h->n] = NULL;
+}
+
+static void hl_free(struct header_list *h) {
+    for (size_t i = 0; i < h->n; i++) {
+        OPENSSL_cleanse(h->lines[i], strlen(h->lines[i])); /* may hold credentials */
+        free(h->lines[i]);
+    }
+    free(h->lines);
+}
+
+/* Opens the current (and previous) signing secrets into HMAC keys. */
+static size_t job_keys(const struct job *j, const struct hub_kek *kek,
+                       struct hub_sign_key keys[2]) {
+    size_t n = 0;
+    const char *sealed[2] = {j->secret_sealed, j->prev_secret_sealed};
+    for (int i = 0; i < 2; i++) {
+        unsigned char *pt = NULL;
+        size_t len = 0;
+        if (sealed[i] == NULL || hub_open(kek, 1, sealed[i], j->sub_id, &pt, &len) != 0) {
+            continue;
+        }
+        keys[n].len = sizeof(keys[n].key);
+        if (hub_secret_key((const char *)pt, keys[n].key, &keys[n].len) == 0) {
+            n++;
+        }
+        OPENSSL_cleanse(pt, len);
+        free(pt);
+    }
+    return n;
+}
+
+/* Builds the request headers of SPEC §7.2.  Returns 0, or -1 when the
+ * secrets cannot be opened (wrong KEK): the attempt then fails. */
+static int job_headers(const struct job *j, const struct hub_kek *kek, struct header_list *h) {
+    struct hub_sign_key keys[2];
+    size_t nkeys = job_keys(j, kek, keys);
+    char ts[24], attempt[16], wsig[2 * HUB_SIGN_WEBHOOK_SIZE + 2], lsig[2 * HUB_SIGN_LERIAN_SIZE + 2];
+    int64_t now = unix_ms() / 1000;
+    json_t *attrs;
+    json_error_t jerr;
+    const char *name;
+    json_t *value;
+
+    if (nkeys == 0) {
+        return -1;
+    }
+    snprintf(ts, sizeof(ts), "%lld", (long long)now);
+    snprintf(attempt, sizeof(attempt), "%d", j->attempt_count + 1);
+    hub_sign_headers(keys, nkeys, j->event_id, now, j->payload, j->payload_len, wsig,
+                     sizeof(wsig), lsig, sizeof(lsig));
+    OPENSSL_cleanse(keys, sizeof(keys));
+
+    hl_add(h, "Content-Type", j->content_type);
+    hl_add(h, "X-Lerian-Event-Id", j->event_id);
+    hl_add(h, "X-Lerian-Delivery-Id", j->delivery_id);
+    hl_add(h, "X-Lerian-Event-Type", j->event_type);
+    hl_add(h, "X-Lerian-Tenant-Id", j->tenant);
+    hl_add(h, "X-Lerian-Subscription-Id", j->sub_id);
+    hl_add(h, "X-Lerian-Attempt", attempt);
+    hl_add(h, "X-Lerian-Timestamp", ts);
+    hl_add(h, "X-Lerian-Signature", lsig);
+    hl_add(h, "webhook-id", j->event_id);
+    hl_add(h, "webhook-timestamp", ts);
+    hl_add(h, "webhook-signature", wsig);
+
+    /* the request is itself a binary-mode CloudEvent */
+    attrs = json_loads(j->attrs, 0, &jerr);
+    json_object_foreach(attrs, name, value) {
+        char hname[300], enc[4096];
+        if (!json_is_string(value) || strcmp(name, "datacontenttype") == 0) {
+            continue;
+        }
+        if (strcmp(name, "traceparent") == 0 || strcmp(name, "tracestate") == 0) {
+            hl_add(h, name, json_string_value(value));
+            continue;
+        }
+        snprintf(hname, sizeof(hname), "ce-%s", name);
+        ce_encode(json_string_value(value), enc, sizeof(enc));
+        hl_add(h, hname, enc);
+    }
+    json_decref(attrs);
+
+    /* destination headers (a credential): decrypted for this attempt only */
+    if (j->headers_sealed != NULL) {
+        unsigned char *pt = NULL;
+        size_t len = 0;
+        if (hub_open(kek, 1, j->headers_sealed, j->sub_id, &pt, &len) == 0) {
+            json_t *dh = json_loadb((const char *)pt, len, 0, &jerr);
+            json_object_foreach(dh, name, value) {
+                if (json_is_string(value)) {
+                    hl_add(h, name, json_string_value(value));
+                }
+            }
+            json_decref(dh);
+            OPENSSL_cleanse(pt, len);
+            free(pt);
+        }
+    }
+    return 0;
+}
+
+/* Records an attempt's result (or a shed) as an outcome. */
+static void job_outcome(struct hub_dispatch *d, struct job *j,
+                        const struct hub_httpc_response *res, int shed, int64_t shed_until) {
+    struct hub_config *cfg = &d->hub->cfg;
+    struct outcome *o = outcome_push(d);
+    int success = res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 &&
+                  res->status < 300;
+
+    if (o == NULL) {
+        return; /* OOM: the lease expires and the job is reclaimed */
+    }
+    o->id = j->id;
+    snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+    o->started_unix_ms = j->started_unix_ms ? j->started_unix_ms : unix_ms();
+    if (shed) {
+        o->state = "pending";
+        o->delay_ms = shed_until - unix_ms() > 0 ? shed_until - unix_ms() : 1;
+        d->hub->metrics.deliveries[HUB_D_SHED]++;
+        schedule_flush(d);
+        return;
+    }
+    o->attempted = 1;
+    o->success = success;
+    snprintf(o->delivery_id, sizeof(o->delivery_id), "%s", j->delivery_id);
+    if (res != NULL) {
+        o->duration_ms = (int)res->duration_ms;
+        o->status = (int)res->status;
+        if (res->error != HUB_HTTPC_OK) {
+            snprintf(o->error, sizeof(o->error), "%s", hub_httpc_error_str(res->error));
+        } else if (!success) {
+            snprintf(o->error, sizeof(o->error), "status");
+        }
+        if (res->excerpt_len > 0 && hub_utf8_valid(res->excerpt, res->excerpt_len)) {
+            o->excerpt = strndup(res->excerpt, res->excerpt_len);
+        }
+        hub_histogram_observe(&d->hub->metrics.delivery_attempt_seconds,
+                              (double)res->duration_ms / 1000.0);
+    } else {
+        snprintf(o->error, sizeof(o->error), "signing");
+    }
+    if (success) {
+        o->state = "succeeded";
+        d->hub->metrics.deliveries[HUB_D_SUCCEEDED]++;
+    } else {
+        const int64_t *sched = j->n_schedule ? j->schedule : cfg->retry_schedule_ms;
+        size_t nsched = j->n_schedule ? j->n_schedule : cfg->retry_schedule_len;
+        int64_t delay = hub_backoff_delay_ms(sched, nsched, j->attempt_count + 1, rand64());
+        if (res != NULL && (res->status == 429 || res->status == 503) && res->retry_after) {
+            int64_t ra = hub_retry_after_ms(res->retry_after, unix_ms());
+            if (ra > 0 && delay >= 0 && ra > delay) {
+                delay = ra; /* no earlier than Retry-After (capped at 10h there) */
+            }
+        }
+        d->hub->metrics.deliveries[HUB_D_FAILED]++;
+        if (delay < 0) {
+            o->state = "dead";
+            o->reason = "exhausted";
+            d->hub->metrics.deliveries[HUB_D_DEAD]++;
+        } else {
+            o->state = "pending";
+            o->delay_ms = delay;
+        }
+        if (res != NULL && res->status == 410 && d->n_gone < 1024) {
+            char **g = realloc(d->gone, sizeof(*g) * (d->n_gone + 1));
+            if (g != NULL) {
+                d->gone = g;
+                d->gone[d->n_gone++] = strdup(j->sub_id);
+            }
+        }
+    }
+    schedule_flush(d);
+}
+
+static void attempt_done(void *arg, const struct hub_httpc_response *res) {
+    struct job *j = arg;
+    struct hub_dispatch *d = j->d;
+    int success = res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
+
+    hub_breaker_report(d->breakers, j->tenant, j->origin, success, unix_ms());
+    job_outcome(d, j, res, 0, 0);
+    if (hub_log_enabled(HUB_DEBUG)) {
+        hub_log(HUB_DEBUG, "delivery attempt", HUB_LS("tenant", j->tenant),
+                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id),
+                HUB_LS("delivery_id", j->delivery_id), HUB_LI("status", res->status),
+                HUB_LS("error", success ? NULL : res->error_text));
+    }
+    d->inflight--;
+    job_free(j);
+    if (!d->stopping) {
+        dispatch_claim(d);
+    }
+    dispatch_maybe_done(d);
+}
+
+/* Starts the attempt for one claimed job (or sheds it). */
+static void job_start(struct hub_dispatch *d, struct job *j) {
+    struct header_list h = {0};
+    struct hub_url u;
+    struct hub_httpc_request req;
+    int64_t retry_at = 0;
+
+    if (hub_url_parse(j->url, &u) == 0) {
+        snprintf(j->origin, sizeof(j->origin), "%s", u.origin);
+    } else {
+        snprintf(j->origin, sizeof(j->origin), "%s", j->url);
+    }
+    switch (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at)) {
+    case HUB_BREAKER_SHED:
+        job_outcome(d, j, NULL, 1, retry_at);
+        job_free(j);
+        return;
+    default:
+        break;
+    }
+    if (hub_uuid7_text(j->delivery_id) != 0) {
+        snprintf(j->delivery_id, sizeof(j->delivery_id), "00000000-0000-7000-8000-000000000000");
+    }
+    j->started_unix_ms = unix_ms();
+    if (job_headers(j, &d->hub->kek, &h) != 0) {
+        hub_log(HUB_ERROR, "cannot open the subscription's secrets (wrong STREAMING_HUB_KEK?)",
+                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
+        job_outcome(d, j, NULL, 0, 0);
+        hl_free(&h);
+        job_free(j);
+        return;
+    }
+    req = (struct hub_httpc_request){
+        .url = j->url,
+        .headers = (const char *const *)h.lines,
+        .body = j->payload,
+        .body_len = j->payload_len,
+        .timeout_ms = d->hub->cfg.delivery_timeout_ms,
+        .connect_timeout_ms = 5000,
+    };
+    d->inflight++;
+    if (hub_httpc_post(d->hub->httpc, &req, attempt_done, j) != 0) {
+        struct hub_httpc_response res = {.error = HUB_HTTPC_PROTOCOL,
+                                         .error_text = "request refused"};
+        d->inflight--;
+        job_outcome(d, j, &res, 0, 0);
+        job_free(j);
+    }
+    hl_free(&h);
+}
+
+/* --------------------------------------------------------------- claims -- */
+
+static char *dup_value(PGresult *r, int row, int col) {
+    return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
+}
+
+static void claim_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int rows = r ? PQntuples(r) : 0;
+
+    d->claiming = 0;
+    if (out->status != HUB_PG_OK) {
+        hub_log(HUB_WARN, "claim failed", HUB_LS("error", out->error));
+        if (!d->stopping) {
+            uv_timer_start(&d->claim_timer, claim_timer_cb, 500, 0);
+        }
+        dispatch_maybe_done(d);
+        return;
+    }
+    for (int i = 0; i < rows; i++) {
+        struct job *j = calloc(1, sizeof(*j));
+        size_t plen = 0;
+        unsigned char *p;
+        if (j == NULL) {
+            continue; /* the lease expires; reclaimed later */
+        }
+        j->d = d;
+        j->id = atoll(PQgetvalue(r, i, 0));
+        snprintf(j->sub_id, sizeof(j->sub_id), "%s", PQgetvalue(r, i, 1));
+        j->tenant = dup_value(r, i, 2);
+        j->event_id = dup_value(r, i, 3);
+        j->event_type = dup_value(r, i, 4);
+        j->attempt_count = atoi(PQgetvalue(r, i, 5));
+        j->url = dup_value(r, i, 6);
+        j->headers_sealed = dup_value(r, i, 7);
+        j->secret_sealed = dup_value(r, i, 8);
+        j->prev_secret_sealed = dup_value(r, i, 9);
+        if (!PQgetisnull(r, i, 10)) {
+            int n = hub_duration_list_parse(PQgetvalue(r, i, 10), j->schedule,
+                                            HUB_RETRY_MAX_STEPS);
+            /* a malformed schedule falls back to the default curve (SPEC §7.4) */
+            j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n)
+                                ? (size_t)n
+                                : 0;
+        }
+        j->content_type = dup_value(r, i, 11);
+        j->attrs = dup_value(r, i, 12);
+        p = PQunescapeBytea((const unsigned char *)PQgetvalue(r, i, 13), &plen);
+        if (p != NULL) {
+            j->payload = malloc(plen ? plen : 1);
+            if (j->payload) {
+                memcpy(j->payload, p, plen);
+                j->payload_len = plen;
+            }
+            PQfreemem(p);
+        }
+        job_start(d, j);
+    }
+    /* a full batch means more may be due: claim again at once */
+    if (!d->stopping) {
+        uv_timer_start(&d->claim_timer, claim_timer_cb, rows > 0 ? 0 : DISPATCH_IDLE_MS, 0);
+    }
+    dispatch_maybe_done(d);
+}
+
+/* Claims as many jobs as there are free workers (one claim at a time). */
+static void dispatch_claim(struct hub_dispatch *d) {
+    size_t workers = (size_t)d->hub->cfg.dispatch_workers;
+    size_t free_slots = workers > d->inflight ? workers - d->inflight : 0;
+    size_t batch = (size_t)d->hub->cfg.dispatch_claim_batch;
+    char lease[32], limit[16], per_tenant[16];
+    const char *params[4] = {d->owner, lease, limit, per_tenant};
+    struct hub_pg_txn *txn;
+
+    if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
+        return;
+    }
+    if (batch > free_slots) {
+        batch = free_slots;
+    }
+    snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
+    snprintf(limit, sizeof(limit), "%zu", batch);
+    snprintf(per_tenant, sizeof(per_tenant), "%d", DISPATCH_PER_TENANT);
+    txn = hub_pg_txn_new(d->hub->pg, claim_done, d);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &sql_claim, 4, params, NULL, NULL);
+    d->claiming = 1;
+    hub_pg_txn_submit(txn);
+}
+
+static void claim_timer_cb(uv_timer_t *t) {
+    dispatch_claim(t->data);
+}
+
+static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int rows = (out->status == HUB_PG_OK && r) ? PQntuples(r) : 0;
+
+    d->aux_inflight--;
+    for (int i = 0; i < rows; i++) {
+        int dead = strcmp(PQgetvalue(r, i, 1), "dead") == 0;
+        if (dead) {
+            d->hub->metrics.deliveries[HUB_D_POISON]++;
+        }
+        hub_log(dead ? HUB_WARN : HUB_INFO,
+                dead ? "job is poison: its lease expired too often" : "expired lease reclaimed",
+                HUB_LS("job", PQgetvalue(r, i, 0)));
+    }
+    dispatch_maybe_done(d);
+}
+
+static void reclaim_timer_cb(uv_timer_t *t) {
+    struct hub_dispatch *d = t->data;
+    char threshold[16];
+    const char *params[1] = {threshold};
+    struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, reclaim_done, d);
+
+    if (txn == NULL) {
+        return;
+    }
+    snprintf(threshold, sizeof(threshold), "%lld", (long long)d->hub->cfg.poison_threshold);
+    hub_pg_txn_add(txn, &sql_reclaim, 1, params, NULL, NULL);
+    d->aux_inflight++;
+    hub_pg_txn_submit(txn);
+}
+
+static void sample_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    d->aux_inflight--;
+    if (out->status == HUB_PG_OK && out->n_results > 0 && out->results[0] &&
+        PQntuples(out->results[0]) == 1) {
+        d->hub->metrics.jobs_due = atoll(PQgetvalue(out->results[0], 0, 0));
+    }
+    dispatch_maybe_done(d);
+}
+
+static void sample_timer_cb(uv_timer_t *t) {
+    struct hub_dispatch *d = t->data;
+    struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, sample_done, d);
+    if (txn != NULL) {
+        hub_pg_txn_add(txn, &sql_due_sample, 0, NULL, NULL, NULL);
+        d->aux_inflight++;
+        hub_pg_txn_submit(txn);
+    }
+}
+
+/* ------------------------------------------------------------ lifecycle -- */
+
+int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
+    struct hub_dispatch *d = calloc(1, sizeof(*d));
+    struct hub_breaker_cfg bcfg = HUB_BREAKER_CFG_DEFAULT;
+    char host[64] = "hub";
+    unsigned char r[6];
+    char rhex[13];
+    uint64_t lease = (uint64_t)hub->cfg.dispatch_lease_ms;
+
+    if (d == NULL) {
+        return -1;
+    }
+    d->hub = hub;
+    gethostname(host, sizeof(host) - 1);
+    RAND_bytes(r, sizeof(r));
+    hub_hex(r, sizeof(r), rhex);
+    snprintf(d->owner, sizeof(d->owner), "%s/%d/%s", host, (int)getpid(), rhex);
+
+    bcfg.consecutive_failures = (int)hub->cfg.breaker_consecutive_failures;
+    bcfg.failure_ratio = hub->cfg.breaker_failure_ratio;
+    bcfg.min_attempts = (int)hub->cfg.breaker_min_attempts;
+    bcfg.window_ms = hub->cfg.breaker_window_ms;
+    bcfg.open_ms = hub->cfg.breaker_open_ms;
+    bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
+    d->breakers = hub_breakers_new(&bcfg);
+    if (d->breakers == NULL) {
+        free(d);
+        return -1;
+    }
+    uv_timer_init(hub->loop, &d->claim_timer);
+    uv_timer_init(hub->loop, &d->flush_timer);
+    uv_timer_init(hub->loop, &d->reclaim_timer);
+    uv_timer_init(hub->loop, &d->sample_timer);
+    d->claim_timer.data = d->flush_timer.data = d->reclaim_timer.data = d->sample_timer.data = d;
+    d->open_handles = 4;
+    uv_timer_start(&d->claim_timer, claim_timer_cb, 0, 0);
+    uv_timer_start(&d->reclaim_timer, reclaim_timer_cb, 1000, lease / 4 > 1000 ? lease / 4 : 1000);
+    uv_timer_start(&d->sample_timer, sample_timer_cb, 1000, DISPATCH_DUE_SAMPLE_MS);
+    hub_log(HUB_INFO, "dispatcher started", HUB_LS("owner", d->owner),
+            HUB_LI("workers", hub->cfg.dispatch_workers),
+            HUB_LI("claim_batch", hub->cfg.dispatch_claim_batch));
+    *out = d;
+    return 0;
+}
+
+static void dispatch_handle_closed(uv_handle_t *h) {
+    struct hub_dispatch *d = h->data;
+    if (--d->open_handles > 0) {
+        return;
+    }
+    void (*cb)(void *) = d->done_cb;
+    void *arg = d->done_arg;
+    hub_breakers_free(d->breakers);
+    for (size_t i = 0; i < d->n_outcomes; i++) {
+        free(d->outcomes[i].excerpt);
+    }
+    for (size_t i = 0; i < d->n_gone; i++) {
+        free(d->gone[i]);
+    }
+    free(d->gone);
+    free(d->outcomes);
+    free(d);
+    if (cb) {
+        cb(arg);
+    }
+}
+
+/* Once stopping: no attempt in flight, no claim, every outcome written. */
+static void dispatch_maybe_done(struct hub_dispatch *d) {
+    if (!d->stopping || d->inflight > 0 || d->claiming || d->flushing || d->aux_inflight > 0 ||
+        d->open_handles < 4) {
+        return;
+    }
+    if (d->n_outcomes > 0) {
+        dispatch_flush(d);
+        return;
+    }
+    uv_close((uv_handle_t *)&d->claim_timer, dispatch_handle_closed);
+    uv_close((uv_handle_t *)&d->flush_timer, dispatch_handle_closed);
+    uv_close((uv_handle_t *)&d->reclaim_timer, dispatch_handle_closed);
+    uv_close((uv_handle_t *)&d->sample_timer, dispatch_handle_closed);
+}
+
+void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg) {
+    d->stopping = 1;
+    d->done_cb = done_cb;
+    d->done_arg = arg;
+    uv_timer_stop(&d->claim_timer);
+    uv_timer_stop(&d->reclaim_timer);
+    uv_timer_stop(&d->sample_timer);
+    if (d->inflight > 0) {
+        hub_log(HUB_INFO, "dispatcher draining", HUB_LI("attempts_in_flight", (int64_t)d->inflight));
+    }
+    dispatch_maybe_done(d);
+}
+
+size_t hub_dispatch_inflight(const struct hub_dispatch *d) {
+    return d ? d->inflight : 0;
+}
+
+size_t hub_dispatch_breakers_open(struct hub_dispatch *d) {
+    return d ? hub_breakers_open_count(d->breakers, unix_ms()) : 0;
+}
+
+static void breaker_json_cb(void *arg, const char *tenant, const char *origin, const char *state,
+                            int64_t opened_at_ms, int64_t retry_at_ms, int consecutive_failures) {
+    json_t *o = json_object();
+    json_object_set_new(o, "tenant_id", json_string(tenant));
+    json_object_set_new(o, "origin", json_string(origin));
+    json_object_set_new(o, "state", json_string(state));
+    json_object_set_new(o, "opened_at_ms", json_integer(opened_at_ms));
+    json_object_set_new(o, "retry_at_ms", json_integer(retry_at_ms));
+    json_object_set_new(o, "consecutive_failures", json_integer(consecutive_failures));
+    json_array_append_new(arg, o);
+}
+
+char *hub_dispatch_breakers_json(struct hub_dispatch *d) {
+    json_t *arr = json_array();
+    char *text;
+    if (d != NULL) {
+        hub_breakers_list(d->breakers, unix_ms(), breaker_json_cb, arr);
+    }
+    text = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return text;
+}

@@ -1,0 +1,39 @@
+/*
+ * dispatch — the delivery engine (SPEC §7): claims due jobs in batches with a
+ * lease (FOR UPDATE SKIP LOCKED, tenants interleaved), makes exactly one
+ * signed attempt per claim through httpc, and records outcomes in batches:
+ * attempts, retries on the full-jitter curve, dead letters, 410 disables,
+ * failure streaks and auto-disable, circuit-breaker shedding, and the
+ * reclaim of expired leases (poison after STREAMING_HUB_POISON_THRESHOLD).
+ *
+ * Runs on the hub's loop; several processes may dispatch from one database.
+ */
+#ifndef HUB_DISPATCH_H
+#define HUB_DISPATCH_H
+
+#include <stddef.h>
+
+struct hub;
+struct hub_dispatch;
+
+/* Starts claiming.  Returns 0 and stores *out, or -1 (logged). Borrows hub. */
+int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out);
+
+/*
+ * Stops claiming, lets attempts in flight finish (their outcomes are
+ * written), releases the leases of claimed jobs not attempted yet without
+ * counting a reclaim, then frees everything and calls done_cb on the loop.
+ */
+void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg);
+
+/* Attempts in flight (gauge). */
+size_t hub_dispatch_inflight(const struct hub_dispatch *d);
+
+/* Lists open/half-open breakers as a JSON array text (malloc'd) for
+ * GET /admin/breakers. */
+char *hub_dispatch_breakers_json(struct hub_dispatch *d);
+
+/* Open and half-open breakers (gauge). */
+size_t hub_dispatch_breakers_open(struct hub_dispatch *d);
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * httpc — outgoing HTTP requests (webhook attempts, verification probes):
+ * libcurl's multi interface driven by the hub's libuv loop (uv_poll_t per
+ * socket, one uv_timer_t), keep-alive connection reuse, HTTP/1.1 and HTTP/2
+ * (ALPN), TLS verification on, redirects never followed, response bodies
+ * read only up to a cap, and the SSRF guard of SPEC §11 applied to the
+ * address each connection actually uses.
+ *
+ * Everything runs on the loop thread.
+ */
+#ifndef HUB_HTTPC_H
+#define HUB_HTTPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct hub_httpc;
+
+struct hub_httpc_options {
+    int allow_private;        /* STREAMING_HUB_ALLOW_PRIVATE_SINKS */
+    long max_connections;     /* total open connections (0 = libcurl default) */
+    size_t excerpt_bytes;     /* response body bytes kept for the caller (1024) */
+    size_t max_body_bytes;    /* response body bytes read before giving up (e.g. 1 MiB) */
+    const char *user_agent;   /* "streaming-hub/<version>" */
+};
+
+/* One request.  Everything is borrowed only until hub_httpc_post returns
+ * (the module copies what it needs). */
+struct hub_httpc_request {
+    const char *url;
+    const char *const *headers; /* "Name: value" lines, NULL-terminated; may be NULL */
+    const void *body;
+    size_t body_len;
+    int64_t timeout_ms;         /* whole attempt (STREAMING_HUB_DELIVERY_TIMEOUT) */
+    int64_t connect_timeout_ms; /* 5000 */
+};
+
+enum hub_httpc_error {
+    HUB_HTTPC_OK = 0,       /* a response arrived (any status) */
+    HUB_HTTPC_TIMEOUT,      /* whole-attempt or connect timeout */
+    HUB_HTTPC_CONNECT,      /* refused, reset, unreachable */
+    HUB_HTTPC_DNS,          /* name did not resolve */
+    HUB_HTTPC_TLS,          /* handshake or certificate */
+    HUB_HTTPC_BLOCKED,      /* SSRF guard refused the address */
+    HUB_HTTPC_PROTOCOL,     /* garbage response, body over the cap, ... */
+    HUB_HTTPC_INTERNAL,     /* out of memory, closing */
+};
+
+struct hub_httpc_response {
+    enum hub_httpc_error error;
+    const char *error_text;    /* short, for logs and delivery_attempts.error */
+    long status;               /* HTTP status, 0 when none */
+    const char *excerpt;       /* first excerpt_bytes of the body (NUL-terminated) */
+    size_t excerpt_len;
+    size_t body_len;           /* bytes of body read (up to the cap) */
+    const char *retry_after;   /* Retry-After header value, or NULL */
+    int64_t duration_ms;
+};
+
+/* Called exactly once per request, on the loop; the response is borrowed for
+ * the duration of the call. */
+typedef void (*hub_httpc_cb)(void *arg, const struct hub_httpc_response *res);
+
+/* Creates the client on loop.  Returns NULL on failure (logged). */
+struct hub_httpc *hub_httpc_new(uv_loop_t *loop, const struct hub_httpc_options *opt);
+
+/*
+ * Starts a POST.  Returns 0 and later calls cb, or returns -1 at once (bad
+ * URL, out of memory) without calling cb.
+ */
+int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub_httpc_cb cb,
+                   void *arg);
+
+/* Requests started and not finished. */
+size_t hub_httpc_inflight(const struct hub_httpc *c);
+
+/* Aborts what is in flight (callbacks run with HUB_HTTPC_INTERNAL, "closing"),
+ * closes every handle and frees the client once libuv closed them. */
+void hub_httpc_close(struct hub_httpc *c);
+
+/* Stable label of an error ("timeout", "connect", ...). */
+const char *hub_httpc_error_str(enum hub_httpc_error e);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * store_subs — SQL texts of the subscription and delivery API (see
+ * store_subs.h).
+ *
+ * As in store_admin.c, the JSON shapes are written once as macros and pasted
+ * into the statements at compile time; every value is still a parameter.
+ */
+#include "store_subs.h"
+
+/* The SQL below is laid out for reading as SQL; clang-format would reflow the
+ * string pieces across macro boundaries. */
+// clang-format off
+
+/* RFC 3339 in UTC whatever the session TimeZone is. */
+#define SUBS_TS(col) "to_char((" col ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+/* A JSON array of strings (text parameter) as text[], keeping the order. */
+#define SUBS_TEXT_ARRAY(param) "ARRAY(SELECT json_array_elements_text(" param "::json))"
+
+/*
+ * The subscription object of SPEC §6 from a row alias s, plus the internal
+ * "_hs" member and `extra` (", 'name', value" pairs, or "").  The API fills
+ * destination.headers and strips the internal members (store_subs.h).
+ */
+#define SUBS_JSON(s, extra)                                                                       \
+    "json_build_object('id', " s ".id, 'tenant_id', " s ".tenant_id, "                             \
+    "'event_types', " s ".event_types, 'schema_major', " s ".schema_major, "                      \
+    "'destination', json_build_object('kind', 'webhook', 'url', " s ".url, 'headers', NULL), "    \
+    "'enabled', " s ".enabled, 'verification_state', " s ".verification_state, "                  \
+    "'retry_schedule', " s ".retry_schedule, 'policy', " s ".policy, "                            \
+    "'ordering', " s ".ordering, 'max_rate', " s ".max_rate, "                                    \
+    "'disabled_reason', " s ".disabled_reason, "                                                  \
+    "'created_at', " SUBS_TS(s ".created_at") ", 'updated_at', " SUBS_TS(s ".updated_at") ", "    \
+    "'_hs', " s ".headers_sealed" extra ")::text"
+
+/* The delivery (job) object of SPEC §9 from a row alias j, plus `extra`.
+ * next_attempt_at means nothing once a job is settled: null then. */
+#define DELIV_JSON(j, extra)                                                                      \
+    "json_build_object('id', " j ".id, 'subscription_id', " j ".subscription_id, "                \
+    "'event_id', " j ".event_id, 'event_type', " j ".event_type, 'state', " j ".state, "          \
+    "'reason', " j ".reason, 'attempt_count', " j ".attempt_count, "                              \
+    "'next_attempt_at', CASE WHEN " j ".state IN ('succeeded', 'dead') THEN NULL ELSE "           \
+    SUBS_TS(j ".next_attempt_at") " END, "                                                        \
+    "'created_at', " SUBS_TS(j ".created_at") extra ")::text"
+
+/* The attempts of job j, by number. */
+#define DELIV_ATTEMPTS(j)                                                                         \
+    "COALESCE((SELECT json_agg(json_build_object('delivery_id', a.delivery_id, "                  \
+    "'number', a.number, 'started_at', " SUBS_TS("a.started_at") ", "                             \
+    "'duration_ms', a.duration_ms, 'status', a.status, 'error', a.error, "                        \
+    "'response_excerpt', a.response_excerpt) ORDER BY a.number, a.started_at)"                    \
+    " FROM delivery_attempts a WHERE a.job_id = " j ".id), '[]'::json)"
+
+const struct hub_sql hub_sql_subs_create = {
+    "subs_create",
+    "WITH s AS ("
+    "    INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url,"
+    "                               headers_sealed, secret_sealed, enabled, disabled_reason,"
+    "                               retry_schedule, policy, ordering, max_rate)"
+    "    VALUES ($1::uuid, $2::text, " SUBS_TEXT_ARRAY("$3") ", $4::int, $5::text,"
+    "            $6::text, $7::text, $8::boolean,"
+    "            CASE WHEN $8::boolean THEN NULL ELSE 'disabled' END,"
+    "            CASE WHEN $9::json IS NULL THEN NULL ELSE " SUBS_TEXT_ARRAY("$9") " END,"
+    "            $10::text, $11::text, $12::float8)"
+    "    RETURNING *),"
+    " b AS (SELECT s.id, s.tenant_id, " SUBS_JSON("s", "") " AS obj, "
+             SUBS_JSON("s", ", '_ss', s.secret_sealed, '_req', $14::text") " AS stored FROM s),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
+    "       SELECT b.tenant_id, 'tenant', 'subscription.create', b.id::text FROM b),"
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT $13::text, $15::text, 201, b.stored FROM b WHERE $15::text IS NOT NULL)"
+    " SELECT obj FROM b",
+};
+
+const struct hub_sql hub_sql_subs_get = {
+    "subs_get",
+    "SELECT " SUBS_JSON("s", "") " FROM subscriptions s"
+    " WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
+};
+
+const struct hub_sql hub_sql_subs_list = {
+    "subs_list",
+    "SELECT s.id::text, " SUBS_JSON("s", "") " FROM subscriptions s"
+    " WHERE s.tenant_id = $1::text AND ($2::uuid IS NULL OR s.id > $2::uuid)"
+    " ORDER BY s.id LIMIT $3::int",
+};
+
+const struct hub_sql hub_sql_subs_patch = {
+    "subs_patch",
+    "WITH o AS (SELECT id, url FROM subscriptions"
+    "            WHERE tenant_id = $1::text AND id = $2::uuid FOR UPDATE),"
+    " s AS ("
+    "    UPDATE subscriptions x SET"
+    "        event_types = CASE WHEN $3::json IS NULL THEN x.event_types"
+    "                           ELSE " SUBS_TEXT_ARRAY("$3") " END,"
+    "        schema_major = COALESCE($4::int, x.schema_major),"
+    "        url = COALESCE($5::text, x.url),"
+    "        headers_sealed = CASE WHEN $6::boolean THEN $7::text ELSE x.headers_sealed END,"
+    "        retry_schedule = CASE WHEN NOT $8::boolean THEN x.retry_schedule"
+    "                              WHEN $9::json IS NULL THEN NULL"
+    "                              ELSE " SUBS_TEXT_ARRAY("$9") " END,"
+    "        policy = CASE WHEN $10::boolean THEN $11::text ELSE x.policy END,"
+    "        ordering = COALESCE($12::text, x.ordering),"
+    "        max_rate = CASE WHEN $13::boolean THEN $14::float8 ELSE x.max_rate END,"
+    "        enabled = COALESCE($15::boolean, x.enabled),"
+    "        verification_state = CASE WHEN $5::text IS NOT NULL AND $5::text <> x.url"
+    "                                  THEN 'pending' ELSE x.verification_state END,"
+    "        failure_first_at = CASE WHEN $5::text IS NOT NULL AND $5::text <> x.url"
+    "                                THEN NULL ELSE x.failure_first_at END,"
+    "        failure_last_at = CASE WHEN $5::text IS NOT NULL AND $5::text <> x.url"
+    "                               THEN NULL ELSE x.failure_last_at END,"
+    "        disabled_reason = CASE WHEN $15::boolean IS FALSE THEN 'disabled'"
+    "                               WHEN $15::boolean IS TRUE THEN NULL"
+    "                               ELSE x.disabled_reason END,"
+    "        updated_at = now()"
+    "      FROM o WHERE x.id = o.id"
+    "    RETURNING x.*, (o.url <> x.url) AS url_changed),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT s.tenant_id, 'tenant', 'subscription.update', s.id::text, $16::jsonb FROM s)"
+    " SELECT " SUBS_JSON("s", "") ", s.url_changed, s.url, s.headers_sealed, s.secret_sealed,"
+    "        s.prev_secret_sealed, COALESCE(s.prev_secret_until > now(), false)"
+    "   FROM s",
+};
+
+const struct hub_sql hub_sql_subs_delete = {
+    "subs_delete",
+    "WITH s AS (DELETE FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid"
+    "           RETURNING id, tenant_id),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
+    "       SELECT s.tenant_id, 'tenant', 'subscription.delete', s.id::text FROM s)"
+    " SELECT s.id FROM s",
+};
+
+const struct hub_sql hub_sql_subs_probe_load = {
+    "subs_probe_load",
+    "SELECT " SUBS_JSON("s", "") ", s.url, s.headers_sealed, s.secret_sealed,"
+    "       s.prev_secret_sealed, COALESCE(s.prev_secret_until > now(), false)"
+    "  FROM subscriptions s WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
+};
+
+const struct hub_sql hub_sql_subs_verify_result = {
+    "subs_verify_result",
+    "WITH s AS ("
+    "    UPDATE subscriptions SET"
+    "        verification_state = CASE WHEN $3::boolean THEN 'active' ELSE 'failed' END,"
+    "        enabled = enabled OR $3::boolean,"
+    "        disabled_reason = CASE WHEN $3::boolean THEN NULL ELSE disabled_reason END,"
+    "        failure_first_at = CASE WHEN $3::boolean THEN NULL ELSE failure_first_at END,"
+    "        failure_last_at = CASE WHEN $3::boolean THEN NULL ELSE failure_last_at END,"
+    "        updated_at = now()"
+    "     WHERE tenant_id = $1::text AND id = $2::uuid AND url = $4::text"
+    "    RETURNING *),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT s.tenant_id, 'tenant', 'subscription.verify', s.id::text, $5::jsonb FROM s)"
+    " SELECT " SUBS_JSON("s", "") " FROM s",
+};
+
+const struct hub_sql hub_sql_subs_probe_result = {
+    "subs_probe_result",
+    "UPDATE subscriptions SET"
+    "       verification_state = CASE WHEN $2::boolean THEN 'active' ELSE 'failed' END,"
+    "       updated_at = now()"
+    " WHERE id = $1::uuid AND verification_state = 'pending' AND url = $3::text"
+    "   AND headers_sealed IS NOT DISTINCT FROM $4::text"
+    " RETURNING id",
+};
+
+const struct hub_sql hub_sql_subs_rotate = {
+    "subs_rotate",
+    "WITH s AS ("
+    "    UPDATE subscriptions SET"
+    "        prev_secret_sealed = CASE WHEN $4::bigint > 0 THEN secret_sealed END,"
+    "        prev_secret_until = CASE WHEN $4::bigint > 0"
+    "                                 THEN now() + $4::bigint * interval '1 millisecond' END,"
+    "        secret_sealed = $3::text,"
+    "        updated_at = now()"
+    "     WHERE tenant_id = $1::text AND id = $2::uuid"
+    "    RETURNING *),"
+    " b AS (SELECT s.id, s.tenant_id, " SUBS_JSON("s", "") " AS obj, "
+             SUBS_JSON("s", ", '_ss', s.secret_sealed, '_req', $7::text") " AS stored FROM s),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT b.tenant_id, 'tenant', 'subscription.rotate_secret', b.id::text, $8::jsonb"
+    "         FROM b),"
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT $5::text, $6::text, 200, b.stored FROM b WHERE $6::text IS NOT NULL)"
+    " SELECT obj FROM b",
+};
+
+const struct hub_sql hub_sql_subs_exists = {
+    "subs_exists",
+    "SELECT 1 FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid",
+};
+
+const struct hub_sql hub_sql_deliveries_list = {
+    "deliveries_list",
+    "SELECT j.id::text, " DELIV_JSON("j", "") " FROM delivery_jobs j"
+    " WHERE j.tenant_id = $1::text AND j.subscription_id = $2::uuid"
+    "   AND ($3::text IS NULL OR j.state = $3::text)"
+    "   AND ($4::bigint IS NULL OR j.id < $4::bigint)"
+    " ORDER BY j.id DESC LIMIT $5::int",
+};
+
+const struct hub_sql hub_sql_delivery_get = {
+    "delivery_get",
+    "SELECT " DELIV_JSON("j", ", 'attempts', " DELIV_ATTEMPTS("j")) " FROM delivery_jobs j"
+    " WHERE j.tenant_id = $1::text AND j.id = $2::bigint",
+};
+
+const struct hub_sql hub_sql_delivery_redeliver = {
+    "delivery_redeliver",
+    "WITH j AS ("
+    "    UPDATE delivery_jobs SET state = 'pending', next_attempt_at = now(), reason = NULL,"
+    "           lease_owner = NULL, lease_until = NULL, reclaims = 0, updated_at = now()"
+    "     WHERE tenant_id = $1::text AND id = $2::bigint AND state = 'dead'"
+    "    RETURNING *),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
+    "       SELECT j.tenant_id, 'tenant', 'delivery.redeliver', j.id::text FROM j)"
+    " SELECT " DELIV_JSON("j", "") " FROM j",
+};
+
+const struct hub_sql hub_sql_delivery_state = {
+    "delivery_state",
+    "SELECT state FROM delivery_jobs WHERE tenant_id = $1::text AND id = $2::bigint",
+};
+
+// clang-format on

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Delivery engine end to end: Kafka → hub → the recording sink on loopback.
+#
+# Covers: matching (exact, resource.*, other tenant, disabled), the signed
+# request of SPEC §7.2 (body bytes unchanged, X-Lerian-* and ce-* headers, a
+# consumer-side HMAC check with openssl for both signature schemes, the
+# destination credential header), retries then success, exhaustion to dead,
+# 410 disabling the subscription, circuit-breaker shedding, the deliveries API
+# and the metrics.  Durations are shortened through the environment; the
+# breaker (per tenant and origin: every sink path shares one origin) is kept
+# out of the way here.
+set -uo pipefail
+source "$(dirname "$0")/../support/lib.sh"
+source "$(dirname "$0")/../support/sink.sh"
+hub_test_init
+
+KEK=$(head -c 32 /dev/urandom | base64)
+pg_start
+kafka_start --topic lerian.streaming.delivery:4
+sink_start
+hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
+    STREAMING_HUB_RETRY_SCHEDULE=200ms,300ms,400ms STREAMING_HUB_DISPATCH_LEASE=5s \
+    STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000 \
+    STREAMING_HUB_DELIVERY_TIMEOUT=2s
+
+tenant_create acme
+tenant_create other
+key_for() { admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'; }
+ACME_KEY=$(key_for acme)
+OTHER_KEY=$(key_for other)
+[[ -n $ACME_KEY && -n $OTHER_KEY ]] || fatal "no tenant API keys"
+
+# subscribe KEY JSON → prints the created subscription JSON
+subscribe() {
+    curl -s -X POST -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+        -d "$2" "$HUB_URL/v1/subscriptions"
+}
+json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" <<<"$2" | head -n1; }
+# activate ID: marks a subscription verified by hand once its background probe
+# has failed (the sink paths that fail on purpose cannot echo the challenge)
+activate() {
+    wait_until 10 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$1'\") != pending ]]" ||
+        fail "the probe of $1 did not finish"
+    psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$1'" >/dev/null
+}
+
+# 1. a verified subscription (the probe echoes the challenge)
+S_OK=$(subscribe "$ACME_KEY" "{\"event_types\":[\"transaction.*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/echo/ok\",\"headers\":{\"X-Api-Key\":\"sekrit-123\"}}}")
+OK_ID=$(json_field id "$S_OK")
+OK_SECRET=$(json_field secret "$S_OK")
+[[ -n $OK_ID && $OK_SECRET == whsec_* ]] || fatal "subscription not created: $S_OK"
+wait_until 20 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$OK_ID'\") == active ]]" ||
+    fail "the background probe did not verify the /echo destination"
+
+# 2. destinations that fail in known ways, activated by hand
+mk() { # mk PATH EVENT_TYPE [EXTRA_JSON] → id
+    local s
+    s=$(subscribe "$ACME_KEY" "{\"event_types\":[\"$2\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$1\"}${3:-}}")
+    json_field id "$s"
+}
+FLAKY_ID=$(mk /flaky/3/a flaky.happened) # the probe takes the first 503
+DEAD_ID=$(mk /status/500/dead dead.happened ',"retry_schedule":["100ms","100ms"]')
+GONE_ID=$(mk /gone/x gone.happened)
+OFF_ID=$(mk /ok/off transaction.posted)
+for id in "$FLAKY_ID" "$DEAD_ID" "$GONE_ID"; do
+    [[ -n $id ]] || fatal "a subscription was not created"
+    activate "$id"
+done
+# OFF stays pending (never verified): it must match nothing
+OTHER_SUB=$(subscribe "$OTHER_KEY" "{\"event_types\":[\"*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/ok/other\"}}")
+activate "$(json_field id "$OTHER_SUB")"
+
+# 3. events
+produce --topic lerian.streaming.delivery --tenant acme --count 20 --id-prefix tx- \
+    --type studio.lerian.transaction.posted --payload-bytes 300 >/dev/null
+produce --topic lerian.streaming.delivery --tenant acme --count 1 --id-prefix fl- \
+    --type studio.lerian.flaky.happened >/dev/null
+produce --topic lerian.streaming.delivery --tenant acme --count 1 --id-prefix dd- \
+    --type studio.lerian.dead.happened >/dev/null
+produce --topic lerian.streaming.delivery --tenant acme --count 1 --id-prefix gg- \
+    --type studio.lerian.gone.happened >/dev/null
+
+delivered() { grep -c '"x-lerian-event-type":"transaction.posted"' "$SINK_LOG" 2>/dev/null || true; }
+wait_until 30 '(( $(delivered) >= 20 ))' || fail "expected 20 deliveries, got $(delivered)"
+assert_eq 20 "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$OK_ID' AND state = 'succeeded'")" \
+    "20 jobs succeeded for the verified subscription"
+assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$OFF_ID'")" \
+    "a subscription that is not verified matches nothing"
+assert_eq 0 "$(grep '"path":"/ok/other"' "$SINK_LOG" | grep -c '"x-lerian-tenant-id":"acme"')" \
+    "another tenant's subscription receives nothing of acme's"
+
+# 4. the request itself, checked like a consumer would
+line=$(grep '"x-lerian-event-id":"tx-0"' "$SINK_LOG" | head -n1)
+hdr() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" <<<"$line"; }
+body=$(sed -n 's/.*"body_b64":"\([^"]*\)".*/\1/p' <<<"$line" | base64 -d)
+stored=$(psql_q "SELECT convert_from(payload, 'UTF8') FROM event_inbox WHERE event_id = 'tx-0'")
+assert_eq "$stored" "$body" "body = the stored payload bytes"
+assert_eq transaction.posted "$(hdr x-lerian-event-type)" "X-Lerian-Event-Type is the event type"
+assert_eq acme "$(hdr x-lerian-tenant-id)" "X-Lerian-Tenant-Id"
+assert_eq "$OK_ID" "$(hdr x-lerian-subscription-id)" "X-Lerian-Subscription-Id"
+assert_eq 1 "$(hdr x-lerian-attempt)" "X-Lerian-Attempt"
+assert_eq tx-0 "$(hdr webhook-id)" "webhook-id = ce-id"
+assert_eq tx-0 "$(hdr ce-id)" "ce-id header"
+assert_eq 1.0 "$(hdr ce-specversion)" "ce-specversion header"
+assert_eq studio.lerian.transaction.posted "$(hdr ce-type)" "ce-type header"
+assert_eq application/json "$(hdr content-type)" "Content-Type = datacontenttype"
+assert_eq sekrit-123 "$(hdr x-api-key)" "destination credential header delivered"
+assert_contains "$(hdr user-agent)" "streaming-hub/" "User-Agent"
+[[ $(hdr x-lerian-delivery-id) =~ ^[0-9a-f]{8}-[0-9a-f]{4}-7 ]] && pass "X-Lerian-Delivery-Id is a UUIDv7" ||
+    fail "X-Lerian-Delivery-Id is not a UUIDv7: $(hdr x-lerian-delivery-id)"
+ts=$(hdr x-lerian-timestamp)
+keyhex=$(printf '%s' "${OK_SECRET#whsec_}" | base64 -d | od -An -tx1 | tr -d ' \n')
+want_lerian=$(printf 'v1:%s.%s' "$ts" "$body" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$keyhex" | awk '{print $NF}')
+assert_eq "v1,sha256=$want_lerian" "$(hdr x-lerian-signature)" "X-Lerian-Signature verifies with openssl"
+want_std=$(printf '%s.%s.%s' tx-0 "$(hdr webhook-timestamp)" "$body" |
+    openssl dgst -sha256 -mac HMAC -macopt "hexkey:$keyhex" -binary | base64)
+assert_eq "v1,$want_std" "$(hdr webhook-signature)" "webhook-signature (Standard Webhooks) verifies with openssl"
+if grep -q 'sekrit-123' "$HUB_LOG"; then fail "a credential reached the log"; else pass "no credential in the log"; fi
+
+# 5. retries then success: /flaky/3 fails three times (the probe took one),
+#    so deliveries fail twice and the third attempt succeeds
+wait_until 20 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$FLAKY_ID'\") == succeeded ]]" ||
+    fail "flaky job did not succeed"
+assert_eq 3 "$(psql_q "SELECT attempt_count FROM delivery_jobs WHERE subscription_id = '$FLAKY_ID'")" "3 attempts"
+assert_eq 3 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$FLAKY_ID'")" \
+    "every attempt recorded"
+assert_eq "503,503,200" "$(psql_q "SELECT string_agg(status::text, ',' ORDER BY number) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$FLAKY_ID'")" \
+    "attempt statuses in order"
+assert_eq 3 "$(sink_header /flaky/3/a x-lerian-attempt | tail -n1)" "X-Lerian-Attempt counts up"
+
+# 6. exhaustion: 2-step schedule → 3 attempts, then dead
+wait_until 20 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$DEAD_ID'\") == dead ]]" ||
+    fail "exhausted job is not dead"
+assert_eq "exhausted|3" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '$DEAD_ID'")" \
+    "dead with reason exhausted after 3 attempts"
+job=$(psql_q "SELECT id FROM delivery_jobs WHERE subscription_id = '$DEAD_ID'")
+resp=$(curl -s -H "Authorization: Bearer $ACME_KEY" "$HUB_URL/v1/deliveries/$job")
+assert_contains "$resp" '"state":"dead"' "GET /v1/deliveries/{id} shows the dead job"
+assert_contains "$resp" '"attempts":[' "... with its attempts"
+
+# 7. 410 Gone disables the subscription
+wait_until 20 "[[ \$(psql_q \"SELECT disabled_reason FROM subscriptions WHERE id = '$GONE_ID'\") == gone ]]" ||
+    fail "410 did not disable the subscription"
+assert_eq f "$(psql_q "SELECT enabled FROM subscriptions WHERE id = '$GONE_ID'")" "enabled=false after 410"
+assert_eq parked "$(psql_q "SELECT state FROM delivery_jobs WHERE subscription_id = '$GONE_ID'")" \
+    "its job is parked, not attempted again"
+
+# 8. metrics
+assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 21 "succeeded counted"
+assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="failed"}')" 5 "failed counted"
+assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="dead"}')" 1 "dead counted"
+
+hub_test_done
