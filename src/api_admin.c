@@ -20,6 +20,8 @@
  */
 #include "api_admin.h"
 
+#include "dispatch.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -863,6 +865,33 @@ static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, in
     run_get(hub, req, OP_QUARANTINE_GET, &hub_sql_admin_quarantine_get, quarantine_get_done, s[1]);
 }
 
+/* GET /admin/breakers: open and half-open breakers of this process (SPEC §7.6,
+ * breaker state is per process). */
+static void route_breakers(struct hub *hub, h2o_req_t *req) {
+    char *items;
+    char *body;
+    int len;
+
+    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
+        !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+        hub_api_send_method_not_allowed(req, "GET, HEAD");
+        return;
+    }
+    items = hub_dispatch_breakers_json(hub->dispatch);
+    if (items == NULL) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    len = asprintf(&body, "{\"items\":%s}", items);
+    free(items);
+    if (len < 0) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    hub_api_send_json_text(req, 200, body, (size_t)len);
+    free(body);
+}
+
 void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[ADMIN_MAX_SEGMENTS];
     h2o_iovec_t token;
@@ -893,7 +922,11 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
         route_quarantine(hub, req, segs, n);
         return;
     }
+    if (seg_is(segs[0], "breakers") && n == 1) {
+        route_breakers(hub, req);
+        return;
+    }
     /* Dispatch point for the other admin resources of SPEC §9
-     * (policies, policies/reload, breakers) when their modules exist. */
+     * (policies, policies/reload) when their module exists. */
     send_not_found(req, "no such admin resource");
 }
