@@ -19,6 +19,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "api_subs.h"
 #include "backoff.h"
 #include "breaker.h"
 #include "crypto.h"
@@ -471,151 +472,85 @@ static void dispatch_flush(struct hub_dispatch *d) {
 
 /* ------------------------------------------------------------- attempts -- */
 
-/* Percent-encodes a header value per the CloudEvents HTTP binding: bytes
- * outside printable ASCII, '"' and '%' become %XX. */
-static void ce_encode(const char *in, char *out, size_t outsz) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < outsz; p++) {
-        if (*p < 0x21 || *p > 0x7e || *p == '"' || *p == '%') {
-            if (*p == ' ') {
-                out[o++] = ' '; /* a space is allowed inside a value */
-                continue;
-            }
-            out[o++] = '%';
-            out[o++] = hex[*p >> 4];
-            out[o++] = hex[*p & 15];
-        } else {
-            out[o++] = (char)*p;
-        }
-    }
-    out[o] = '\0';
-}
-
-struct header_list {
-    char **lines;
-    size_t n;
-    size_t cap;
-};
-
-static void hl_add(struct header_list *h, const char *name, const char *value) {
-    size_t len = strlen(name) + strlen(value) + 3;
-    char *line;
-    if (h->n + 2 > h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 32;
-        char **l = realloc(h->lines, sizeof(*l) * cap);
-        if (l == NULL) {
-            return;
-        }
-        h->lines = l;
-        h->cap = cap;
-    }
-    line = malloc(len);
-    if (line == NULL) {
-        return;
-    }
-    snprintf(line, len, "%s: %s", name, value);
-    h->lines[h->n++] = line;
-    h->lines[h->n] = NULL;
-}
-
-static void hl_free(struct header_list *h) {
-    for (size_t i = 0; i < h->n; i++) {
-        OPENSSL_cleanse(h->lines[i], strlen(h->lines[i])); /* may hold credentials */
-        free(h->lines[i]);
-    }
-    free(h->lines);
-}
-
-/* Opens the current (and previous) signing secrets into HMAC keys. */
-static size_t job_keys(const struct job *j, const struct hub_kek *kek,
-                       struct hub_sign_key keys[2]) {
-    size_t n = 0;
-    const char *sealed[2] = {j->secret_sealed, j->prev_secret_sealed};
-    for (int i = 0; i < 2; i++) {
-        unsigned char *pt = NULL;
-        size_t len = 0;
-        if (sealed[i] == NULL || hub_open(kek, 1, sealed[i], j->sub_id, &pt, &len) != 0) {
-            continue;
-        }
-        keys[n].len = sizeof(keys[n].key);
-        if (hub_secret_key((const char *)pt, keys[n].key, &keys[n].len) == 0) {
-            n++;
-        }
-        OPENSSL_cleanse(pt, len);
-        free(pt);
-    }
-    return n;
-}
-
-/* Builds the request headers of SPEC §7.2.  Returns 0, or -1 when the
- * secrets cannot be opened (wrong KEK): the attempt then fails. */
-static int job_headers(const struct job *j, const struct hub_kek *kek, struct header_list *h) {
-    struct hub_sign_key keys[2];
-    size_t nkeys = job_keys(j, kek, keys);
-    char ts[24], attempt[16], wsig[2 * HUB_SIGN_WEBHOOK_SIZE + 2], lsig[2 * HUB_SIGN_LERIAN_SIZE + 2];
-    int64_t now = unix_ms() / 1000;
-    json_t *attrs;
-    json_error_t jerr;
+/* The attributes the request header builder takes, from the stored event's
+ * attribute object (borrowed from attrs until it is released). */
+static void event_from_attrs(const struct job *j, const json_t *attrs,
+                             struct hub_webhook_event *ev, const char **ext, size_t ext_max) {
+    static const char *const standard[] = {"specversion", "id",       "source",      "type",
+                                           "time",        "subject",  "dataschema",
+                                           "schemaversion", "datacontenttype", "tenantid",
+                                           "traceparent", "tracestate"};
     const char *name;
     json_t *value;
+    size_t n = 0;
 
-    if (nkeys == 0) {
+    memset(ev, 0, sizeof(*ev));
+    ev->id = j->event_id;
+    ev->event_type = j->event_type;
+    ev->content_type = j->content_type;
+    ev->source = json_string_value(json_object_get(attrs, "source"));
+    ev->type = json_string_value(json_object_get(attrs, "type"));
+    ev->time = json_string_value(json_object_get(attrs, "time"));
+    ev->subject = json_string_value(json_object_get(attrs, "subject"));
+    ev->schema_version = json_string_value(json_object_get(attrs, "schemaversion"));
+    ev->dataschema = json_string_value(json_object_get(attrs, "dataschema"));
+    ev->traceparent = json_string_value(json_object_get(attrs, "traceparent"));
+    ev->tracestate = json_string_value(json_object_get(attrs, "tracestate"));
+    json_object_foreach((json_t *)attrs, name, value) {
+        int is_standard = 0;
+        for (size_t k = 0; k < sizeof(standard) / sizeof(standard[0]); k++) {
+            is_standard |= strcmp(name, standard[k]) == 0;
+        }
+        if (!is_standard && json_is_string(value) && n + 2 < ext_max) {
+            ext[n++] = name;
+            ext[n++] = json_string_value(value);
+        }
+    }
+    ext[n] = NULL;
+    ev->extensions = ext;
+}
+
+/*
+ * Builds the request headers of SPEC §7.2 with the builder the verification
+ * probe uses (api_subs.h).  Returns 0, or -1 when the secrets cannot be
+ * opened (wrong KEK): the attempt then fails.
+ */
+static int job_headers(const struct job *j, const struct hub_kek *kek,
+                       struct hub_webhook_headers *h) {
+    struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
+    size_t nkeys = 0;
+    struct hub_webhook_event ev;
+    struct hub_webhook_target t;
+    const char *ext[2 * 64 + 1];
+    json_t *attrs, *dest = NULL;
+    json_error_t jerr;
+    int rc;
+
+    if (hub_subs_open_keys(kek, j->sub_id, j->secret_sealed, j->prev_secret_sealed,
+                           j->prev_secret_sealed != NULL, keys, &nkeys) != 0) {
         return -1;
     }
-    snprintf(ts, sizeof(ts), "%lld", (long long)now);
-    snprintf(attempt, sizeof(attempt), "%d", j->attempt_count + 1);
-    hub_sign_headers(keys, nkeys, j->event_id, now, j->payload, j->payload_len, wsig,
-                     sizeof(wsig), lsig, sizeof(lsig));
+    if (hub_subs_open_headers(kek, j->sub_id, j->headers_sealed, &dest) != 0) {
+        OPENSSL_cleanse(keys, sizeof(keys));
+        return -1;
+    }
+    attrs = json_loads(j->attrs ? j->attrs : "{}", 0, &jerr);
+    event_from_attrs(j, attrs, &ev, ext, sizeof(ext) / sizeof(ext[0]));
+    t = (struct hub_webhook_target){
+        .tenant_id = j->tenant,
+        .subscription_id = j->sub_id,
+        .delivery_id = j->delivery_id,
+        .attempt = j->attempt_count + 1,
+        .keys = keys,
+        .nkeys = nkeys,
+        .unix_s = unix_ms() / 1000,
+        .dest_headers = dest,
+    };
+    rc = hub_webhook_build_headers(&ev, &t, j->payload, j->payload_len, h);
     OPENSSL_cleanse(keys, sizeof(keys));
-
-    hl_add(h, "Content-Type", j->content_type);
-    hl_add(h, "X-Lerian-Event-Id", j->event_id);
-    hl_add(h, "X-Lerian-Delivery-Id", j->delivery_id);
-    hl_add(h, "X-Lerian-Event-Type", j->event_type);
-    hl_add(h, "X-Lerian-Tenant-Id", j->tenant);
-    hl_add(h, "X-Lerian-Subscription-Id", j->sub_id);
-    hl_add(h, "X-Lerian-Attempt", attempt);
-    hl_add(h, "X-Lerian-Timestamp", ts);
-    hl_add(h, "X-Lerian-Signature", lsig);
-    hl_add(h, "webhook-id", j->event_id);
-    hl_add(h, "webhook-timestamp", ts);
-    hl_add(h, "webhook-signature", wsig);
-
-    /* the request is itself a binary-mode CloudEvent */
-    attrs = json_loads(j->attrs, 0, &jerr);
-    json_object_foreach(attrs, name, value) {
-        char hname[300], enc[4096];
-        if (!json_is_string(value) || strcmp(name, "datacontenttype") == 0) {
-            continue;
-        }
-        if (strcmp(name, "traceparent") == 0 || strcmp(name, "tracestate") == 0) {
-            hl_add(h, name, json_string_value(value));
-            continue;
-        }
-        snprintf(hname, sizeof(hname), "ce-%s", name);
-        ce_encode(json_string_value(value), enc, sizeof(enc));
-        hl_add(h, hname, enc);
-    }
+    hub_subs_headers_free(dest);
     json_decref(attrs);
-
-    /* destination headers (a credential): decrypted for this attempt only */
-    if (j->headers_sealed != NULL) {
-        unsigned char *pt = NULL;
-        size_t len = 0;
-        if (hub_open(kek, 1, j->headers_sealed, j->sub_id, &pt, &len) == 0) {
-            json_t *dh = json_loadb((const char *)pt, len, 0, &jerr);
-            json_object_foreach(dh, name, value) {
-                if (json_is_string(value)) {
-                    hl_add(h, name, json_string_value(value));
-                }
-            }
-            json_decref(dh);
-            OPENSSL_cleanse(pt, len);
-            free(pt);
-        }
-    }
-    return 0;
+    return rc;
 }
 
 /* Records an attempt's result (or a shed) as an outcome. */
@@ -714,7 +649,7 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
 
 /* Starts the attempt for one claimed job (or sheds it). */
 static void job_start(struct hub_dispatch *d, struct job *j) {
-    struct header_list h = {0};
+    struct hub_webhook_headers h = {0};
     struct hub_url u;
     struct hub_httpc_request req;
     int64_t retry_at = 0;
@@ -740,7 +675,6 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
         hub_log(HUB_ERROR, "cannot open the subscription's secrets (wrong STREAMING_HUB_KEK?)",
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
         job_outcome(d, j, NULL, 0, 0);
-        hl_free(&h);
         job_free(j);
         return;
     }
@@ -760,7 +694,7 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
         job_outcome(d, j, &res, 0, 0);
         job_free(j);
     }
-    hl_free(&h);
+    hub_webhook_headers_free(&h);
 }
 
 /* --------------------------------------------------------------- claims -- */
