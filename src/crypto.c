@@ -22,74 +22,6 @@
 
 static const char SEAL_VERSION[] = "v1:";
 
-/* Value of one character of the standard base64 alphabet, -1 for anything else. */
-static int b64_value(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    if (c == '+') {
-        return 62;
-    }
-    if (c == '/') {
-        return 63;
-    }
-    return -1;
-}
-
-/*
- * Strict standard base64 decode of in[0..inlen) into out[0..outsz): optional
- * but exact padding, no whitespace, zero unused bits (one spelling per value,
- * so a mangled KEK is refused instead of becoming a different key).  Returns
- * 0 with *outlen set, or -1.
- *
- * util.h has encoders only; this decoder (also in sign.c) belongs there once
- * someone may edit util.
- */
-static int b64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
-                      size_t *outlen) {
-    size_t n = inlen;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-
-    if (n > 0 && n % 4 == 0 && in[n - 1] == '=') {
-        n--;
-        if (in[n - 1] == '=') {
-            n--;
-        }
-    }
-    /* a lone character in the last quantum cannot carry a whole byte */
-    if (n % 4 == 1) {
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_value((unsigned char)in[i]);
-        if (v < 0) {
-            return -1;
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o == outsz) {
-                return -1;
-            }
-            out[o++] = (unsigned char)(acc >> bits);
-        }
-    }
-    if ((acc & ((1u << bits) - 1u)) != 0) {
-        return -1;
-    }
-    *outlen = o;
-    return 0;
-}
-
 /* Length of an optional AAD string, or -1 when it does not fit the EVP API. */
 static int aad_len(const char *aad) {
     size_t n = aad != NULL ? strlen(aad) : 0;
@@ -105,7 +37,8 @@ int hub_kek_parse(const char *base64, struct hub_kek *out) {
         return -1;
     }
     /* decode into out->key directly: no stray copy of the KEK to wipe */
-    if (base64 == NULL || b64_decode(base64, strlen(base64), out->key, sizeof(out->key), &n) != 0 ||
+    if (base64 == NULL ||
+        hub_base64_decode(base64, strlen(base64), out->key, sizeof(out->key), &n) != 0 ||
         n != HUB_KEK_BYTES) {
         goto fail;
     }
@@ -262,7 +195,8 @@ int hub_open(const struct hub_kek *keks, size_t nkeks, const char *sealed, const
     if (raw == NULL) {
         goto fail_raw;
     }
-    if (b64_decode(b64, b64len, raw, rawcap, &rawlen) != 0 || rawlen < NONCE_BYTES + TAG_BYTES) {
+    if (hub_base64_decode(b64, b64len, raw, rawcap, &rawlen) != 0 ||
+        rawlen < NONCE_BYTES + TAG_BYTES) {
         goto fail_out;
     }
     ctlen = rawlen - NONCE_BYTES - TAG_BYTES;

@@ -30,75 +30,6 @@ struct mac_part {
     size_t len;
 };
 
-/* Value of one character of the standard base64 alphabet, -1 for anything else. */
-static int b64_value(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    if (c == '+') {
-        return 62;
-    }
-    if (c == '/') {
-        return 63;
-    }
-    return -1;
-}
-
-/*
- * Strict standard base64 decode of in[0..inlen) into out[0..outsz).  Padding
- * is optional, but when present it must complete the last quantum; the unused
- * low bits of the last character must be zero, so every key has exactly one
- * spelling and a typo is refused rather than silently changing the key.
- * Returns 0 with *outlen set, or -1 (malformed, or more than outsz bytes).
- *
- * util.h has encoders only; this small decoder (also in crypto.c) belongs
- * there once someone may edit util.
- */
-static int b64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
-                      size_t *outlen) {
-    size_t n = inlen;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-
-    if (n > 0 && n % 4 == 0 && in[n - 1] == '=') {
-        n--;
-        if (in[n - 1] == '=') {
-            n--;
-        }
-    }
-    /* a lone character in the last quantum cannot carry a whole byte */
-    if (n % 4 == 1) {
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_value((unsigned char)in[i]);
-        if (v < 0) {
-            return -1;
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o == outsz) {
-                return -1;
-            }
-            out[o++] = (unsigned char)(acc >> bits);
-        }
-    }
-    if ((acc & ((1u << bits) - 1u)) != 0) {
-        return -1;
-    }
-    *outlen = o;
-    return 0;
-}
-
 /*
  * HMAC-SHA256 of the concatenation of parts[0..nparts) under key, written to
  * out.  mac is a fetched "HMAC" algorithm, borrowed.  Returns 0 or -1.
@@ -227,7 +158,7 @@ int hub_secret_key(const char *secret, unsigned char *key, size_t *keylen) {
     if (strncmp(secret, HUB_SECRET_PREFIX, plen) == 0) {
         secret += plen;
     }
-    if (b64_decode(secret, strlen(secret), key, HUB_SIGN_KEY_MAX, &n) != 0 || n == 0) {
+    if (hub_base64_decode(secret, strlen(secret), key, HUB_SIGN_KEY_MAX, &n) != 0 || n == 0) {
         /* a partial decode may have left key bytes behind */
         OPENSSL_cleanse(key, HUB_SIGN_KEY_MAX);
         return -1;

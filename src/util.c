@@ -93,6 +93,71 @@ size_t hub_base64url(const unsigned char *in, size_t len, char *out) {
     return n;
 }
 
+/* Value of one character of the standard base64 alphabet, -1 for anything else. */
+static int b64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    if (c == '+') {
+        return 62;
+    }
+    if (c == '/') {
+        return 63;
+    }
+    return -1;
+}
+
+/*
+ * Strict standard base64 decode of in[0..inlen) into out[0..outsz): optional
+ * but exact padding, no whitespace, zero unused bits (one spelling per value,
+ * so a mangled KEK is refused instead of becoming a different key).  Returns
+ * 0 with *outlen set, or -1.
+ */
+int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
+                      size_t *outlen) {
+    size_t n = inlen;
+    size_t o = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+
+    if (n > 0 && n % 4 == 0 && in[n - 1] == '=') {
+        n--;
+        if (in[n - 1] == '=') {
+            n--;
+        }
+    }
+    /* a lone character in the last quantum cannot carry a whole byte */
+    if (n % 4 == 1) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int v = b64_value((unsigned char)in[i]);
+        if (v < 0) {
+            return -1;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o == outsz) {
+                return -1;
+            }
+            out[o++] = (unsigned char)(acc >> bits);
+        }
+    }
+    if ((acc & ((1u << bits) - 1u)) != 0) {
+        return -1;
+    }
+    *outlen = o;
+    return 0;
+}
+
 uint64_t hub_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -20,6 +20,15 @@ char *hub_base64(const void *in, size_t len);
 /* base64url without padding into out (4*ceil(len/3)+1 bytes); returns length. */
 size_t hub_base64url(const unsigned char *in, size_t len, char *out);
 
+/*
+ * Strict standard base64 decode of in[0..inlen) into out[0..outsz): optional
+ * but exact padding, no whitespace, zero unused bits (one spelling per value,
+ * so a mangled key is refused instead of becoming a different key).  Returns
+ * 0 with *outlen set, or -1.
+ */
+int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
+                      size_t *outlen);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t hub_now_ns(void);
 
