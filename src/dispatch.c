@@ -65,9 +65,15 @@ static const struct hub_sql sql_claim = {
     "  SELECT c.id FROM t CROSS JOIN LATERAL ("
     "     SELECT j.id, j.next_attempt_at,"
     "            row_number() OVER (ORDER BY j.next_attempt_at, j.id) AS rn"
-    "       FROM delivery_jobs j"
+    "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
     "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id"
     "        AND j.next_attempt_at <= now()"
+    /* fifo (SPEC §7.8): only the subscription's oldest unfinished job, and
+     * only while none is in flight — a failing head blocks the rest */
+    "        AND (s.ordering = 'unordered' OR NOT EXISTS ("
+    "             SELECT 1 FROM delivery_jobs h"
+    "              WHERE h.subscription_id = j.subscription_id"
+    "                AND h.state IN ('pending', 'in_flight') AND h.id < j.id))"
     "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
     "   WHERE t.tenant_id IS NOT NULL"
     "   ORDER BY c.rn, c.next_attempt_at LIMIT $3::int"
@@ -85,7 +91,8 @@ static const struct hub_sql sql_claim = {
     " SELECT c.id, c.subscription_id, c.tenant_id, c.event_id, c.event_type, c.attempt_count,"
     "        s.url, s.headers_sealed, s.secret_sealed,"
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
-    "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload"
+    "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload,"
+    "        s.max_rate"
     "   FROM claimed c JOIN subscriptions s ON s.id = c.subscription_id"
     "   JOIN event_inbox e ON e.seq = c.event_seq AND e.day = c.event_day",
     1, /* planned per claim: the skip scan's plan depends on the limits */
@@ -208,6 +215,7 @@ struct job {
     int64_t schedule[HUB_RETRY_MAX_STEPS];
     size_t n_schedule;
     int attempt_count; /* before this attempt */
+    double max_rate;   /* deliveries per second, 0 = unlimited */
     char origin[300];
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
@@ -229,8 +237,22 @@ struct outcome {
     char sub_id[40];
 };
 
+/* One token bucket per rate-limited subscription (SPEC §7.9).  A small
+ * open-addressing table: probing is bounded, and when a probe window is full
+ * its least recently used bucket is recycled (a forgotten bucket starts full,
+ * which errs towards delivering). */
+#define RATE_SLOTS 4096
+#define RATE_PROBE 16
+
+struct rate_bucket {
+    char sub_id[40]; /* "" = free */
+    double tokens;
+    int64_t last_ms;
+};
+
 struct hub_dispatch {
     struct hub *hub;
+    struct rate_bucket *rates;
     char owner[96];
     struct hub_breakers *breakers;
     uv_timer_t claim_timer;
@@ -553,9 +575,10 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
     return rc;
 }
 
-/* Records an attempt's result (or a shed) as an outcome. */
+/* Records an attempt's result, or (skip = HUB_D_SHED / HUB_D_DEFERRED) a job
+ * rescheduled to `until` without an attempt. */
 static void job_outcome(struct hub_dispatch *d, struct job *j,
-                        const struct hub_httpc_response *res, int shed, int64_t shed_until) {
+                        const struct hub_httpc_response *res, int skip, int64_t until) {
     struct hub_config *cfg = &d->hub->cfg;
     struct outcome *o = outcome_push(d);
     int success = res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 &&
@@ -567,10 +590,10 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
     o->id = j->id;
     snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
     o->started_unix_ms = j->started_unix_ms ? j->started_unix_ms : unix_ms();
-    if (shed) {
+    if (skip) {
         o->state = "pending";
-        o->delay_ms = shed_until - unix_ms() > 0 ? shed_until - unix_ms() : 1;
-        d->hub->metrics.deliveries[HUB_D_SHED]++;
+        o->delay_ms = until - unix_ms() > 0 ? until - unix_ms() : 1;
+        d->hub->metrics.deliveries[skip]++;
         schedule_flush(d);
         return;
     }
@@ -647,6 +670,49 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     dispatch_maybe_done(d);
 }
 
+/*
+ * Takes one token of the subscription's bucket.  Returns 0 when the attempt
+ * may go, or the milliseconds to wait for the next token.
+ */
+static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate) {
+    uint64_t h = 1469598103934665603ULL;
+    struct rate_bucket *b = NULL, *free_slot = NULL, *lru = NULL;
+    int64_t now = unix_ms();
+    double cap = rate > 1 ? rate : 1; /* a second's worth, at least one */
+
+    for (const unsigned char *p = (const unsigned char *)sub_id; *p; p++) {
+        h = (h ^ *p) * 1099511628211ULL;
+    }
+    for (int i = 0; i < RATE_PROBE; i++) {
+        struct rate_bucket *c = &d->rates[(h + (uint64_t)i) % RATE_SLOTS];
+        if (strcmp(c->sub_id, sub_id) == 0) {
+            b = c;
+            break;
+        }
+        if (c->sub_id[0] == '\0') {
+            free_slot = free_slot ? free_slot : c;
+        } else if (lru == NULL || c->last_ms < lru->last_ms) {
+            lru = c;
+        }
+    }
+    if (b == NULL) {
+        b = free_slot ? free_slot : lru;
+        snprintf(b->sub_id, sizeof(b->sub_id), "%s", sub_id);
+        b->tokens = cap;
+        b->last_ms = now;
+    }
+    b->tokens += rate * (double)(now - b->last_ms) / 1000.0;
+    if (b->tokens > cap) {
+        b->tokens = cap;
+    }
+    b->last_ms = now;
+    if (b->tokens >= 1.0) {
+        b->tokens -= 1.0;
+        return 0;
+    }
+    return (int64_t)((1.0 - b->tokens) * 1000.0 / rate) + 1;
+}
+
 /* Starts the attempt for one claimed job (or sheds it). */
 static void job_start(struct hub_dispatch *d, struct job *j) {
     struct hub_webhook_headers h = {0};
@@ -659,9 +725,18 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
     } else {
         snprintf(j->origin, sizeof(j->origin), "%s", j->url);
     }
+    if (j->max_rate > 0) {
+        int64_t wait = rate_take(d, j->sub_id, j->max_rate);
+        if (wait > 0) {
+            /* over the rate: deferred, neither attempted nor a failure */
+            job_outcome(d, j, NULL, HUB_D_DEFERRED, unix_ms() + wait);
+            job_free(j);
+            return;
+        }
+    }
     switch (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at)) {
     case HUB_BREAKER_SHED:
-        job_outcome(d, j, NULL, 1, retry_at);
+        job_outcome(d, j, NULL, HUB_D_SHED, retry_at);
         job_free(j);
         return;
     default:
@@ -754,6 +829,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
             }
             PQfreemem(p);
         }
+        j->max_rate = PQgetisnull(r, i, 14) ? 0 : atof(PQgetvalue(r, i, 14));
         job_start(d, j);
     }
     /* a full batch means more may be due: claim again at once */
@@ -873,7 +949,10 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     bcfg.open_ms = hub->cfg.breaker_open_ms;
     bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
     d->breakers = hub_breakers_new(&bcfg);
-    if (d->breakers == NULL) {
+    d->rates = calloc(RATE_SLOTS, sizeof(*d->rates));
+    if (d->breakers == NULL || d->rates == NULL) {
+        hub_breakers_free(d->breakers);
+        free(d->rates);
         free(d);
         return -1;
     }
@@ -901,6 +980,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     void (*cb)(void *) = d->done_cb;
     void *arg = d->done_arg;
     hub_breakers_free(d->breakers);
+    free(d->rates);
     for (size_t i = 0; i < d->n_outcomes; i++) {
         free(d->outcomes[i].excerpt);
     }

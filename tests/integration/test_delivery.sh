@@ -145,7 +145,32 @@ assert_eq f "$(psql_q "SELECT enabled FROM subscriptions WHERE id = '$GONE_ID'")
 assert_eq parked "$(psql_q "SELECT state FROM delivery_jobs WHERE subscription_id = '$GONE_ID'")" \
     "its job is parked, not attempted again"
 
-# 8. metrics
+# 8. fifo: one in flight, a failing head blocks the ones behind it
+FIFO_ID=$(mk /flaky/3/fifo fifo.tested ',"ordering":"fifo"') # probe takes one 503
+activate "$FIFO_ID"
+produce --topic lerian.streaming.delivery --tenant acme --count 5 --id-prefix ff- \
+    --type studio.lerian.fifo.tested --partitions 1 >/dev/null
+wait_until 20 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$FIFO_ID' AND state = 'succeeded'\") == 5 ]]" ||
+    fail "fifo jobs not all delivered"
+order=$(grep '"path":"/flaky/3/fifo"' "$SINK_LOG" | grep -o '"x-lerian-event-id":"ff-[0-9]*"' |
+    sed 's/.*"\(ff-[0-9]*\)"/\1/' | tr '\n' ' ')
+assert_eq "ff-0 ff-0 ff-0 ff-1 ff-2 ff-3 ff-4 " "$order" "fifo: the head is retried until it succeeds, then the rest in order"
+
+# 9. max_rate: deferred over the rate, not failed
+RATE_ID=$(mk /ok/rate rate.tested ',"max_rate":5')
+activate "$RATE_ID"
+produce --topic lerian.streaming.delivery --tenant acme --count 20 --id-prefix rt- \
+    --type studio.lerian.rate.tested >/dev/null
+wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$RATE_ID' AND state = 'succeeded'\") == 20 ]]" ||
+    fail "rate-limited jobs not all delivered"
+span=$(grep '"path":"/ok/rate"' "$SINK_LOG" | grep '"x-lerian-event-type":"rate.tested"' |
+    sed -n 's/^{"ts_ms":\([0-9]*\).*/\1/p' | sort -n | awk 'NR == 1 { f = $1 } { l = $1 } END { print l - f }')
+assert_ge "$span" 2500 "20 deliveries at max_rate 5/s take at least 2.5 s (took ${span} ms)"
+assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="deferred"}')" 1 "deferred counted"
+assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$RATE_ID' AND a.status <> 200")" \
+    "deferral is not a failed attempt"
+
+# 10. metrics
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 21 "succeeded counted"
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="failed"}')" 5 "failed counted"
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="dead"}')" 1 "dead counted"
