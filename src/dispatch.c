@@ -48,8 +48,11 @@
  * index; each contributes its oldest due jobs, and jobs are taken round-robin
  * across tenants (every tenant's first before anyone's second), so a tenant's
  * backlog cannot delay another tenant's fresh event beyond a few claim
- * rounds.  SKIP LOCKED lets several dispatchers claim concurrently.
- * $1 owner, $2 lease ms, $3 batch, $4 per tenant.
+ * rounds.  The rotation point moves on every claim: with one free worker per
+ * claim (the common case under load) ordering by age alone would hand every
+ * slot to the tenant with the oldest backlog.  SKIP LOCKED lets several
+ * dispatchers claim concurrently.
+ * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 last tenant served.
  */
 static const struct hub_sql sql_claim = {
     "dispatch_claim",
@@ -76,7 +79,9 @@ static const struct hub_sql sql_claim = {
     "                AND h.state IN ('pending', 'in_flight') AND h.id < j.id))"
     "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
     "   WHERE t.tenant_id IS NOT NULL"
-    "   ORDER BY c.rn, c.next_attempt_at LIMIT $3::int"
+    /* round-robin: each tenant's first job before anyone's second, tenants
+     * in rotation starting after the one served last ($5) */
+    "   ORDER BY c.rn, t.tenant_id <= $5::text, t.tenant_id LIMIT $3::int"
     "), locked AS ("
     "  SELECT j.id FROM delivery_jobs j"
     "   WHERE j.id IN (SELECT id FROM cand) AND j.state = 'pending'"
@@ -263,6 +268,7 @@ struct hub_dispatch {
     int flushing;
     size_t flush_n; /* outcomes in the transaction in flight */
     int aux_inflight; /* reclaim and sampling queries not answered yet */
+    char last_tenant[260]; /* rotation point of the tenant round-robin */
     size_t inflight;
     struct outcome *outcomes;
     size_t n_outcomes;
@@ -792,6 +798,24 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         dispatch_maybe_done(d);
         return;
     }
+    /* the next claim's rotation starts after the furthest tenant served now */
+    {
+        char cursor[260];
+        const char *best = NULL;
+        snprintf(cursor, sizeof(cursor), "%s", d->last_tenant);
+        for (int i = 0; i < rows; i++) {
+            const char *t = PQgetvalue(r, i, 2);
+            int wrapped = strcmp(t, cursor) <= 0;
+            int best_wrapped = best != NULL && strcmp(best, cursor) <= 0;
+            if (best == NULL || wrapped > best_wrapped ||
+                (wrapped == best_wrapped && strcmp(t, best) > 0)) {
+                best = t;
+            }
+        }
+        if (best != NULL) {
+            snprintf(d->last_tenant, sizeof(d->last_tenant), "%s", best);
+        }
+    }
     for (int i = 0; i < rows; i++) {
         struct job *j = calloc(1, sizeof(*j));
         size_t plen = 0;
@@ -845,7 +869,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t free_slots = workers > d->inflight ? workers - d->inflight : 0;
     size_t batch = (size_t)d->hub->cfg.dispatch_claim_batch;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[4] = {d->owner, lease, limit, per_tenant};
+    const char *params[5] = {d->owner, lease, limit, per_tenant, d->last_tenant};
     struct hub_pg_txn *txn;
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
@@ -861,7 +885,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     if (txn == NULL) {
         return;
     }
-    hub_pg_txn_add(txn, &sql_claim, 4, params, NULL, NULL);
+    hub_pg_txn_add(txn, &sql_claim, 5, params, NULL, NULL);
     d->claiming = 1;
     hub_pg_txn_submit(txn);
 }

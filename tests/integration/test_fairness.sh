@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fairness (SPEC §7.1): a tenant with 20,000 due jobs against a slow sink does
+# not delay another tenant's fresh event by more than a second.
+#
+# "heavy" subscribes to a destination that takes 200 ms per request and gets
+# 20,000 events: with 8 workers that backlog lasts minutes.  Then "light" gets
+# one event; the time from its job's creation (the ingest commit) to the start
+# of its attempt must stay under 1 s, three times over.
+set -uo pipefail
+source "$(dirname "$0")/../support/lib.sh"
+source "$(dirname "$0")/../support/sink.sh"
+hub_test_init
+
+KEK=$(head -c 32 /dev/urandom | base64)
+pg_start
+kafka_start --topic lerian.streaming.fair:4
+sink_start
+hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
+    STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000
+
+tenant_create heavy
+tenant_create light
+key_for() { admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'; }
+subscribe() { # subscribe TENANT PATH → id, verified by hand
+    local s id
+    s=$(curl -s -X POST -H "Authorization: Bearer $(key_for "$1")" -H 'Content-Type: application/json' \
+        -d "{\"event_types\":[\"*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$2\"}}" \
+        "$HUB_URL/v1/subscriptions")
+    id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' <<<"$s" | head -n1)
+    [[ -n $id ]] || fatal "subscription not created: $s"
+    wait_until 10 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$id'\") != pending ]]" >/dev/null
+    psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$id'" >/dev/null
+    echo "$id"
+}
+HEAVY_ID=$(subscribe heavy /slow/200/heavy)
+LIGHT_ID=$(subscribe light /ok/light)
+
+produce --topic lerian.streaming.fair --tenant heavy --count 20000 --id-prefix h- \
+    --payload-bytes 64 >/dev/null
+wait_until 60 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$HEAVY_ID'\") == 20000 ]]" ||
+    fatal "the heavy backlog was not created"
+wait_until 10 '(( $(sink_count /slow/200/heavy) >= 16 ))' >/dev/null
+log "heavy backlog: $(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$HEAVY_ID' AND state = 'pending'") jobs pending"
+
+for i in 1 2 3; do
+    produce --topic lerian.streaming.fair --tenant light --count 1 --id-prefix "l$i-" >/dev/null
+    wait_until 10 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$LIGHT_ID' AND event_id = 'l$i-0'\") == succeeded ]]" ||
+        fail "light's event $i was not delivered within 10 s"
+    delay=$(psql_q "SELECT round(extract(epoch FROM a.started_at - j.created_at) * 1000)
+                      FROM delivery_jobs j JOIN delivery_attempts a ON a.job_id = j.id
+                     WHERE j.subscription_id = '$LIGHT_ID' AND j.event_id = 'l$i-0'")
+    assert_le "$delay" 1000 "light's event $i attempted ${delay} ms after its job was created (heavy backlog pending)"
+done
+assert_ge "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$HEAVY_ID' AND state = 'pending'")" 15000 \
+    "the heavy backlog was still there all along"
+
+hub_test_done
