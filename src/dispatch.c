@@ -36,7 +36,7 @@
 #define DISPATCH_IDLE_MS 50        /* claim poll when nothing was due */
 #define DISPATCH_FLUSH_MS 5        /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256     /* outcomes per transaction */
-#define DISPATCH_PER_TENANT 4      /* jobs of one tenant per claim round */
+
 #define DISPATCH_EXCERPT 1024
 #define DISPATCH_MAX_BODY (1 << 20)
 #define DISPATCH_DUE_SAMPLE_MS 5000
@@ -69,7 +69,7 @@ static const struct hub_sql sql_claim = {
     "     SELECT j.id, j.next_attempt_at,"
     "            row_number() OVER (ORDER BY j.next_attempt_at, j.id) AS rn"
     "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
-    "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id"
+    "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id AND s.enabled"
     "        AND j.next_attempt_at <= now()"
     /* fifo (SPEC §7.8): only the subscription's oldest unfinished job, and
      * only while none is in flight — a failing head blocks the rest */
@@ -121,7 +121,11 @@ static const struct hub_sql sql_outcomes = {
     "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"
     "         status, error, excerpt, subscription_id, success)"
     "), j AS ("
-    "  UPDATE delivery_jobs d SET state = o.state, reason = o.reason,"
+    /* a job whose subscription was disabled while it was in flight is
+     * parked rather than retried (SPEC §7.7) */
+    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND NOT EXISTS ("
+    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled)"
+    "             THEN 'parked' ELSE o.state END, reason = o.reason,"
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"
     "         lease_owner = NULL, lease_until = NULL, updated_at = now()"
@@ -880,7 +884,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
     }
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
     snprintf(limit, sizeof(limit), "%zu", batch);
-    snprintf(per_tenant, sizeof(per_tenant), "%d", DISPATCH_PER_TENANT);
+    /* round-robin keeps tenants fair; a lone tenant may still fill the batch */
+    snprintf(per_tenant, sizeof(per_tenant), "%zu", batch);
     txn = hub_pg_txn_new(d->hub->pg, claim_done, d);
     if (txn == NULL) {
         return;

@@ -610,7 +610,29 @@ done
 # SSRF and https in production (a second start)
 # ---------------------------------------------------------------------------
 
-hub_stop
+# ---------------------------------------------------------------------------
+# probes that outlive their request, and a stop with a probe in flight
+# ---------------------------------------------------------------------------
+
+api "$KEY" PATCH "/v1/subscriptions/$ID3" "{\"destination\":{\"url\":\"$SINK_URL/slow/1500/three-b/\"}}" >/dev/null
+wait_until 20 "[[ \$(state_of '$KEY' '$ID3') == failed ]]" # /slow answers "ok": no challenge
+api "$KEY" POST "/v1/subscriptions/$ID3/verify" '' --max-time 0.5 >/dev/null
+assert_eq 000 "$(http_status)" "a client that hangs up during /verify gets nothing"
+if wait_until 10 "[[ \$(psql_q \"SELECT count(*) FROM audit_log WHERE action = 'subscription.verify'
+                                  AND object_id = '$ID3'\") == 1 ]]"; then
+    pass "the probe still records its outcome after the client left"
+else
+    fail "no verify outcome recorded for $ID3 after the client left"
+fi
+hub_alive && pass "the hub survived the hang-up" || fail "the hub died"
+
+api "$KEY" POST /v1/subscriptions "$(sub_body "$SINK_URL/hang/stop/")" >/dev/null
+IDH=$(jstr id)
+sink_wait 1 /hang/stop/ 10 || fail "the background probe of /hang did not start"
+hub_stop # fails the test on a non-zero exit (or a sanitizer report, later)
+assert_eq pending "$(psql_q "SELECT verification_state FROM subscriptions WHERE id = '$IDH'")" \
+    "a probe cut short by a stop records nothing: still pending"
+
 hub_start "${HUB_ENV[@]}" STREAMING_HUB_ALLOW_PRIVATE_SINKS=false STREAMING_HUB_ENV=production
 for url in https://127.0.0.1/x https://localhost:8443/x 'https://[::1]/x' https://10.1.2.3/x \
     https://169.254.169.254/latest 'https://[::ffff:127.0.0.1]/x' https://0x7f000001/x; do
@@ -624,7 +646,7 @@ assert_eq 400 "$(http_status)" "http in production → 400"
 assert_contains "$body" "https" "the refusal asks for https"
 api "$KEY" PATCH "/v1/subscriptions/$ID2" '{"destination":{"url":"https://127.0.0.1/x"}}' >/dev/null
 assert_eq 400 "$(http_status)" "PATCH to a private url → 400"
-assert_eq 3 "$(psql_q "SELECT count(*) FROM subscriptions WHERE tenant_id = 'acme'")" \
+assert_eq 4 "$(psql_q "SELECT count(*) FROM subscriptions WHERE tenant_id = 'acme'")" \
     "no subscription was added by the refused requests"
 
 # the secrets still open after a restart with the same KEK
