@@ -32,6 +32,7 @@
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
+#include "policy.h"
 #include "store_admin.h"
 #include "util.h"
 
@@ -892,6 +893,76 @@ static void route_breakers(struct hub *hub, h2o_req_t *req) {
     free(body);
 }
 
+/* GET /admin/policies: the current generation (SPEC §8). */
+static void policies_list(struct hub *hub, h2o_req_t *req) {
+    char *text = hub_policies_json(hub->policies);
+    if (text == NULL) {
+        hub_api_send_problem(req, 500, "out of memory", NULL);
+        return;
+    }
+    hub_api_send_json_text(req, 200, text, strlen(text));
+    free(text);
+}
+
+struct reload_call {
+    struct hub_api_call call; /* first */
+    const char *json;
+    double seconds;
+};
+
+static void reload_answer(struct hub_api_call *call, void *arg) {
+    struct reload_call *rc = (struct reload_call *)call;
+    json_error_t jerr;
+    json_t *body = json_loads(rc->json, 0, &jerr);
+
+    (void)arg;
+    if (body == NULL) {
+        hub_api_send_problem(call->req, 500, "the policy reload could not be reported", NULL);
+        return;
+    }
+    json_object_set_new(body, "reload_seconds", json_real(rc->seconds));
+    hub_api_send_json(call->req, 200, body);
+    json_decref(body);
+}
+
+static void reload_done(void *arg, const char *json, double seconds) {
+    struct reload_call *rc = arg;
+    rc->json = json;
+    rc->seconds = seconds;
+    hub_api_call_wake(&rc->call, reload_answer, NULL);
+}
+
+/* POST /admin/policies/reload: answers once a generation that started after
+ * the request is in use, with that generation (errors included). */
+static void policies_reload(struct hub *hub, h2o_req_t *req) {
+    struct reload_call *rc = hub_api_call_new(hub, req, sizeof(*rc), NULL);
+    if (rc == NULL) {
+        return;
+    }
+    hub_api_call_wait(&rc->call);
+    hub_policies_reload(hub->policies, reload_done, rc);
+}
+
+static void route_policies(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
+    if (n == 1) {
+        if (!method_get(req)) {
+            hub_api_send_method_not_allowed(req, "GET, HEAD");
+            return;
+        }
+        policies_list(hub, req);
+        return;
+    }
+    if (n == 2 && seg_is(s[1], "reload")) {
+        if (!hub_api_method_is(req, "POST")) {
+            hub_api_send_method_not_allowed(req, "POST");
+            return;
+        }
+        policies_reload(hub, req);
+        return;
+    }
+    send_not_found(req, "no such admin resource");
+}
+
 void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[ADMIN_MAX_SEGMENTS];
     h2o_iovec_t token;
@@ -926,7 +997,9 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
         route_breakers(hub, req);
         return;
     }
-    /* Dispatch point for the other admin resources of SPEC §9
-     * (policies, policies/reload) when their module exists. */
+    if (seg_is(segs[0], "policies")) {
+        route_policies(hub, req, segs, n);
+        return;
+    }
     send_not_found(req, "no such admin resource");
 }

@@ -43,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "api_util.h"
@@ -52,6 +51,7 @@
 #include "hub.h"
 #include "httpc.h"
 #include "log.h"
+#include "policy.h"
 #include "netguard.h"
 #include "store_admin.h"
 #include "store_subs.h"
@@ -71,7 +71,6 @@
 #define HEADERS_MAX 32
 #define HEADER_NAME_MAX 128
 #define HEADER_VALUE_MAX 4096
-#define POLICY_NAME_MAX 64
 #define GRACE_MAX_MS (7LL * 24 * 3600 * 1000)
 #define PROBE_CONNECT_TIMEOUT_MS 5000
 #define CHALLENGE_RAW 24
@@ -1033,49 +1032,24 @@ static void check_retry_schedule(json_t *v, struct subs_input *in, json_t **erro
     }
 }
 
-static int policy_name_valid(const char *s, size_t len) {
-    if (len == 0 || len > POLICY_NAME_MAX) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-')) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* The policy file exists: <policy_dir>/<name>.lua, a regular file.  The
- * name was validated, so it cannot climb out of the directory. */
-static int policy_exists(const struct hub *hub, const char *name) {
-    char path[4096];
-    struct stat st;
-    int n;
-
-    if (hub->cfg.policy_dir == NULL) {
-        return 0;
-    }
-    n = snprintf(path, sizeof(path), "%s/%s.lua", hub->cfg.policy_dir, name);
-    if (n < 0 || (size_t)n >= sizeof(path)) {
-        return 0;
-    }
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static void check_policy(struct hub *hub, json_t *v, struct subs_input *in, json_t **errors,
                          int *oom) {
     in->policy_set = 1;
     if (json_is_null(v)) {
         return;
     }
-    if (!json_is_string(v) || !policy_name_valid(json_string_value(v), json_string_length(v))) {
+    const char *why = NULL;
+    if (!json_is_string(v) || !hub_policy_name_valid(json_string_value(v), json_string_length(v))) {
         hub_api_errors_add(errors, "policy", "must be null or a name matching [a-zA-Z0-9_-]{1,64}");
         return;
     }
-    if (!policy_exists(hub, json_string_value(v))) {
-        hub_api_errors_add(errors, "policy", "unknown policy");
+    /* only a policy this process has loaded: a file that exists but does
+     * not compile is refused with its error */
+    if (!hub_policies_usable(hub->policies, json_string_value(v), &why)) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%s%s",
+                 strcmp(why, "unknown policy") == 0 ? "" : "policy failed to load: ", why);
+        hub_api_errors_add(errors, "policy", msg);
         return;
     }
     in->policy = dup_s(json_string_value(v), oom);

@@ -676,6 +676,21 @@ void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
     hub_pg_txn_submit(txn);
 }
 
+void hub_api_call_wait(struct hub_api_call *call) {
+    call->in_flight = 1;
+}
+
+void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call *call, void *arg),
+                       void *arg) {
+    call->in_flight = 0;
+    call->in_callback++;
+    if (call->req != NULL) {
+        cb(call, arg);
+    }
+    call->in_callback--;
+    call_release_if_done(call);
+}
+
 /* "shk_" + 43 base64url characters; anything else is refused without a
  * database round trip. */
 static int api_key_well_formed(h2o_iovec_t key) {

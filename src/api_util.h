@@ -227,6 +227,16 @@ struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb c
 void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn);
 
 /*
+ * For calls that wait on something other than the database (a policy
+ * reload): hub_api_call_wait() marks the call as waiting, so it outlives its
+ * request; hub_api_call_wake() ends the wait, runs cb(call, arg) only when
+ * the request is still there, and frees the call when it is not.
+ */
+void hub_api_call_wait(struct hub_api_call *call);
+void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call *call, void *arg),
+                       void *arg);
+
+/*
  * Authenticates the request's tenant API key ("Authorization: Bearer shk_…"):
  * SHA-256 of the key, looked up among unrevoked keys of active tenants.
  * Runs cb once with the tenant id or an error status (see hub_api_auth_cb);

@@ -28,18 +28,23 @@
 #include "log.h"
 #include "netguard.h"
 #include "pg.h"
+#include "policy.h"
 #include "sign.h"
 #include "store.h"
 #include "util.h"
 #include "uuid.h"
 
-#define DISPATCH_IDLE_MS 50        /* claim poll when nothing was due */
-#define DISPATCH_FLUSH_MS 5        /* outcome batching window */
-#define DISPATCH_FLUSH_MAX 256     /* outcomes per transaction */
+#define DISPATCH_IDLE_MS 50    /* claim poll when nothing was due */
+#define DISPATCH_FLUSH_MS 5    /* outcome batching window */
+#define DISPATCH_FLUSH_MAX 256 /* outcomes per transaction */
 
 #define DISPATCH_EXCERPT 1024
 #define DISPATCH_MAX_BODY (1 << 20)
 #define DISPATCH_DUE_SAMPLE_MS 5000
+/* A retry function may keep a job going past its schedule, up to the
+ * longest schedule the API accepts. */
+#define DISPATCH_POLICY_MAX_ATTEMPTS (1 + HUB_RETRY_MAX_STEPS)
+#define DISPATCH_POLICY_LOG_PER_S 10 /* policy failure log lines (all are counted) */
 
 /* ------------------------------------------------------------------ SQL -- */
 
@@ -97,14 +102,14 @@ static const struct hub_sql sql_claim = {
     "        s.url, s.headers_sealed, s.secret_sealed,"
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
     "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload,"
-    "        s.max_rate"
+    "        s.max_rate, e.schema_major, s.policy"
     "   FROM claimed c JOIN subscriptions s ON s.id = c.subscription_id"
     "   JOIN event_inbox e ON e.seq = c.event_seq AND e.day = c.event_day",
     1, /* planned per claim: the skip scan's plan depends on the limits */
 };
 
 /*
- * Outcomes, one row per finished (or shed) job.  The job update is fenced by
+ * Outcomes, one row per finished (shed, deferred or filtered) job.  The job update is fenced by
  * our lease so that a job reclaimed by another dispatcher after our lease
  * expired keeps its new owner's state.  Failure streaks (SPEC §7.7) take the
  * newest outcome per subscription in the batch.
@@ -130,7 +135,13 @@ static const struct hub_sql sql_outcomes = {
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"
     "         lease_owner = NULL, lease_until = NULL, updated_at = now()"
     "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text AND d.state = 'in_flight'"
+    "     AND o.state <> 'filtered'"
     "  RETURNING d.id, d.attempt_count"
+    "), f AS ("
+    /* a policy's match turned the job down: as if it had never matched */
+    "  DELETE FROM delivery_jobs d USING o"
+    "   WHERE d.id = o.id AND o.state = 'filtered' AND d.lease_owner = $14::text"
+    "     AND d.state = 'in_flight'"
     "), a AS ("
     "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"
     "                                 status, error, response_excerpt)"
@@ -225,6 +236,13 @@ struct job {
     size_t n_schedule;
     int attempt_count; /* before this attempt */
     double max_rate;   /* deliveries per second, 0 = unlimited */
+    int schema_major;
+    char *policy;               /* the subscription's policy name, or NULL */
+    struct hub_policy_gen *gen; /* held from claim to outcome (SPEC §8: a job
+                                 * finishes on the generation it started with) */
+    struct hub_policy *pol;     /* policy in gen, NULL when not loaded */
+    const char *local_error;    /* an attempt that failed before any HTTP */
+    char *local_excerpt;
     char origin[300];
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
@@ -270,15 +288,17 @@ struct hub_dispatch {
     uv_timer_t sample_timer;
     int claiming;
     int flushing;
-    size_t flush_n; /* outcomes in the transaction in flight */
-    int aux_inflight; /* reclaim and sampling queries not answered yet */
+    size_t flush_n;        /* outcomes in the transaction in flight */
+    int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
     size_t inflight;
     struct outcome *outcomes;
     size_t n_outcomes;
     size_t cap_outcomes;
-    char **gone;     /* subscription ids answered 410 since the last flush */
+    char **gone; /* subscription ids answered 410 since the last flush */
     size_t n_gone;
+    int64_t policy_log_s; /* policy failure log lines: the current second ... */
+    int policy_log_n;     /* ... and how many were written in it */
     int stopping;
     int open_handles;
     void (*done_cb)(void *arg);
@@ -315,6 +335,9 @@ static void job_free(struct job *j) {
     free(j->headers_sealed);
     free(j->secret_sealed);
     free(j->prev_secret_sealed);
+    free(j->policy);
+    free(j->local_excerpt);
+    hub_policy_gen_release(j->gen);
     free(j);
 }
 
@@ -353,8 +376,8 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     d->flushing = 0;
     if (out->status != HUB_PG_OK) {
         /* keep them and try again; leases protect the jobs meanwhile */
-        hub_log(HUB_WARN, "delivery outcomes not recorded, retrying",
-                HUB_LS("error", out->error), HUB_LI("outcomes", (int64_t)n));
+        hub_log(HUB_WARN, "delivery outcomes not recorded, retrying", HUB_LS("error", out->error),
+                HUB_LI("outcomes", (int64_t)n));
         uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
         return;
     }
@@ -384,10 +407,19 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
 
 /* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction. */
 static void dispatch_flush(struct hub_dispatch *d) {
-    static const uint32_t oids[13] = {HUB_OID_INT8, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_INT8,
-                                      16 /* bool */, HUB_OID_TEXT, HUB_OID_TIMESTAMPTZ,
-                                      HUB_OID_INT4, HUB_OID_INT4, HUB_OID_TEXT, HUB_OID_TEXT,
-                                      HUB_OID_TEXT, 16};
+    static const uint32_t oids[13] = {HUB_OID_INT8,
+                                      HUB_OID_TEXT,
+                                      HUB_OID_TEXT,
+                                      HUB_OID_INT8,
+                                      16 /* bool */,
+                                      HUB_OID_TEXT,
+                                      HUB_OID_TIMESTAMPTZ,
+                                      HUB_OID_INT4,
+                                      HUB_OID_INT4,
+                                      HUB_OID_TEXT,
+                                      HUB_OID_TEXT,
+                                      HUB_OID_TEXT,
+                                      16};
     struct hub_pgarr a[13];
     char *values[13];
     int lengths[13];
@@ -506,12 +538,20 @@ static void dispatch_flush(struct hub_dispatch *d) {
 
 /* The attributes the request header builder takes, from the stored event's
  * attribute object (borrowed from attrs until it is released). */
-static void event_from_attrs(const struct job *j, const json_t *attrs,
-                             struct hub_webhook_event *ev, const char **ext, size_t ext_max) {
-    static const char *const standard[] = {"specversion", "id",       "source",      "type",
-                                           "time",        "subject",  "dataschema",
-                                           "schemaversion", "datacontenttype", "tenantid",
-                                           "traceparent", "tracestate"};
+static void event_from_attrs(const struct job *j, const json_t *attrs, struct hub_webhook_event *ev,
+                             const char **ext, size_t ext_max) {
+    static const char *const standard[] = {"specversion",
+                                           "id",
+                                           "source",
+                                           "type",
+                                           "time",
+                                           "subject",
+                                           "dataschema",
+                                           "schemaversion",
+                                           "datacontenttype",
+                                           "tenantid",
+                                           "traceparent",
+                                           "tracestate"};
     const char *name;
     json_t *value;
     size_t n = 0;
@@ -544,18 +584,18 @@ static void event_from_attrs(const struct job *j, const json_t *attrs,
 
 /*
  * Builds the request headers of SPEC §7.2 with the builder the verification
- * probe uses (api_subs.h).  Returns 0, or -1 when the secrets cannot be
+ * probe uses (api_subs.h), over body[0..len) as it will be sent.  extra is
+ * what a shape policy added (reserved names are dropped: policy headers can
+ * never replace the hub's own).  Returns 0, or -1 when the secrets cannot be
  * opened (wrong KEK): the attempt then fails.
  */
 static int job_headers(const struct job *j, const struct hub_kek *kek,
-                       struct hub_webhook_headers *h) {
+                       const struct hub_webhook_event *ev, const void *body, size_t len,
+                       const json_t *extra, struct hub_webhook_headers *h) {
     struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
     size_t nkeys = 0;
-    struct hub_webhook_event ev;
     struct hub_webhook_target t;
-    const char *ext[2 * 64 + 1];
-    json_t *attrs, *dest = NULL;
-    json_error_t jerr;
+    json_t *dest = NULL;
     int rc;
 
     if (hub_subs_open_keys(kek, j->sub_id, j->secret_sealed, j->prev_secret_sealed,
@@ -566,8 +606,18 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
         OPENSSL_cleanse(keys, sizeof(keys));
         return -1;
     }
-    attrs = json_loads(j->attrs ? j->attrs : "{}", 0, &jerr);
-    event_from_attrs(j, attrs, &ev, ext, sizeof(ext) / sizeof(ext[0]));
+    if (extra != NULL) {
+        const char *name;
+        json_t *value;
+        if (dest == NULL) {
+            dest = json_object();
+        }
+        json_object_foreach((json_t *)extra, name, value) {
+            if (dest != NULL && !hub_webhook_header_reserved(name, strlen(name))) {
+                json_object_set(dest, name, value);
+            }
+        }
+    }
     t = (struct hub_webhook_target){
         .tenant_id = j->tenant,
         .subscription_id = j->sub_id,
@@ -578,21 +628,83 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
         .unix_s = unix_ms() / 1000,
         .dest_headers = dest,
     };
-    rc = hub_webhook_build_headers(&ev, &t, j->payload, j->payload_len, h);
+    rc = hub_webhook_build_headers(ev, &t, body, len, h);
     OPENSSL_cleanse(keys, sizeof(keys));
     hub_subs_headers_free(dest);
-    json_decref(attrs);
     return rc;
+}
+
+/* Counts a policy call that did not return normally, and logs it (at most
+ * DISPATCH_POLICY_LOG_PER_S lines a second: a broken policy on a busy
+ * subscription must not flood the log; the metric counts every one). */
+static void policy_failed(struct hub_dispatch *d, const struct job *j, enum hub_policy_fn fn,
+                          enum hub_policy_status st, const char *err) {
+    int64_t now_s = unix_ms() / 1000;
+
+    hub_policies_count_error(d->hub->policies, j->policy, fn, st);
+    if (now_s != d->policy_log_s) {
+        d->policy_log_s = now_s;
+        d->policy_log_n = 0;
+    }
+    if (d->policy_log_n++ < DISPATCH_POLICY_LOG_PER_S) {
+        hub_log(HUB_WARN, "policy call failed", HUB_LS("policy", j->policy),
+                HUB_LS("function", hub_policy_fn_str(fn)),
+                HUB_LS("kind", hub_policy_status_str(st)), HUB_LS("error", err),
+                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
+    }
+}
+
+/*
+ * The delay before the next attempt of a job whose attempt just failed
+ * (SPEC §7.4, §8): a policy's retry function or table first, then the
+ * subscription's schedule, then the default curve.  Returns the delay in
+ * ms, or -1 when the job is dead (*reason says why).
+ */
+static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
+                               const struct hub_httpc_response *res, const char **reason) {
+    struct hub_config *cfg = &d->hub->cfg;
+    const int64_t *sched = j->n_schedule ? j->schedule : cfg->retry_schedule_ms;
+    size_t nsched = j->n_schedule ? j->n_schedule : cfg->retry_schedule_len;
+    int failed = j->attempt_count + 1;
+    int64_t delay;
+
+    *reason = "exhausted";
+    if (j->pol != NULL && hub_policy_retry_schedule(j->pol, &sched) > 0) {
+        nsched = hub_policy_retry_schedule(j->pol, &sched);
+    } else if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_RETRY)) {
+        struct hub_policy_retry_ctx ctx = {
+            .attempt = failed,
+            .status = res != NULL ? (int)res->status : 0,
+            .error = res != NULL && res->error != HUB_HTTPC_OK ? hub_httpc_error_str(res->error)
+                     : res != NULL                             ? "status"
+                                                               : j->local_error,
+        };
+        enum hub_policy_retry_action action;
+        char err[512];
+        enum hub_policy_status st =
+            hub_policy_retry(j->pol, &ctx, &action, &delay, err, sizeof(err));
+        if (st != HUB_POLICY_OK) {
+            /* SPEC §8: a failing retry function means the default curve */
+            policy_failed(d, j, HUB_POLICY_RETRY, st, err);
+            sched = cfg->retry_schedule_ms;
+            nsched = cfg->retry_schedule_len;
+        } else if (action == HUB_POLICY_RETRY_DEAD) {
+            *reason = "policy";
+            return -1;
+        } else if (action == HUB_POLICY_RETRY_DELAY) {
+            return failed < DISPATCH_POLICY_MAX_ATTEMPTS ? delay : -1;
+        }
+    }
+    return hub_backoff_delay_ms(sched, nsched, failed, rand64());
 }
 
 /* Records an attempt's result, or (skip = HUB_D_SHED / HUB_D_DEFERRED) a job
  * rescheduled to `until` without an attempt. */
-static void job_outcome(struct hub_dispatch *d, struct job *j,
-                        const struct hub_httpc_response *res, int skip, int64_t until) {
-    struct hub_config *cfg = &d->hub->cfg;
+static void job_outcome(struct hub_dispatch *d, struct job *j, const struct hub_httpc_response *res,
+                        int skip, int64_t until) {
     struct outcome *o = outcome_push(d);
-    int success = res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 &&
-                  res->status < 300;
+    int success =
+        res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
 
     if (o == NULL) {
         return; /* OOM: the lease expires and the job is reclaimed */
@@ -624,15 +736,17 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
         hub_histogram_observe(&d->hub->metrics.delivery_attempt_seconds,
                               (double)res->duration_ms / 1000.0);
     } else {
-        snprintf(o->error, sizeof(o->error), "signing");
+        /* failed before any HTTP: a policy error, or secrets that do not open */
+        snprintf(o->error, sizeof(o->error), "%s", j->local_error ? j->local_error : "signing");
+        o->excerpt = j->local_excerpt;
+        j->local_excerpt = NULL;
     }
     if (success) {
         o->state = "succeeded";
         d->hub->metrics.deliveries[HUB_D_SUCCEEDED]++;
     } else {
-        const int64_t *sched = j->n_schedule ? j->schedule : cfg->retry_schedule_ms;
-        size_t nsched = j->n_schedule ? j->n_schedule : cfg->retry_schedule_len;
-        int64_t delay = hub_backoff_delay_ms(sched, nsched, j->attempt_count + 1, rand64());
+        const char *dead_reason = "exhausted";
+        int64_t delay = job_retry_delay(d, j, res, &dead_reason);
         if (res != NULL && (res->status == 429 || res->status == 503) && res->retry_after) {
             int64_t ra = hub_retry_after_ms(res->retry_after, unix_ms());
             if (ra > 0 && delay >= 0 && ra > delay) {
@@ -642,7 +756,7 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
         d->hub->metrics.deliveries[HUB_D_FAILED]++;
         if (delay < 0) {
             o->state = "dead";
-            o->reason = "exhausted";
+            o->reason = dead_reason;
             d->hub->metrics.deliveries[HUB_D_DEAD]++;
         } else {
             o->state = "pending";
@@ -723,40 +837,146 @@ static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate
     return (int64_t)((1.0 - b->tokens) * 1000.0 / rate) + 1;
 }
 
-/* Starts the attempt for one claimed job (or sheds it). */
+/* A job whose policy's match turned it down: deleted, never attempted. */
+static void job_filtered(struct hub_dispatch *d, struct job *j) {
+    struct outcome *o = outcome_push(d);
+    if (o != NULL) {
+        o->id = j->id;
+        o->state = "filtered";
+        o->started_unix_ms = unix_ms();
+        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+        d->hub->metrics.policy_filtered++;
+        schedule_flush(d);
+    }
+    job_free(j);
+}
+
+/* Fails the attempt before any HTTP (SPEC §8: error policy_error, retried
+ * as any failure); the message goes where a response excerpt would. */
+static void job_policy_error(struct hub_dispatch *d, struct job *j, const char *err) {
+    j->local_error = "policy_error";
+    j->local_excerpt = strndup(err, DISPATCH_EXCERPT);
+    job_outcome(d, j, NULL, 0, 0);
+    job_free(j);
+}
+
+/* The event as policies see it, from the header builder's view of it. */
+static void policy_event(const struct job *j, const struct hub_webhook_event *wev,
+                         struct hub_policy_event *ev) {
+    *ev = (struct hub_policy_event){
+        .id = j->event_id,
+        .source = wev->source,
+        .type = wev->type,
+        .event_type = j->event_type,
+        .tenant = j->tenant,
+        .subject = wev->subject,
+        .time = wev->time,
+        .schema_version = wev->schema_version,
+        .content_type = j->content_type,
+        .schema_major = j->schema_major,
+        .extensions = wev->extensions,
+        .body = j->payload,
+        .body_len = j->payload_len,
+    };
+}
+
+/*
+ * Starts the attempt for one claimed job: its policy's match (first attempt
+ * only), the rate limit, the breaker, its policy's shape, then the signed
+ * POST.  Or it filters, defers, sheds or fails the job without one.
+ */
 static void job_start(struct hub_dispatch *d, struct job *j) {
     struct hub_webhook_headers h = {0};
+    struct hub_webhook_event wev;
+    struct hub_policy_event pev;
+    struct hub_policy_shaped shaped = {0};
+    const char *ext[2 * 64 + 1];
     struct hub_url u;
     struct hub_httpc_request req;
     int64_t retry_at = 0;
+    json_t *attrs;
+    json_error_t jerr;
+    char err[512];
+    int rc;
 
     if (hub_url_parse(j->url, &u) == 0) {
         snprintf(j->origin, sizeof(j->origin), "%s", u.origin);
     } else {
         snprintf(j->origin, sizeof(j->origin), "%s", j->url);
     }
+    attrs = json_loads(j->attrs ? j->attrs : "{}", 0, &jerr);
+    event_from_attrs(j, attrs, &wev, ext, sizeof(ext) / sizeof(ext[0]));
+    policy_event(j, &wev, &pev);
+    if (j->policy != NULL) {
+        j->gen = hub_policies_acquire(d->hub->policies);
+        j->pol = hub_policy_gen_find(j->gen, j->policy);
+        if (j->pol == NULL) {
+            snprintf(err, sizeof(err), "policy '%s' is not loaded", j->policy);
+            policy_failed(d, j, HUB_POLICY_SHAPE, HUB_POLICY_MISSING, err);
+        }
+    }
+    if (j->pol != NULL && j->attempt_count == 0 && hub_policy_has(j->pol, HUB_POLICY_MATCH)) {
+        int matched = 1;
+        enum hub_policy_status st = hub_policy_match(j->pol, &pev, &matched, err, sizeof(err));
+        if (st != HUB_POLICY_OK) {
+            /* SPEC §8: an error counts as a match (never lose an event) */
+            policy_failed(d, j, HUB_POLICY_MATCH, st, err);
+        } else if (!matched) {
+            json_decref(attrs);
+            job_filtered(d, j);
+            return;
+        }
+    }
     if (j->max_rate > 0) {
         int64_t wait = rate_take(d, j->sub_id, j->max_rate);
         if (wait > 0) {
             /* over the rate: deferred, neither attempted nor a failure */
+            json_decref(attrs);
             job_outcome(d, j, NULL, HUB_D_DEFERRED, unix_ms() + wait);
             job_free(j);
             return;
         }
     }
-    switch (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at)) {
-    case HUB_BREAKER_SHED:
+    if (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at) ==
+        HUB_BREAKER_SHED) {
+        json_decref(attrs);
         job_outcome(d, j, NULL, HUB_D_SHED, retry_at);
         job_free(j);
         return;
-    default:
-        break;
     }
     if (hub_uuid7_text(j->delivery_id) != 0) {
         snprintf(j->delivery_id, sizeof(j->delivery_id), "00000000-0000-7000-8000-000000000000");
     }
     j->started_unix_ms = unix_ms();
-    if (job_headers(j, &d->hub->kek, &h) != 0) {
+    if (j->policy != NULL && j->pol == NULL) {
+        /* the policy may have shaped the body: never send it unshaped */
+        json_decref(attrs);
+        job_policy_error(d, j, err);
+        return;
+    }
+    if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_SHAPE)) {
+        enum hub_policy_status st = hub_policy_shape(j->pol, &pev, &shaped, err, sizeof(err));
+        if (st != HUB_POLICY_OK) {
+            policy_failed(d, j, HUB_POLICY_SHAPE, st, err);
+            json_decref(attrs);
+            job_policy_error(d, j, err);
+            return;
+        }
+        if (shaped.content_type != NULL) {
+            wev.content_type = shaped.content_type;
+        }
+        if (shaped.body != NULL) {
+            /* the signature covers the shaped body (SPEC §7.2) */
+            free(j->payload);
+            j->payload = (unsigned char *)shaped.body;
+            j->payload_len = shaped.body_len;
+            shaped.body = NULL;
+        }
+    }
+    rc = job_headers(j, &d->hub->kek, &wev, j->payload, j->payload_len, shaped.headers, &h);
+    hub_policy_shaped_free(&shaped);
+    json_decref(attrs);
+    if (rc != 0) {
         hub_log(HUB_ERROR, "cannot open the subscription's secrets (wrong STREAMING_HUB_KEK?)",
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
         job_outcome(d, j, NULL, 0, 0);
@@ -839,12 +1059,10 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         j->secret_sealed = dup_value(r, i, 8);
         j->prev_secret_sealed = dup_value(r, i, 9);
         if (!PQgetisnull(r, i, 10)) {
-            int n = hub_duration_list_parse(PQgetvalue(r, i, 10), j->schedule,
-                                            HUB_RETRY_MAX_STEPS);
+            int n = hub_duration_list_parse(PQgetvalue(r, i, 10), j->schedule, HUB_RETRY_MAX_STEPS);
             /* a malformed schedule falls back to the default curve (SPEC §7.4) */
-            j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n)
-                                ? (size_t)n
-                                : 0;
+            j->n_schedule =
+                n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n) ? (size_t)n : 0;
         }
         j->content_type = dup_value(r, i, 11);
         j->attrs = dup_value(r, i, 12);
@@ -858,6 +1076,8 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
             PQfreemem(p);
         }
         j->max_rate = PQgetisnull(r, i, 14) ? 0 : atof(PQgetvalue(r, i, 14));
+        j->schema_major = atoi(PQgetvalue(r, i, 15));
+        j->policy = dup_value(r, i, 16);
         job_start(d, j);
     }
     /* a full batch means more may be due: claim again at once */
@@ -1048,7 +1268,8 @@ void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void 
     uv_timer_stop(&d->reclaim_timer);
     uv_timer_stop(&d->sample_timer);
     if (d->inflight > 0) {
-        hub_log(HUB_INFO, "dispatcher draining", HUB_LI("attempts_in_flight", (int64_t)d->inflight));
+        hub_log(HUB_INFO, "dispatcher draining",
+                HUB_LI("attempts_in_flight", (int64_t)d->inflight));
     }
     dispatch_maybe_done(d);
 }

@@ -34,6 +34,7 @@
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
+#include "policy.h"
 #include "metrics.h"
 
 #define HTTP_BACKLOG 1024
@@ -108,6 +109,7 @@ static void ops_metrics(struct hub *hub, h2o_req_t *req) {
     }
     hub_gauges(hub, &g);
     hub_metrics_render(&hub->metrics, &g, f);
+    hub_policies_metrics_render(hub->policies, f);
     if (fclose(f) != 0 || text == NULL) {
         free(text);
         hub_api_send_problem(req, 500, "out of memory rendering metrics", NULL);

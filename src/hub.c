@@ -18,6 +18,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "pg.h"
+#include "policy.h"
 #include "store.h"
 
 #define HUB_API_PG_CONNECTIONS 2
@@ -170,6 +171,9 @@ static void hub_finish(struct hub *hub) {
     hub_close_handle((uv_handle_t *)&hub->sig_int);
     hub_close_handle((uv_handle_t *)&hub->sig_term);
     hub_close_handle((uv_handle_t *)&hub->sig_hup);
+    /* after the dispatcher: no job holds a generation any more */
+    hub_policies_free(hub->policies);
+    hub->policies = NULL;
 }
 
 static void hub_dispatch_stopped(void *arg) {
@@ -220,7 +224,10 @@ static void hub_begin_drain(struct hub *hub, const char *why) {
 static void signal_cb(uv_signal_t *s, int signum) {
     struct hub *hub = s->data;
     if (signum == SIGHUP) {
-        hub_log(HUB_INFO, "SIGHUP: nothing to reload yet");
+        if (!hub->draining && hub->policies != NULL) {
+            hub_log(HUB_INFO, "SIGHUP: reloading policies");
+            hub_policies_reload(hub->policies, NULL, NULL);
+        }
         return;
     }
     hub_begin_drain(hub, signum == SIGINT ? "SIGINT" : "SIGTERM");
@@ -270,12 +277,20 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     if (hub->cfg.admin_token == NULL) {
         hub_log(HUB_WARN, "STREAMING_HUB_ADMIN_TOKEN is not set: the admin API answers 401");
     }
+    {
+        struct hub_policy_limits lim = {hub->cfg.policy_timeout_ms,
+                                        (size_t)hub->cfg.policy_memory_bytes};
+        hub->policies = hub_policies_new(hub->loop, hub->cfg.policy_dir, &lim);
+        if (hub->policies == NULL) {
+            goto fail_cfg;
+        }
+    }
     if (hub_prepare_database(hub) != 0) {
         goto fail_cfg;
     }
 
-    hub->pg = hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS,
-                         "streaming-hub-api");
+    hub->pg =
+        hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS, "streaming-hub-api");
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
@@ -369,6 +384,7 @@ fail_pg:
     hub_pg_close(hub->pg, NULL, NULL);
     uv_run(hub->loop, UV_RUN_DEFAULT);
 fail_cfg:
+    hub_policies_free(hub->policies);
     hub_config_free(&hub->cfg);
     free(hub);
     return rc;

@@ -31,6 +31,7 @@ struct hub {
     struct hub_http *http;
     struct hub_httpc *httpc;   /* outgoing HTTP (verification probes, deliveries) */
     struct hub_dispatch *dispatch; /* NULL for the ingest role */
+    struct hub_policies *policies; /* Lua policies (SPEC §8), reloaded on SIGHUP */
     struct hub_kek kek;        /* STREAMING_HUB_KEK, when has_kek */
     int has_kek;
     char *brokers;             /* resolved bootstrap list */

@@ -4,9 +4,8 @@
 #include "metrics.h"
 
 /* Seconds; tuned for database batches and HTTP attempts (1 ms .. 30 s). */
-static const double hist_bounds[HUB_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                     0.05,  0.1,    0.25,  0.5,  1,
-                                                     2.5,   5,      10,    30};
+static const double hist_bounds[HUB_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,    1,     2.5,  5,     10,   30};
 
 void hub_verdict_labels(enum hub_verdict v, const char **verdict, const char **reason) {
     static const char *const names[HUB_V__COUNT][2] = {
@@ -38,8 +37,7 @@ static void render_histogram(FILE *out, const char *name, const char *help,
     fprintf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int i = 0; i < HUB_HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        fprintf(out, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds[i],
-                (unsigned long long)cum);
+        fprintf(out, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[HUB_HIST_BUCKETS];
     fprintf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
@@ -90,6 +88,9 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
     }
     render_histogram(out, "streaming_hub_delivery_attempt_seconds",
                      "Duration of one delivery attempt.", &m->delivery_attempt_seconds);
+    render_scalar(out, "streaming_hub_policy_filtered_total", "counter",
+                  "Jobs dropped before their first attempt because a policy's match said no.",
+                  (long long)m->policy_filtered);
     render_scalar(out, "streaming_hub_subscriptions_auto_disabled_total", "counter",
                   "Subscriptions disabled because their destination stayed broken.",
                   (long long)m->subscriptions_auto_disabled);

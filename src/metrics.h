@@ -48,6 +48,7 @@ struct hub_metrics {
     uint64_t deliveries[HUB_D__COUNT];
     struct hub_histogram delivery_attempt_seconds;
     uint64_t subscriptions_auto_disabled;
+    uint64_t policy_filtered; /* jobs a policy's match turned down */
     int64_t jobs_due; /* sampled by the dispatcher (capped) */
 };
 

@@ -188,7 +188,12 @@ assert_eq 0 "$(psql_q 'SELECT count(*) FROM subscriptions')" "nothing stored by 
 # create, background probe, the probe request itself
 # ---------------------------------------------------------------------------
 
+# a policy file the hub has not loaded yet is unknown until a reload
 echo 'return {}' >"$WORK/policies/shaper.lua"
+api "$KEY" POST /v1/subscriptions "$(sub_body "$SINK_URL/echo/one/" ',"policy":"shaper"')" >/dev/null
+assert_eq 400 "$(http_status)" "a policy file not loaded yet → 400"
+admin_curl POST /admin/policies/reload >/dev/null
+assert_eq 200 "$(http_status)" "policy reload → 200"
 body=$(api "$KEY" POST /v1/subscriptions \
     "$(sub_body "$SINK_URL/echo/one/" ',"policy":"shaper","retry_schedule":["10s","1m"],"max_rate":12.5')")
 assert_eq 201 "$(http_status)" "create → 201"
