@@ -28,6 +28,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
+source "$(dirname "$0")/../support/delivery.sh"
 hub_test_init
 
 KEK=$(head -c 32 /dev/urandom | base64)
@@ -46,7 +47,7 @@ hub_start "${BASE_ENV[@]}" STREAMING_HUB_AUTODISABLE_ENABLED=true \
 RUN1_LOG=$HUB_LOG
 
 tenant_create acme
-ACME_KEY=$(admin_curl POST "/admin/tenants/acme/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p')
+ACME_KEY=$(tenant_key acme)
 [[ -n $ACME_KEY ]] || fatal "no tenant API key"
 
 q() { psql_q "$1"; }
@@ -55,15 +56,9 @@ jobs_in() { q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$1' A
 # subscribe PATH TYPE → id, verified by hand once its background probe ended
 # (the failing paths cannot echo the challenge)
 subscribe() {
-    local s id
-    s=$(curl -s -X POST -H "Authorization: Bearer $ACME_KEY" -H 'Content-Type: application/json' \
-        -d "{\"event_types\":[\"$2\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$1\"}}" \
-        "$HUB_URL/v1/subscriptions")
-    id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' <<<"$s" | head -n1)
-    [[ -n $id ]] || fatal "subscription not created: $s"
-    wait_until 10 "[[ \$(sub_field $id verification_state) != pending ]]" ||
+    local id
+    id=$(subscribe_active "$ACME_KEY" "$(subscription_json "$2" "$SINK_URL$1")") ||
         fatal "the probe of $id did not finish"
-    q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$id'" >/dev/null
     echo "$id"
 }
 # patch ID JSON → prints the response body; status in $(http_status)

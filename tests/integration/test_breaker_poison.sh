@@ -13,6 +13,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
+source "$(dirname "$0")/../support/delivery.sh"
 hub_test_init
 
 KEK=$(head -c 32 /dev/urandom | base64)
@@ -28,19 +29,10 @@ hub_start "${HUB_ENV[@]}"
 
 tenant_create acme
 tenant_create beta
-key_for() { admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'; }
-ACME_KEY=$(key_for acme)
-BETA_KEY=$(key_for beta)
+ACME_KEY=$(tenant_key acme)
+BETA_KEY=$(tenant_key beta)
 subscribe() { # subscribe KEY PATH TYPE → id (verified by hand once the probe ended)
-    local s id
-    s=$(curl -s -X POST -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
-        -d "{\"event_types\":[\"$3\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$2\"}}" \
-        "$HUB_URL/v1/subscriptions")
-    id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' <<<"$s" | head -n1)
-    [[ -n $id ]] || fatal "subscription not created: $s"
-    wait_until 10 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$id'\") != pending ]]" >/dev/null
-    psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$id'" >/dev/null
-    echo "$id"
+    subscribe_active "$1" "$(subscription_json "$3" "$SINK_URL$2")"
 }
 
 # --- breaker -----------------------------------------------------------------

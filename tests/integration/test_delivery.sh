@@ -12,6 +12,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
+source "$(dirname "$0")/../support/delivery.sh"
 hub_test_init
 
 KEK=$(head -c 32 /dev/urandom | base64)
@@ -25,37 +26,26 @@ hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
 
 tenant_create acme
 tenant_create other
-key_for() { admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'; }
-ACME_KEY=$(key_for acme)
-OTHER_KEY=$(key_for other)
+ACME_KEY=$(tenant_key acme)
+OTHER_KEY=$(tenant_key other)
 [[ -n $ACME_KEY && -n $OTHER_KEY ]] || fatal "no tenant API keys"
 
-# subscribe KEY JSON → prints the created subscription JSON
-subscribe() {
-    curl -s -X POST -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
-        -d "$2" "$HUB_URL/v1/subscriptions"
-}
-json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" <<<"$2" | head -n1; }
 # activate ID: marks a subscription verified by hand once its background probe
 # has failed (the sink paths that fail on purpose cannot echo the challenge)
-activate() {
-    wait_until 10 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$1'\") != pending ]]" ||
-        fail "the probe of $1 did not finish"
-    psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$1'" >/dev/null
-}
+activate() { subscription_activate "$1" || fail "the probe of $1 did not finish"; }
 
 # 1. a verified subscription (the probe echoes the challenge)
-S_OK=$(subscribe "$ACME_KEY" "{\"event_types\":[\"transaction.*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/echo/ok\",\"headers\":{\"X-Api-Key\":\"sekrit-123\"}}}")
+S_OK=$(subscription_create "$ACME_KEY" "{\"event_types\":[\"transaction.*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/echo/ok\",\"headers\":{\"X-Api-Key\":\"sekrit-123\"}}}")
 OK_ID=$(json_field id "$S_OK")
 OK_SECRET=$(json_field secret "$S_OK")
 [[ -n $OK_ID && $OK_SECRET == whsec_* ]] || fatal "subscription not created: $S_OK"
-wait_until 20 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$OK_ID'\") == active ]]" ||
+subscription_wait_verified "$OK_ID" ||
     fail "the background probe did not verify the /echo destination"
 
 # 2. destinations that fail in known ways, activated by hand
 mk() { # mk PATH EVENT_TYPE [EXTRA_JSON] → id
     local s
-    s=$(subscribe "$ACME_KEY" "{\"event_types\":[\"$2\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$1\"}${3:-}}")
+    s=$(subscription_create "$ACME_KEY" "$(subscription_json "$2" "$SINK_URL$1" "${3:-}")")
     json_field id "$s"
 }
 FLAKY_ID=$(mk /flaky/3/a flaky.happened) # the probe takes the first 503
@@ -67,7 +57,7 @@ for id in "$FLAKY_ID" "$DEAD_ID" "$GONE_ID"; do
     activate "$id"
 done
 # OFF stays pending (never verified): it must match nothing
-OTHER_SUB=$(subscribe "$OTHER_KEY" "{\"event_types\":[\"*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/ok/other\"}}")
+OTHER_SUB=$(subscription_create "$OTHER_KEY" "$(subscription_json '*' "$SINK_URL/ok/other")")
 activate "$(json_field id "$OTHER_SUB")"
 
 # 3. events

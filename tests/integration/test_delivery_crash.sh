@@ -13,6 +13,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
+source "$(dirname "$0")/../support/delivery.sh"
 hub_test_init
 
 N=20000
@@ -28,14 +29,12 @@ sink_start
 hub_start "${HUB_ENV[@]}"
 
 tenant_create acme
-ACME_KEY=$(admin_curl POST "/admin/tenants/acme/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p')
+ACME_KEY=$(tenant_key acme)
 [[ -n $ACME_KEY ]] || fatal "no tenant API key"
-s=$(curl -s -X POST -H "Authorization: Bearer $ACME_KEY" -H 'Content-Type: application/json' \
-    -d "{\"event_types\":[\"transaction.posted\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL/echo/crash\"}}" \
-    "$HUB_URL/v1/subscriptions")
-SUB_ID=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' <<<"$s" | head -n1)
+s=$(subscription_create "$ACME_KEY" "$(subscription_json transaction.posted "$SINK_URL/echo/crash")")
+SUB_ID=$(json_field id "$s")
 [[ -n $SUB_ID ]] || fatal "subscription not created: $s"
-wait_until 20 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$SUB_ID'\") == active ]]" ||
+subscription_wait_verified "$SUB_ID" ||
     fatal "the background probe did not verify the /echo destination"
 pass "subscription verified by its probe"
 

@@ -9,6 +9,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
+source "$(dirname "$0")/../support/delivery.sh"
 hub_test_init
 
 KEK=$(head -c 32 /dev/urandom | base64)
@@ -20,17 +21,8 @@ hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
 
 tenant_create heavy
 tenant_create light
-key_for() { admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'; }
 subscribe() { # subscribe TENANT PATH → id, verified by hand
-    local s id
-    s=$(curl -s -X POST -H "Authorization: Bearer $(key_for "$1")" -H 'Content-Type: application/json' \
-        -d "{\"event_types\":[\"*\"],\"destination\":{\"kind\":\"webhook\",\"url\":\"$SINK_URL$2\"}}" \
-        "$HUB_URL/v1/subscriptions")
-    id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' <<<"$s" | head -n1)
-    [[ -n $id ]] || fatal "subscription not created: $s"
-    wait_until 10 "[[ \$(psql_q \"SELECT verification_state FROM subscriptions WHERE id = '$id'\") != pending ]]" >/dev/null
-    psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$id'" >/dev/null
-    echo "$id"
+    subscribe_active "$(tenant_key "$1")" "$(subscription_json '*' "$SINK_URL$2")"
 }
 HEAVY_ID=$(subscribe heavy /slow/200/heavy)
 LIGHT_ID=$(subscribe light /ok/light)
