@@ -297,6 +297,7 @@ struct hub_dispatch {
     size_t cap_outcomes;
     char **gone; /* subscription ids answered 410 since the last flush */
     size_t n_gone;
+    uint64_t ev_serial;   /* numbers each job's policy event (hub_policy_event.serial) */
     int64_t policy_log_s; /* policy failure log lines: the current second ... */
     int policy_log_n;     /* ... and how many were written in it */
     int stopping;
@@ -877,6 +878,7 @@ static void policy_event(const struct job *j, const struct hub_webhook_event *we
         .extensions = wev->extensions,
         .body = j->payload,
         .body_len = j->payload_len,
+        .serial = ++j->d->ev_serial,
     };
 }
 

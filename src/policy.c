@@ -83,6 +83,8 @@ struct hub_policy {
     int ref_encode;                        /* cjson.encode, for shaped tables */
     int ref_decode;                        /* cjson.decode, for ev.data */
     int ref_ev_meta;                       /* metatable of ev (lazy data) */
+    int ref_ev_last;                       /* the last ev built, and ... */
+    uint64_t ev_last_serial;               /* ... its serial (0 = none) */
     int64_t schedule[HUB_RETRY_MAX_STEPS]; /* retry as a table */
     size_t n_schedule;
     double log_tokens; /* hub.log rate limit */
@@ -277,6 +279,8 @@ static int build_sandbox(lua_State *L) {
     lua_pushliteral(L, "event");
     lua_setfield(L, -2, "__metatable");
     p->ref_ev_meta = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushboolean(L, 0);
+    p->ref_ev_last = luaL_ref(L, LUA_REGISTRYINDEX);
 
     /* The chunk's own globals are the sandbox: the real ones are left
      * unreachable (no getfenv, no debug). */
@@ -506,6 +510,10 @@ static void set_str(lua_State *L, const char *k, const char *v) {
 }
 
 static void push_event(lua_State *L, struct hub_policy *p, const struct hub_policy_event *ev) {
+    if (ev->serial != 0 && ev->serial == p->ev_last_serial) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_ev_last);
+        return;
+    }
     lua_createtable(L, 0, 16);
     set_str(L, "id", ev->id);
     set_str(L, "source", ev->source);
@@ -527,6 +535,11 @@ static void push_event(lua_State *L, struct hub_policy *p, const struct hub_poli
     lua_setfield(L, -2, "body");
     lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_ev_meta);
     lua_setmetatable(L, -2);
+    if (ev->serial != 0) {
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, LUA_REGISTRYINDEX, p->ref_ev_last);
+        p->ev_last_serial = ev->serial;
+    }
 }
 
 /* RFC 9110: a header name is a token; a value has no control bytes. */

@@ -112,6 +112,10 @@ struct hub_policy_event {
     const char *const *extensions; /* name, value, ..., NULL; may be NULL */
     const void *body;
     size_t body_len;
+    /* Non-zero and unique per job attempt: calls with the same serial on the
+     * same policy share one ev table, so match and shape decode ev.data once.
+     * 0 builds a fresh ev for every call. */
+    uint64_t serial;
 };
 
 /*

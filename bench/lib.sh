@@ -1,0 +1,120 @@
+# shellcheck shell=bash
+# bench/lib.sh — pieces the delivery benchmarks share.  Source after
+# tests/support/lib.sh (uses $WORK, $BUILD, psql_q, hub_start/hub_stop,
+# produce, log, fatal, wait_until, port_in_use, track_pid).
+
+# ---------------------------------------------------------------------------
+# nginx_start: the sink, in the foreground, single process (tracked, killed
+# at exit); exports SINK_URL.  /lat logs receipt time and ce-time.
+# ---------------------------------------------------------------------------
+nginx_start() {
+    local port d=$WORK/nginx
+    mkdir -p "$d/tmp"
+    for _ in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 30000))
+        port_in_use "$port" || break
+    done
+    cat >"$d/nginx.conf" <<EOF
+# one process, no master: nothing to respawn a worker while the exit trap
+# kills it (with a master, a killed worker can be respawned and outlive us)
+worker_processes 1;
+daemon off;
+master_process off;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $d/tmp/body;
+    proxy_temp_path $d/tmp/proxy;
+    fastcgi_temp_path $d/tmp/fastcgi;
+    uwsgi_temp_path $d/tmp/uwsgi;
+    scgi_temp_path $d/tmp/scgi;
+    client_max_body_size 2m;
+    client_body_buffer_size 2m;
+    keepalive_requests 100000;
+    keepalive_timeout 300s;
+    log_format lat '\$msec \$http_ce_time';
+    server {
+        listen 127.0.0.1:$port;
+        location / { return 200 "ok"; }
+        location /lat { access_log $d/lat.log lat; return 200 "ok"; }
+    }
+}
+EOF
+    nginx -p "$d" -c "$d/nginx.conf" >>"$d/stdout.log" 2>&1 &
+    NGINX_PID=$!
+    track_pid "$NGINX_PID"
+    wait_until 10 "port_in_use $port" || { cat "$d/error.log" >&2; fatal "nginx did not start"; }
+    SINK_URL=http://127.0.0.1:$port
+    log "nginx sink at $SINK_URL (pid $NGINX_PID)"
+}
+
+# ---------------------------------------------------------------------------
+# drain: one pre-filled-backlog run.  Needs TOPIC, PAYLOAD, HUB_ENV (array)
+# and RAW (assoc. array: concurrency → raw req/s).  The hub is started with
+# ROLE=ingest to store N events and their jobs, stopped, then started with
+# ROLE=delivery (plus DRAIN_ENV, an optional array) and the drain is timed.
+# Appends a result line to RESULTS and sets DRAIN_RATE (deliveries/s over the
+# middle 80% of attempts) and DRAIN_FIRST_JOB (jobs of this run have a
+# greater id).  DRAIN_HOOK, when set, is run (as a command) once the drain
+# has started, in the background of the poll loop.
+# ---------------------------------------------------------------------------
+RUN=0
+RESULTS=()
+DRAIN_ENV=()
+# drain LABEL WORKERS BATCH EVENTS EXPECTED_JOBS PRODUCE_ARGS...
+drain() {
+    local label=$1 w=$2 b=$3 n=$4 want=$5 job0 rss c s total span att errs
+    shift 5
+    RUN=$((RUN + 1))
+    job0=$(psql_q "SELECT coalesce(max(id), 0) FROM delivery_jobs")
+    hub_start "${HUB_ENV[@]}" STREAMING_HUB_ROLE=ingest
+    log "run $RUN ($label, $w workers, batch $b): producing $n events → $want jobs"
+    HUB_PRODUCE_LINGER_MS=50 produce --topic $TOPIC --count "$n" --partitions 16 \
+        --payload-bytes "$PAYLOAD" --id-prefix "r$RUN-" "$@" >/dev/null
+    wait_until 300 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE id > $job0\") -ge $want ]]" ||
+        log "run $RUN: only $(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0") jobs were created"
+    hub_stop
+    psql_q "CHECKPOINT" >/dev/null
+    total=$(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0")
+    hub_start "${HUB_ENV[@]}" "${DRAIN_ENV[@]}" STREAMING_HUB_ROLE=delivery \
+        STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
+    DRAIN_FIRST_JOB=$job0
+    local hook_pid=
+    if [[ -n ${DRAIN_HOOK:-} ]]; then
+        $DRAIN_HOOK &
+        hook_pid=$!
+    fi
+    # poll once a second (psql's own cost would otherwise compete with the drain)
+    local deadline=$((SECONDS + 600))
+    until [[ $(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0 AND state IN ('pending', 'in_flight')") == 0 ]]; do
+        ((SECONDS < deadline)) || { log "run $RUN: the backlog did not drain within 600 s"; break; }
+        sleep 1
+    done
+    [[ -n $hook_pid ]] && wait "$hook_pid"
+    rss=$(awk '/VmHWM/ {print $2}' "/proc/$HUB_PID/status")
+    errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
+    hub_stop
+    read -r c s <<<"$(psql_q "SELECT count(*) * 0.8, extract(epoch FROM
+                                percentile_disc(0.9) WITHIN GROUP (ORDER BY a.started_at) -
+                                percentile_disc(0.1) WITHIN GROUP (ORDER BY a.started_at))
+                             FROM delivery_attempts a WHERE a.job_id > $job0" | tr '|' ' ')"
+    c=${c%.*}
+    span=$(psql_q "SELECT extract(epoch FROM (SELECT max(updated_at) FROM delivery_jobs WHERE id > $job0 AND state = 'succeeded') -
+                                         (SELECT min(started_at) FROM delivery_attempts WHERE job_id > $job0))")
+    att=$(psql_q "SELECT string_agg(n || '×' || k || (CASE WHEN st <> 'succeeded' THEN ' ' || st ELSE '' END), ', ')
+                    FROM (SELECT attempt_count k, state st, count(*) n FROM delivery_jobs WHERE id > $job0
+                           GROUP BY 1, 2 ORDER BY 1, 2) x")
+    local ok=$(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0 AND state = 'succeeded'")
+    [[ -n ${BENCH_DEBUG:-} ]] && psql_q "SELECT to_char(date_trunc('second', started_at), 'HH24:MI:SS'), count(*) FROM delivery_attempts WHERE job_id > $job0 GROUP BY 1 ORDER BY 1" >&2
+    local rate full ratio
+    rate=$(awk -v n="$c" -v s="$s" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+    full=$(awk -v n="$ok" -v s="$span" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+    DRAIN_RATE=$rate
+    ratio=$(awk -v h="$rate" -v r="${RAW[$w]:-0}" 'BEGIN { printf "%.2f", (r > 0 ? h / r : 0) }')
+    RESULTS+=("$(printf '  %-7s %3s/%-3s %7s %7s %7.2f s %8s %8s %8s %5s  %4s MiB  %s  [%s warn/error log lines]' \
+        "$label" "$w" "$b" "$total" "$ok" "$span" "$full" "$rate" "${RAW[$w]:--}" "$ratio" "$((rss / 1024))" "$att" "$errs")")
+    log "${RESULTS[-1]}"
+}
+
