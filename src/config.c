@@ -61,6 +61,9 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "path of the CA bundle for broker TLS"},
     {"KAFKA_SESSION_TIMEOUT", CFG_DURATION, "6s", OFF(kafka_session_timeout_ms), 3000, 300000,
      NULL, "consumer group session timeout (a crashed member is evicted after it)"},
+    {"KAFKA_FETCH_WAIT", CFG_DURATION, "10ms", OFF(kafka_fetch_wait_ms), 1, 10000, NULL,
+     "longest a fetch waits for data (fetch.wait.max.ms); brokers answer at once when data "
+     "arrives, the embedded mock only after this wait"},
     {"HTTP_LISTEN_ADDR", CFG_STRING, "127.0.0.1:8080", OFF(http_listen_addr), 0, 0, NULL,
      "API, ingest, metrics and health listener (host:port)"},
     {"ADMIN_TOKEN", CFG_SECRET, NULL, OFF(admin_token), 0, 0, NULL, "bearer token for /admin/*"},

@@ -27,6 +27,7 @@ struct hub_config {
     int kafka_tls_enabled;
     char *kafka_ca_cert;
     int64_t kafka_session_timeout_ms;
+    int64_t kafka_fetch_wait_ms;
     char *http_listen_addr;
     char *admin_token;
     char *kek; /* base64 of 32 bytes */

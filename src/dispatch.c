@@ -37,6 +37,7 @@
 #define DISPATCH_IDLE_MS 50    /* claim poll when nothing was due */
 #define DISPATCH_FLUSH_MS 5    /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256 /* outcomes per transaction */
+#define DISPATCH_OUT_CONNECTIONS 2
 
 #define DISPATCH_EXCERPT 1024
 #define DISPATCH_MAX_BODY (1 << 20)
@@ -69,8 +70,19 @@ static const struct hub_sql sql_claim = {
     "           WHERE j.state = 'pending' AND j.tenant_id > t.tenant_id"
     "           ORDER BY j.tenant_id LIMIT 1)"
     "    FROM t WHERE t.tenant_id IS NOT NULL"
+    /* tenants with something due: their count sets each one's share */
+    "), due AS ("
+    "  SELECT t.tenant_id FROM t WHERE t.tenant_id IS NOT NULL AND EXISTS ("
+    "     SELECT 1 FROM delivery_jobs d WHERE d.state = 'pending'"
+    "        AND d.tenant_id = t.tenant_id AND d.next_attempt_at <= now())"
+    /* each tenant offers twice its fair share of the batch (at least 4):
+     * enough to fill the batch when some have less, without reading
+     * batch × tenants rows */
+    "), share AS ("
+    "  SELECT least($4::int, greatest(4, 2 * ceil($3::numeric / greatest(count(*), 1))))::int"
+    "         AS n FROM due"
     "), cand AS ("
-    "  SELECT c.id FROM t CROSS JOIN LATERAL ("
+    "  SELECT c.id FROM due t CROSS JOIN LATERAL ("
     "     SELECT j.id, j.next_attempt_at,"
     "            row_number() OVER (ORDER BY j.next_attempt_at, j.id) AS rn"
     "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
@@ -82,14 +94,15 @@ static const struct hub_sql sql_claim = {
     "             SELECT 1 FROM delivery_jobs h"
     "              WHERE h.subscription_id = j.subscription_id"
     "                AND h.state IN ('pending', 'in_flight') AND h.id < j.id))"
-    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
-    "   WHERE t.tenant_id IS NOT NULL"
+    "      ORDER BY j.next_attempt_at, j.id LIMIT (SELECT n FROM share)) c"
     /* round-robin: each tenant's first job before anyone's second, tenants
      * in rotation starting after the one served last ($5) */
     "   ORDER BY c.rn, t.tenant_id <= $5::text, t.tenant_id LIMIT $3::int"
+    /* by primary key: a semi-join against the pending set would read all
+     * of it whenever the statistics lag behind a fast-growing backlog */
     "), locked AS ("
     "  SELECT j.id FROM delivery_jobs j"
-    "   WHERE j.id IN (SELECT id FROM cand) AND j.state = 'pending'"
+    "   WHERE j.id = ANY (ARRAY(SELECT id FROM cand)) AND j.state = 'pending'"
     "   FOR UPDATE SKIP LOCKED"
     "), claimed AS ("
     "  UPDATE delivery_jobs j SET state = 'in_flight', lease_owner = $1::text,"
@@ -105,7 +118,7 @@ static const struct hub_sql sql_claim = {
     "        s.max_rate, e.schema_major, s.policy"
     "   FROM claimed c JOIN subscriptions s ON s.id = c.subscription_id"
     "   JOIN event_inbox e ON e.seq = c.event_seq AND e.day = c.event_day",
-    1, /* planned per claim: the skip scan's plan depends on the limits */
+    0,
 };
 
 /*
@@ -244,6 +257,7 @@ struct job {
     const char *local_error;    /* an attempt that failed before any HTTP */
     char *local_excerpt;
     char origin[300];
+    int64_t claimed_ms;
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
 };
@@ -279,6 +293,8 @@ struct rate_bucket {
 
 struct hub_dispatch {
     struct hub *hub;
+    struct hub_pg *pg_claim; /* one connection: claims, one at a time */
+    struct hub_pg *pg_out;   /* outcome batches */
     struct rate_bucket *rates;
     char owner[96];
     struct hub_breakers *breakers;
@@ -287,11 +303,20 @@ struct hub_dispatch {
     uv_timer_t reclaim_timer;
     uv_timer_t sample_timer;
     int claiming;
+    int kicked; /* new jobs were stored while a claim was in flight */
     int flushing;
     size_t flush_n;        /* outcomes in the transaction in flight */
     int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
     size_t inflight;
+    /* Claimed jobs waiting for a worker: claims run ahead of the workers so
+     * that none waits on the database between attempts.  Popped round-robin
+     * across tenants, so a tenant's queued backlog cannot hold another's job
+     * back by more than one rotation. */
+    struct job **queue;
+    size_t n_queue;
+    size_t cap_queue;
+    char pop_tenant[260]; /* the tenant popped last */
     struct outcome *outcomes;
     size_t n_outcomes;
     size_t cap_outcomes;
@@ -307,6 +332,7 @@ struct hub_dispatch {
 };
 
 static void dispatch_claim(struct hub_dispatch *d);
+static void dispatch_pump(struct hub_dispatch *d);
 static void dispatch_flush(struct hub_dispatch *d);
 static void claim_timer_cb(uv_timer_t *t);
 static void dispatch_maybe_done(struct hub_dispatch *d);
@@ -459,7 +485,7 @@ static void dispatch_flush(struct hub_dispatch *d) {
         values[k] = hub_pgarr_take(&a[k], &lengths[k]);
         rc |= values[k] == NULL;
     }
-    txn = hub_pg_txn_new(d->hub->pg, flush_done, d);
+    txn = hub_pg_txn_new(d->pg_out, flush_done, d);
     if (txn == NULL || rc) {
         for (int k = 0; k < 13; k++) {
             free(values[k]);
@@ -669,9 +695,13 @@ static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
     int failed = j->attempt_count + 1;
     int64_t delay;
 
+    const int64_t *table = NULL;
+    size_t ntable = j->pol != NULL ? hub_policy_retry_schedule(j->pol, &table) : 0;
+
     *reason = "exhausted";
-    if (j->pol != NULL && hub_policy_retry_schedule(j->pol, &sched) > 0) {
-        nsched = hub_policy_retry_schedule(j->pol, &sched);
+    if (ntable > 0) {
+        sched = table;
+        nsched = ntable;
     } else if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_RETRY)) {
         struct hub_policy_retry_ctx ctx = {
             .attempt = failed,
@@ -789,9 +819,7 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     }
     d->inflight--;
     job_free(j);
-    if (!d->stopping) {
-        dispatch_claim(d);
-    }
+    dispatch_pump(d);
     dispatch_maybe_done(d);
 }
 
@@ -1004,6 +1032,80 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
     hub_webhook_headers_free(&h);
 }
 
+/* Gives a claimed job back without an attempt and without counting a
+ * reclaim: its lease is cleared and it is due again at once. */
+static void job_release(struct hub_dispatch *d, struct job *j) {
+    struct outcome *o = outcome_push(d);
+    if (o != NULL) {
+        o->id = j->id;
+        o->state = "pending";
+        o->delay_ms = 0;
+        o->started_unix_ms = unix_ms();
+        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+        schedule_flush(d);
+    }
+    job_free(j);
+}
+
+static int queue_push(struct hub_dispatch *d, struct job *j) {
+    if (d->n_queue == d->cap_queue) {
+        size_t cap = d->cap_queue ? d->cap_queue * 2 : 64;
+        struct job **q = realloc(d->queue, sizeof(*q) * cap);
+        if (q == NULL) {
+            return -1;
+        }
+        d->queue = q;
+        d->cap_queue = cap;
+    }
+    d->queue[d->n_queue++] = j;
+    return 0;
+}
+
+/* The next job round-robin across tenants: the oldest queued job of the
+ * first tenant after the one popped last (wrapping around). */
+static struct job *queue_pop(struct hub_dispatch *d) {
+    size_t best = 0;
+    int best_wrapped = 2;
+    struct job *j;
+
+    for (size_t i = 0; i < d->n_queue; i++) {
+        const char *t = d->queue[i]->tenant ? d->queue[i]->tenant : "";
+        int wrapped = strcmp(t, d->pop_tenant) <= 0;
+        if (wrapped < best_wrapped ||
+            (wrapped == best_wrapped &&
+             strcmp(t, d->queue[best]->tenant ? d->queue[best]->tenant : "") < 0)) {
+            best = i;
+            best_wrapped = wrapped;
+        }
+    }
+    j = d->queue[best];
+    memmove(d->queue + best, d->queue + best + 1, sizeof(*d->queue) * (d->n_queue - best - 1));
+    d->n_queue--;
+    snprintf(d->pop_tenant, sizeof(d->pop_tenant), "%s", j->tenant ? j->tenant : "");
+    return j;
+}
+
+/*
+ * Starts queued jobs while workers are free, then claims more.  A job that
+ * waited in the queue for half its lease is given back rather than started:
+ * its lease must not run out during the attempt (another dispatcher would
+ * take it, and the expiry would count as a reclaim).
+ */
+static void dispatch_pump(struct hub_dispatch *d) {
+    size_t workers = (size_t)d->hub->cfg.dispatch_workers;
+    int64_t stale_ms = d->hub->cfg.dispatch_lease_ms / 2;
+
+    while (!d->stopping && d->inflight < workers && d->n_queue > 0) {
+        struct job *j = queue_pop(d);
+        if (unix_ms() - j->claimed_ms > stale_ms) {
+            job_release(d, j);
+            continue;
+        }
+        job_start(d, j); /* may finish at once (filtered, deferred, shed) */
+    }
+    dispatch_claim(d);
+}
+
 /* --------------------------------------------------------------- claims -- */
 
 static char *dup_value(PGresult *r, int row, int col) {
@@ -1080,20 +1182,36 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         j->max_rate = PQgetisnull(r, i, 14) ? 0 : atof(PQgetvalue(r, i, 14));
         j->schema_major = atoi(PQgetvalue(r, i, 15));
         j->policy = dup_value(r, i, 16);
-        job_start(d, j);
+        j->claimed_ms = unix_ms();
+        if (queue_push(d, j) != 0) {
+            job_free(j); /* out of memory: the lease expires; reclaimed later */
+        }
     }
-    /* a full batch means more may be due: claim again at once */
+    dispatch_pump(d);
+    /* rows (or a kick) mean more may be due: claim again at once */
     if (!d->stopping) {
-        uv_timer_start(&d->claim_timer, claim_timer_cb, rows > 0 ? 0 : DISPATCH_IDLE_MS, 0);
+        uv_timer_start(&d->claim_timer, claim_timer_cb,
+                       rows > 0 || d->kicked ? 0 : DISPATCH_IDLE_MS, 0);
     }
+    d->kicked = 0;
     dispatch_maybe_done(d);
 }
 
-/* Claims as many jobs as there are free workers (one claim at a time). */
+/*
+ * Keeps up to WORKERS + 2 × CLAIM_BATCH jobs in hand (one claim at a time),
+ * claiming in batches of CLAIM_BATCH, and not less than half of one unless
+ * workers are idle: the queue must outlast a claim's round trip.
+ */
 static void dispatch_claim(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
-    size_t free_slots = workers > d->inflight ? workers - d->inflight : 0;
     size_t batch = (size_t)d->hub->cfg.dispatch_claim_batch;
+    size_t held = d->inflight + d->n_queue;
+    size_t target = workers + 2 * batch;
+    size_t free_slots = target > held ? target - held : 0;
+
+    if (free_slots < (batch + 1) / 2 && d->inflight + d->n_queue >= workers) {
+        return;
+    }
     char lease[32], limit[16], per_tenant[16];
     const char *params[5] = {d->owner, lease, limit, per_tenant, d->last_tenant};
     struct hub_pg_txn *txn;
@@ -1108,7 +1226,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     snprintf(limit, sizeof(limit), "%zu", batch);
     /* round-robin keeps tenants fair; a lone tenant may still fill the batch */
     snprintf(per_tenant, sizeof(per_tenant), "%zu", batch);
-    txn = hub_pg_txn_new(d->hub->pg, claim_done, d);
+    txn = hub_pg_txn_new(d->pg_claim, claim_done, d);
     if (txn == NULL) {
         return;
     }
@@ -1179,6 +1297,7 @@ static void sample_timer_cb(uv_timer_t *t) {
 int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     struct hub_dispatch *d = calloc(1, sizeof(*d));
     struct hub_breaker_cfg bcfg = HUB_BREAKER_CFG_DEFAULT;
+    const char *dsn = hub->cfg.postgres_dsn;
     char host[64] = "hub";
     unsigned char r[6];
     char rhex[13];
@@ -1201,7 +1320,17 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
     d->breakers = hub_breakers_new(&bcfg);
     d->rates = calloc(RATE_SLOTS, sizeof(*d->rates));
-    if (d->breakers == NULL || d->rates == NULL) {
+    /* Claims and outcome writes have connections of their own: a claim
+     * never queues behind a batch of outcomes or an API request. */
+    d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim");
+    d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes");
+    if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_out == NULL) {
+        if (d->pg_claim != NULL) {
+            hub_pg_close(d->pg_claim, NULL, NULL);
+        }
+        if (d->pg_out != NULL) {
+            hub_pg_close(d->pg_out, NULL, NULL);
+        }
         hub_breakers_free(d->breakers);
         free(d->rates);
         free(d);
@@ -1239,6 +1368,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
         free(d->gone[i]);
     }
     free(d->gone);
+    free(d->queue);
     free(d->outcomes);
     free(d);
     if (cb) {
@@ -1248,14 +1378,17 @@ static void dispatch_handle_closed(uv_handle_t *h) {
 
 /* Once stopping: no attempt in flight, no claim, every outcome written. */
 static void dispatch_maybe_done(struct hub_dispatch *d) {
-    if (!d->stopping || d->inflight > 0 || d->claiming || d->flushing || d->aux_inflight > 0 ||
-        d->open_handles < 4) {
+    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->flushing ||
+        d->aux_inflight > 0 || d->open_handles < 4) {
         return;
     }
     if (d->n_outcomes > 0) {
         dispatch_flush(d);
         return;
     }
+    hub_pg_close(d->pg_claim, NULL, NULL);
+    hub_pg_close(d->pg_out, NULL, NULL);
+    d->pg_claim = d->pg_out = NULL;
     uv_close((uv_handle_t *)&d->claim_timer, dispatch_handle_closed);
     uv_close((uv_handle_t *)&d->flush_timer, dispatch_handle_closed);
     uv_close((uv_handle_t *)&d->reclaim_timer, dispatch_handle_closed);
@@ -1269,11 +1402,26 @@ void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void 
     uv_timer_stop(&d->claim_timer);
     uv_timer_stop(&d->reclaim_timer);
     uv_timer_stop(&d->sample_timer);
-    if (d->inflight > 0) {
-        hub_log(HUB_INFO, "dispatcher draining",
-                HUB_LI("attempts_in_flight", (int64_t)d->inflight));
+    if (d->inflight > 0 || d->n_queue > 0) {
+        hub_log(HUB_INFO, "dispatcher draining", HUB_LI("attempts_in_flight", (int64_t)d->inflight),
+                HUB_LI("jobs_released", (int64_t)d->n_queue));
+    }
+    /* claimed but not started: back to the table, no reclaim counted */
+    while (d->n_queue > 0) {
+        job_release(d, d->queue[--d->n_queue]);
     }
     dispatch_maybe_done(d);
+}
+
+void hub_dispatch_kick(struct hub_dispatch *d) {
+    if (d == NULL || d->stopping) {
+        return;
+    }
+    if (d->claiming) {
+        d->kicked = 1;
+        return;
+    }
+    uv_timer_start(&d->claim_timer, claim_timer_cb, 0, 0);
 }
 
 size_t hub_dispatch_inflight(const struct hub_dispatch *d) {

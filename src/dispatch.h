@@ -26,6 +26,13 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out);
  */
 void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg);
 
+/*
+ * New jobs were stored (this process's ingest committed a batch): claim now
+ * rather than at the next idle poll.  Other processes find them by polling
+ * (every 50 ms when idle).  NULL is a no-op.
+ */
+void hub_dispatch_kick(struct hub_dispatch *d);
+
 /* Attempts in flight (gauge). */
 size_t hub_dispatch_inflight(const struct hub_dispatch *d);
 

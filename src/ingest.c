@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "envelope.h"
 #include "hub.h"
 #include "kafka.h"
@@ -464,9 +465,14 @@ static void batch_done(struct ingest_batch *b) {
     struct ingest_part *p = b->part;
     struct hub_ingest *ing = p->ing;
     struct hub_metrics *m = &ing->hub->metrics;
+    int accepted = 0;
 
     for (size_t i = 0; i < b->n; i++) {
         m->ingest_records[b->recs[i].verdict]++;
+        accepted |= b->recs[i].verdict == HUB_V_ACCEPTED;
+    }
+    if (accepted) {
+        hub_dispatch_kick(ing->hub->dispatch); /* their jobs are committed */
     }
     hub_histogram_observe(&m->ingest_batch_seconds,
                           (double)(hub_now_ns() - b->started_ns) / 1e9);
@@ -879,7 +885,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
     rd_kafka_conf_t *conf = NULL;
     rd_kafka_topic_partition_list_t *topics = NULL;
     char err[512];
-    char num[32];
+    char num[32], wait[32];
 
     if (ing == NULL) {
         return -1;
@@ -893,6 +899,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
         goto fail_conf;
     }
     snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms);
+    snprintf(wait, sizeof(wait), "%lld", (long long)hub->cfg.kafka_fetch_wait_ms);
     if (rd_kafka_conf_set(conf, "group.id", hub->cfg.kafka_group, err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", err, sizeof(err)) ||
@@ -907,6 +914,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
          * we are.  Too small a bound starves the fetcher, which backs off a
          * whole second each time the queue is full. */
         rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "16384", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "fetch.wait.max.ms", wait, err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "fetch.max.bytes", "16777216", err, sizeof(err))) {
         goto fail_conf;
     }
