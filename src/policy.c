@@ -158,6 +158,20 @@ static int sandbox_pcall(lua_State *L) {
     return lua_gettop(L);
 }
 
+/* The message handler xpcall really installs: the policy's handler (upvalue
+ * 1), except for a condemned call, whose error passes untouched.  LuaJIT
+ * runs the handler inside the count hook that raised the timeout, where no
+ * hook fires: a looping handler would never be stopped. */
+static int xpcall_handler(lua_State *L) {
+    if (policy_of(L)->condemned != ALIVE) {
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
 /* xpcall(f, handler): the handler runs with the error, as in Lua 5.1. */
 static int sandbox_xpcall(lua_State *L) {
     struct hub_policy *p = policy_of(L);
@@ -165,7 +179,8 @@ static int sandbox_xpcall(lua_State *L) {
 
     luaL_checktype(L, 2, LUA_TFUNCTION);
     lua_settop(L, 2);
-    lua_insert(L, 1); /* handler, f */
+    lua_pushcclosure(L, xpcall_handler, 1); /* f, wrapped handler */
+    lua_insert(L, 1);                       /* wrapped handler, f */
     status = lua_pcall(L, 0, LUA_MULTRET, 1);
     if (p->condemned != ALIVE) {
         return lua_error(L);
@@ -265,13 +280,18 @@ static int build_sandbox(lua_State *L) {
     lua_setfield(L, -2, "xpcall");
     lua_pushcfunction(L, sandbox_log);
     lua_setfield(L, -2, "log");
+    lua_pushnumber(L, (lua_Number)p->cap);
+    lua_setfield(L, -2, "max_bytes");
     lua_pushcfunction(L, luaopen_cjson);
     lua_call(L, 0, 1);
-    lua_getfield(L, -1, "encode");
-    p->ref_encode = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_getfield(L, -1, "decode");
     p->ref_decode = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_call(L, 3, 1); /* env */
+    /* shaped tables go through the sandbox's bounded json.encode */
+    lua_getfield(L, -1, "json");
+    lua_getfield(L, -1, "encode");
+    p->ref_encode = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);
 
     lua_createtable(L, 0, 2);
     lua_pushcfunction(L, ev_index);
@@ -380,13 +400,25 @@ static int load_chunk(lua_State *L) {
     return 0;
 }
 
-/* Copies Lua's message for the error on top of the stack, prefixed. */
-static void error_text(lua_State *L, const char *prefix, char *err, size_t errlen) {
+/* Copies Lua's message for the error on top of the stack, prefixed, and
+ * naming the file when Lua's message does not ("<name>.lua:<line>: ..." is
+ * what error() at level 1 and syntax errors give). */
+static void error_text(lua_State *L, const char *name, const char *prefix, char *err,
+                       size_t errlen) {
     const char *m = lua_tostring(L, -1);
+    size_t nl = strlen(name);
+
     if (err == NULL || errlen == 0) {
         return;
     }
-    snprintf(err, errlen, "%s%s", prefix, m != NULL ? m : "(error object is not a string)");
+    if (m == NULL) {
+        m = "(error object is not a string)";
+    }
+    if (strncmp(m, name, nl) == 0 && strncmp(m + nl, ".lua:", 5) == 0) {
+        snprintf(err, errlen, "%s%s", prefix, m);
+    } else {
+        snprintf(err, errlen, "%s%s.lua: %s", prefix, name, m);
+    }
 }
 
 struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t len,
@@ -424,7 +456,7 @@ struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t 
     luaJIT_setmode(p->L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
     lua_sethook(p->L, policy_hook, LUA_MASKCOUNT, POLICY_HOOK_COUNT);
     if (lua_cpcall(p->L, build_sandbox, p) != 0) {
-        error_text(p->L, "", err, errlen);
+        error_text(p->L, name, "", err, errlen);
         hub_policy_unref(p);
         return NULL;
     }
@@ -440,7 +472,7 @@ struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t 
             snprintf(err, errlen, "%s.lua: the top level hit the %zu-byte memory cap", name,
                      p->cap);
         } else if (rc != 0) {
-            error_text(p->L, "", err, errlen);
+            error_text(p->L, name, "", err, errlen);
         } else {
             snprintf(err, errlen, "%s.lua: %s", name, c.bad);
         }
@@ -483,7 +515,9 @@ size_t hub_policy_memory(const struct hub_policy *p) {
 }
 
 size_t hub_policy_retry_schedule(const struct hub_policy *p, const int64_t **steps) {
-    *steps = p->schedule;
+    if (p->n_schedule > 0) {
+        *steps = p->schedule;
+    }
     return p->n_schedule;
 }
 
@@ -687,9 +721,13 @@ static int call_protected(lua_State *L) {
             c->delay_ms = ms < 1.0 || ms != ms                   ? 1
                           : ms > (double)HUB_BACKOFF_STEP_MAX_MS ? HUB_BACKOFF_STEP_MAX_MS
                                                                  : (int64_t)ms;
-        } else if (lua_type(L, -2) == LUA_TSTRING && policy_value_ms(L, -2) > 0) {
+        } else if (lua_type(L, -2) == LUA_TSTRING &&
+                   hub_duration_parse(lua_tostring(L, -2), &c->delay_ms) == 0) {
+            /* the same clamp as for seconds */
             c->action = HUB_POLICY_RETRY_DELAY;
-            c->delay_ms = policy_value_ms(L, -2);
+            c->delay_ms = c->delay_ms < 1                         ? 1
+                          : c->delay_ms > HUB_BACKOFF_STEP_MAX_MS ? HUB_BACKOFF_STEP_MAX_MS
+                                                                  : c->delay_ms;
         } else {
             snprintf(c->bad, sizeof(c->bad),
                      "retry must return seconds, a duration, nil or false, not %s",
@@ -728,7 +766,7 @@ static enum hub_policy_status policy_call(struct call_ctx *c, char *err, size_t 
                      p->name, p->cap);
         } else {
             st = HUB_POLICY_ERROR;
-            error_text(p->L, prefix, err, errlen);
+            error_text(p->L, p->name, prefix, err, errlen);
         }
     } else if (c->bad[0] != '\0') {
         st = HUB_POLICY_BAD_RETURN;

@@ -154,7 +154,7 @@ enum hub_policy_status hub_policy_retry(struct hub_policy *p,
 
 /* A policy's retry table, validated at load (1..12 steps, each in
  * (0, 10h]): stores the steps in *steps (borrowed from p) and returns the
- * count, or 0 when retry is not a table. */
+ * count, or returns 0 with *steps untouched when retry is not a table. */
 size_t hub_policy_retry_schedule(const struct hub_policy *p, const int64_t **steps);
 
 /* A shaped request.  Owned by the caller; release with
