@@ -48,6 +48,7 @@
 #include "api_util.h"
 #include "backoff.h"
 #include "config.h"
+#include "envelope.h"
 #include "hub.h"
 #include "httpc.h"
 #include "log.h"
@@ -73,6 +74,8 @@
 #define HEADER_VALUE_MAX 4096
 #define GRACE_MAX_MS (7LL * 24 * 3600 * 1000)
 #define PROBE_CONNECT_TIMEOUT_MS 5000
+#define REPLAY_MAX_EVENTS 100000 /* per call */
+#define REPLAY_INTERVAL_MS 5000  /* between two replays of one subscription */
 #define CHALLENGE_RAW 24
 #define CHALLENGE_TEXT 33 /* base64url of 24 bytes = 32 characters + NUL */
 #define JOB_ID_DIGITS_MAX 18
@@ -444,6 +447,7 @@ enum subs_op {
     OP_SUB_DELETE,
     OP_SUB_VERIFY,
     OP_SUB_ROTATE,
+    OP_SUB_REPLAY,
     OP_DELIV_LIST,
     OP_DELIV_GET,
     OP_DELIV_REDELIVER,
@@ -496,6 +500,7 @@ struct subs_call {
     char *after;
     char *state;
     int64_t grace_ms;
+    char since[64], until[64];    /* replay window, RFC 3339 UTC */
     char secret[HUB_SECRET_SIZE]; /* a new secret, plaintext (create, rotate) */
     char *secret_sealed;
     subs_step vetted; /* what runs once the destination passed the SSRF check */
@@ -2372,6 +2377,128 @@ static void deliv_redeliver(struct subs_call *c) {
     hub_api_call_submit(&c->call, txn);
 }
 
+/* ============================================================ replay ======= */
+
+/* RFC 3339 UTC with microseconds, from Unix microseconds. */
+static void us_rfc3339(int64_t us, char *out, size_t outsz) {
+    int64_t frac = ((us % 1000000) + 1000000) % 1000000; /* floor, also before 1970 */
+    time_t t = (time_t)((us - frac) / 1000000);
+    struct tm tm;
+    size_t n;
+    gmtime_r(&t, &tm);
+    n = strftime(out, outsz, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, outsz - n, ".%06dZ", (int)frac);
+}
+
+static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct subs_call *c = (struct subs_call *)call;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    json_t *body;
+    int64_t events, created, rearmed;
+
+    if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (strcmp(PQgetvalue(r, 0, 0), "0") == 0) {
+        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+        return;
+    }
+    if (!PQgetisnull(r, 0, 1)) {
+        /* one replay per subscription per REPLAY_INTERVAL_MS */
+        hub_api_add_header(call->req, "Retry-After", PQgetvalue(r, 0, 1));
+        hub_api_send_problem(call->req, 429,
+                             "a replay of this subscription ran moments ago; retry later", NULL);
+        return;
+    }
+    events = atoll(PQgetvalue(r, 0, 2));
+    created = atoll(PQgetvalue(r, 0, 3));
+    rearmed = atoll(PQgetvalue(r, 0, 4));
+    hub_log(HUB_INFO, "subscription replay", HUB_LS("tenant", c->tenant_id),
+            HUB_LS("subscription", c->object_id), HUB_LI("events", events),
+            HUB_LI("created", created), HUB_LI("rearmed", rearmed));
+    body = json_pack(
+        "{s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:o}", "subscription_id", c->object_id, "since",
+        c->since, "until", c->until, "events", (json_int_t)events, "created", (json_int_t)created,
+        "rearmed", (json_int_t)rearmed, "truncated", events >= REPLAY_MAX_EVENTS, "next_since",
+        events >= REPLAY_MAX_EVENTS && !PQgetisnull(r, 0, 5) ? json_string(PQgetvalue(r, 0, 5))
+                                                             : json_null());
+    if (body == NULL) {
+        send_oom(call->req);
+        return;
+    }
+    hub_api_send_json(call->req, 202, body);
+    json_decref(body);
+}
+
+/*
+ * POST /v1/subscriptions/{id}/replay {"since", "until", "event_types"}: new
+ * jobs for the tenant's stored events received in [since, until) that the
+ * subscription's event types (or the given ones) and schema major match;
+ * jobs that exist already and finished (succeeded or dead) are re-armed,
+ * pending ones are left alone.  At most REPLAY_MAX_EVENTS events per call
+ * ("truncated" and "next_since" say where to continue), one call per
+ * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
+ */
+static void sub_replay(struct subs_call *c) {
+    static const char *const allowed[] = {"since", "until", "event_types", NULL};
+    h2o_req_t *req = c->call.req;
+    json_t *errors = NULL, *body, *v;
+    int64_t since_us = 0, until_us = 0;
+    int oom = 0;
+    char interval[24], max[24];
+    struct hub_pg_txn *txn;
+
+    body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    if (body == NULL) {
+        return;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    v = json_object_get(body, "since");
+    if (!json_is_string(v) ||
+        hub_rfc3339_parse(json_string_value(v), json_string_length(v), &since_us) != 0) {
+        hub_api_errors_add(&errors, "since", "required: an RFC 3339 time");
+    }
+    v = json_object_get(body, "until");
+    if (v == NULL || json_is_null(v)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        until_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    } else if (!json_is_string(v) ||
+               hub_rfc3339_parse(json_string_value(v), json_string_length(v), &until_us) != 0) {
+        hub_api_errors_add(&errors, "until", "must be an RFC 3339 time");
+    }
+    if (errors == NULL && since_us >= until_us) {
+        hub_api_errors_add(&errors, "until", "must be after since");
+    }
+    v = json_object_get(body, "event_types");
+    if (v != NULL && !json_is_null(v)) {
+        check_event_types(v, &c->in, &errors, &oom);
+    }
+    json_decref(body);
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return;
+    }
+    if (oom) {
+        send_oom(req);
+        return;
+    }
+    us_rfc3339(since_us, c->since, sizeof(c->since));
+    us_rfc3339(until_us, c->until, sizeof(c->until));
+    txn = hub_api_call_txn(&c->call, replay_done);
+    if (txn == NULL) {
+        return;
+    }
+    snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);
+    snprintf(max, sizeof(max), "%d", REPLAY_MAX_EVENTS);
+    hub_pg_txn_add(txn, &hub_sql_subs_replay, 7,
+                   (const char *[]){c->tenant_id, c->object_id, c->since, c->until,
+                                    c->in.event_types, interval, max},
+                   NULL, NULL);
+    hub_api_call_submit(&c->call, txn);
+}
+
 /* ============================================================ routing ====== */
 
 static void subs_authed(struct hub_api_call *call, const char *tenant_id, int status) {
@@ -2438,6 +2565,9 @@ static void subs_authed(struct hub_api_call *call, const char *tenant_id, int st
         break;
     case OP_DELIV_REDELIVER:
         deliv_redeliver(c);
+        break;
+    case OP_SUB_REPLAY:
+        sub_replay(c);
         break;
     case OP_NONE:
         hub_api_send_problem(req, 404, "no such resource", NULL);
@@ -2509,6 +2639,9 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
         } else if (seg_is(s[2], "rotate-secret")) {
             allow = "POST";
             c->op = hub_api_method_is(req, "POST") ? OP_SUB_ROTATE : OP_NONE;
+        } else if (seg_is(s[2], "replay")) {
+            allow = "POST";
+            c->op = hub_api_method_is(req, "POST") ? OP_SUB_REPLAY : OP_NONE;
         } else if (seg_is(s[2], "deliveries")) {
             allow = "GET, HEAD";
             c->op = method_get(req) ? OP_DELIV_LIST : OP_NONE;

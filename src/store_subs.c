@@ -218,6 +218,65 @@ const struct hub_sql hub_sql_delivery_redeliver = {
     " SELECT " DELIV_JSON("j", "") " FROM j",
 };
 
+/*
+ * Replay (SPEC §9).  $1 tenant, $2 subscription id, $3 since, $4 until,
+ * $5 event type patterns (JSON array text, NULL = the subscription's), $6
+ * minimum interval between replays of one subscription (ms), $7 most events.
+ * One row: subscription found (0/1), seconds to wait when rate-limited (else
+ * NULL), events matched, jobs created, jobs re-armed, received_at of the last
+ * event taken (where a truncated replay continues).
+ */
+const struct hub_sql hub_sql_subs_replay = {
+    "subs_replay",
+    "WITH s AS ("
+    "  SELECT id, schema_major, event_types FROM subscriptions"
+    "   WHERE tenant_id = $1::text AND id = $2::uuid"
+    "), p AS ("
+    "  SELECT CASE WHEN $5::jsonb IS NULL THEN (SELECT event_types FROM s)"
+    "              ELSE ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END AS pats"
+    "), recent AS ("
+    "  SELECT max(at) AS at FROM audit_log"
+    "   WHERE tenant_id = $1::text AND action = 'subscription.replay' AND object_id = $2::text"
+    "     AND at > now() - $6::bigint * interval '1 millisecond'"
+    "), ev AS ("
+    "  SELECT e.seq, e.day, e.event_id, e.event_type, e.received_at FROM event_inbox e, s, p"
+    "   WHERE (SELECT at FROM recent) IS NULL AND e.tenant_id = $1::text"
+    "     AND e.day BETWEEN ($3::timestamptz AT TIME ZONE 'UTC')::date"
+    "                   AND ($4::timestamptz AT TIME ZONE 'UTC')::date"
+    "     AND e.received_at >= $3::timestamptz AND e.received_at < $4::timestamptz"
+    "     AND e.schema_major = s.schema_major"
+    "     AND (e.event_type = ANY (p.pats) OR split_part(e.event_type, '.', 1) || '.*' = ANY (p.pats)"
+    "          OR '*' = ANY (p.pats))"
+    "   ORDER BY e.received_at, e.seq LIMIT $7::int"
+    "), j AS ("
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"
+    "                             event_type)"
+    "  SELECT s.id, $1::text, ev.seq, ev.day, ev.event_id, ev.event_type FROM ev, s"
+    "  ON CONFLICT (subscription_id, event_seq) DO UPDATE"
+    "     SET state = 'pending', next_attempt_at = now(), reason = NULL, lease_owner = NULL,"
+    "         lease_until = NULL, reclaims = 0, updated_at = now()"
+    "   WHERE delivery_jobs.state IN ('succeeded', 'dead')"
+    "  RETURNING (xmax = 0) AS created"
+    "), a AS ("
+    "  INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "  SELECT $1::text, 'tenant', 'subscription.replay', $2::text,"
+    "         jsonb_build_object('since', $3::timestamptz, 'until', $4::timestamptz,"
+    "                            'event_types', (SELECT to_jsonb(pats) FROM p),"
+    "                            'events', (SELECT count(*) FROM ev),"
+    "                            'created', (SELECT count(*) FROM j WHERE created),"
+    "                            'rearmed', (SELECT count(*) FROM j WHERE NOT created))"
+    "   WHERE EXISTS (SELECT 1 FROM s) AND (SELECT at FROM recent) IS NULL"
+    ")"
+    " SELECT (SELECT count(*) FROM s),"
+    "        (SELECT greatest(1, ceil(extract(epoch FROM at + $6::bigint * interval '1 millisecond'"
+    "                                                - now())))::int"
+    "           FROM recent WHERE at IS NOT NULL),"
+    "        (SELECT count(*) FROM ev), (SELECT count(*) FROM j WHERE created),"
+    "        (SELECT count(*) FROM j WHERE NOT created),"
+    "        (SELECT to_char(max(received_at) AT TIME ZONE 'UTC',"
+    "                        'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM ev)",
+};
+
 const struct hub_sql hub_sql_delivery_state = {
     "delivery_state",
     "SELECT state FROM delivery_jobs WHERE tenant_id = $1::text AND id = $2::bigint",

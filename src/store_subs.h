@@ -124,4 +124,6 @@ extern const struct hub_sql hub_sql_delivery_redeliver;
 /* $1 tenant, $2 job id.  One row (state) or none. */
 extern const struct hub_sql hub_sql_delivery_state;
 
+extern const struct hub_sql hub_sql_subs_replay;
+
 #endif
