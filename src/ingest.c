@@ -21,7 +21,7 @@
 #include "util.h"
 
 #define INGEST_POLL_BUDGET 8192       /* records taken per loop turn */
-#define INGEST_PENDING_BYTES (32 << 20) /* stop taking records above this much pending */
+#define INGEST_PENDING_BYTES (16 << 20) /* stop taking records above this much pending */
 #define INGEST_RETRY_MIN_MS 100
 #define INGEST_RETRY_MAX_MS 5000
 
@@ -913,9 +913,9 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
          * measures the forwarded queue): memory stays flat however far behind
          * we are.  Too small a bound starves the fetcher, which backs off a
          * whole second each time the queue is full. */
-        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "16384", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "8192", err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "fetch.wait.max.ms", wait, err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "fetch.max.bytes", "16777216", err, sizeof(err))) {
+        rd_kafka_conf_set(conf, "fetch.max.bytes", "8388608", err, sizeof(err))) {
         goto fail_conf;
     }
     snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms / 3);
