@@ -1095,6 +1095,13 @@ static void dispatch_pump(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
     int64_t stale_ms = d->hub->cfg.dispatch_lease_ms / 2;
 
+    if (d->stopping) {
+        /* a claim that was in flight when the stop came: give it all back */
+        while (d->n_queue > 0) {
+            job_release(d, d->queue[--d->n_queue]);
+        }
+        return;
+    }
     while (!d->stopping && d->inflight < workers && d->n_queue > 0) {
         struct job *j = queue_pop(d);
         if (unix_ms() - j->claimed_ms > stale_ms) {
@@ -1406,10 +1413,7 @@ void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void 
         hub_log(HUB_INFO, "dispatcher draining", HUB_LI("attempts_in_flight", (int64_t)d->inflight),
                 HUB_LI("jobs_released", (int64_t)d->n_queue));
     }
-    /* claimed but not started: back to the table, no reclaim counted */
-    while (d->n_queue > 0) {
-        job_release(d, d->queue[--d->n_queue]);
-    }
+    dispatch_pump(d); /* claimed but not started: back to the table, no reclaim counted */
     dispatch_maybe_done(d);
 }
 
