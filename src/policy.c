@@ -1053,7 +1053,11 @@ void hub_policy_gen_release(struct hub_policy_gen *gen) {
  */
 static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number) {
     struct hub_policy_gen *g = calloc(1, sizeof(*g));
-    int64_t now_ms = (int64_t)(hub_now_ns() / 1000000);
+    struct timespec ts;
+    int64_t now_ms;
+
+    clock_gettime(CLOCK_REALTIME, &ts); /* a time of day, for GET /admin/policies */
+    now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 
     if (g == NULL || (s->n > 0 && (g->e = calloc(s->n, sizeof(*g->e))) == NULL)) {
         free(g);
