@@ -164,15 +164,20 @@ static const struct hub_sql sql_outcomes = {
     "  ON CONFLICT DO NOTHING"
     "), last AS ("
     "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"
-    "         (SELECT min(f.started_at) FROM o f WHERE f.subscription_id = o.subscription_id"
-    "             AND f.attempted AND NOT f.success) AS first_fail"
+    "         min(started_at) FILTER (WHERE NOT success)"
+    "             OVER (PARTITION BY subscription_id) AS first_fail"
     "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC"
+    /* two outcome batches may touch the same subscriptions: lock them in
+     * one order, so that concurrent batches queue instead of deadlocking */
+    "), lk AS ("
+    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM last)"
+    "   ORDER BY s.id FOR UPDATE"
     ")"
     " UPDATE subscriptions s SET"
     "        failure_first_at = CASE WHEN last.success THEN NULL"
     "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"
     "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"
-    "   FROM last WHERE s.id = last.id",
+    "   FROM last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)",
     0,
 };
 
@@ -304,8 +309,7 @@ struct hub_dispatch {
     uv_timer_t sample_timer;
     int claiming;
     int kicked; /* new jobs were stored while a claim was in flight */
-    int flushing;
-    size_t flush_n;        /* outcomes in the transaction in flight */
+    int flushing;          /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
     size_t inflight;
@@ -390,21 +394,49 @@ static void flush_timer_cb(uv_timer_t *t) {
 }
 
 static void schedule_flush(struct hub_dispatch *d) {
-    if (!d->flushing && !uv_is_active((uv_handle_t *)&d->flush_timer)) {
+    if (d->flushing < DISPATCH_OUT_CONNECTIONS && !uv_is_active((uv_handle_t *)&d->flush_timer)) {
         uv_timer_start(&d->flush_timer, flush_timer_cb,
                        d->n_outcomes >= DISPATCH_FLUSH_MAX ? 0 : DISPATCH_FLUSH_MS, 0);
     }
 }
 
-static void flush_done(void *arg, const struct hub_pg_outcome *out) {
-    struct hub_dispatch *d = arg;
-    size_t n = d->flush_n; /* more may have been queued meanwhile */
+/* One outcome transaction: owns the outcomes it carries. */
+struct flush {
+    struct hub_dispatch *d;
+    struct outcome *o;
+    size_t n;
+};
 
-    d->flushing = 0;
+/* Puts a failed batch's outcomes back at the front of the queue. */
+static void flush_requeue(struct hub_dispatch *d, struct flush *f) {
+    struct outcome *o = realloc(d->outcomes, sizeof(*o) * (d->n_outcomes + f->n));
+    if (o == NULL) {
+        /* the leases expire and the jobs are reclaimed */
+        for (size_t i = 0; i < f->n; i++) {
+            free(f->o[i].excerpt);
+        }
+        return;
+    }
+    memmove(o + f->n, o, sizeof(*o) * d->n_outcomes);
+    memcpy(o, f->o, sizeof(*o) * f->n);
+    d->outcomes = o;
+    d->n_outcomes += f->n;
+    d->cap_outcomes = d->n_outcomes;
+}
+
+static void flush_done(void *arg, const struct hub_pg_outcome *out) {
+    struct flush *f = arg;
+    struct hub_dispatch *d = f->d;
+
+    d->flushing--;
     if (out->status != HUB_PG_OK) {
         /* keep them and try again; leases protect the jobs meanwhile */
         hub_log(HUB_WARN, "delivery outcomes not recorded, retrying", HUB_LS("error", out->error),
-                HUB_LI("outcomes", (int64_t)n));
+                HUB_LI("outcomes", (int64_t)f->n));
+        flush_requeue(d, f);
+        free(f->o);
+        free(f);
+        uv_timer_stop(&d->flush_timer);
         uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
         return;
     }
@@ -421,18 +453,19 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
                     HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
         }
     }
-    for (size_t i = 0; i < n; i++) {
-        free(d->outcomes[i].excerpt);
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->o[i].excerpt);
     }
-    memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
-    d->n_outcomes -= n;
+    free(f->o);
+    free(f);
     if (d->n_outcomes > 0) {
         schedule_flush(d);
     }
     dispatch_maybe_done(d);
 }
 
-/* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction. */
+/* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction; up to
+ * DISPATCH_OUT_CONNECTIONS such transactions run at once. */
 static void dispatch_flush(struct hub_dispatch *d) {
     static const uint32_t oids[13] = {HUB_OID_INT8,
                                       HUB_OID_TEXT,
@@ -452,16 +485,29 @@ static void dispatch_flush(struct hub_dispatch *d) {
     int lengths[13];
     size_t n = d->n_outcomes < DISPATCH_FLUSH_MAX ? d->n_outcomes : DISPATCH_FLUSH_MAX;
     struct hub_pg_txn *txn;
+    struct flush *f;
     int rc = 0;
 
-    if (d->flushing || n == 0) {
+    if (d->flushing >= DISPATCH_OUT_CONNECTIONS || n == 0) {
         return;
     }
+    f = calloc(1, sizeof(*f));
+    if (f == NULL || (f->o = malloc(sizeof(*f->o) * n)) == NULL) {
+        free(f);
+        uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
+        return;
+    }
+    /* the batch takes the outcomes out of the queue */
+    f->d = d;
+    f->n = n;
+    memcpy(f->o, d->outcomes, sizeof(*f->o) * n);
+    memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
+    d->n_outcomes -= n;
     for (int k = 0; k < 13; k++) {
         hub_pgarr_init(&a[k], oids[k]);
     }
     for (size_t i = 0; i < n; i++) {
-        const struct outcome *o = &d->outcomes[i];
+        const struct outcome *o = &f->o[i];
         char t = o->attempted ? 1 : 0, s = o->success ? 1 : 0;
         hub_pgarr_add_i64(&a[0], o->id);
         hub_pgarr_add_text(&a[1], o->state);
@@ -485,15 +531,16 @@ static void dispatch_flush(struct hub_dispatch *d) {
         values[k] = hub_pgarr_take(&a[k], &lengths[k]);
         rc |= values[k] == NULL;
     }
-    txn = hub_pg_txn_new(d->pg_out, flush_done, d);
-    if (txn == NULL || rc) {
+    txn = rc ? NULL : hub_pg_txn_new(d->pg_out, flush_done, f);
+    if (txn == NULL) {
         for (int k = 0; k < 13; k++) {
             free(values[k]);
         }
-        if (txn == NULL) {
-            uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
-            return;
-        }
+        flush_requeue(d, f);
+        free(f->o);
+        free(f);
+        uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
+        return;
     } else {
         char *v[14];
         int l[14];
@@ -539,9 +586,9 @@ static void dispatch_flush(struct hub_dispatch *d) {
         int any = 0;
         ids[pos++] = '{';
         for (size_t i = 0; i < n && pos + 40 < sizeof(ids) - 2; i++) {
-            if (d->outcomes[i].attempted && !d->outcomes[i].success) {
+            if (f->o[i].attempted && !f->o[i].success) {
                 pos += (size_t)snprintf(ids + pos, sizeof(ids) - pos, "%s%s", any ? "," : "",
-                                        d->outcomes[i].sub_id);
+                                        f->o[i].sub_id);
                 any = 1;
             }
         }
@@ -556,9 +603,11 @@ static void dispatch_flush(struct hub_dispatch *d) {
             hub_pg_txn_add(txn, &sql_autodisable, 3, params, NULL, NULL);
         }
     }
-    d->flushing = 1;
-    d->flush_n = n;
+    d->flushing++;
     hub_pg_txn_submit(txn);
+    if (d->n_outcomes > 0) {
+        schedule_flush(d); /* a second batch on the other connection */
+    }
 }
 
 /* ------------------------------------------------------------- attempts -- */
