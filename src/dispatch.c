@@ -147,14 +147,18 @@ static const struct hub_sql sql_outcomes = {
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"
     "         lease_owner = NULL, lease_until = NULL, updated_at = now()"
-    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text AND d.state = 'in_flight'"
+    /* the lease owner is set only while a job is in flight, so it is the
+     * whole fence; a "state = 'in_flight'" here would let the planner walk
+     * the partial lease index (all jobs in flight) instead of the primary
+     * key whenever its statistics think few are in flight: seconds per
+     * batch on a 1M backlog, and slower as the backlog of outcomes grows */
+    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text"
     "     AND o.state <> 'filtered'"
     "  RETURNING d.id, d.attempt_count"
     "), f AS ("
     /* a policy's match turned the job down: as if it had never matched */
     "  DELETE FROM delivery_jobs d USING o"
     "   WHERE d.id = o.id AND o.state = 'filtered' AND d.lease_owner = $14::text"
-    "     AND d.state = 'in_flight'"
     "), a AS ("
     "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"
     "                                 status, error, response_excerpt)"
@@ -167,17 +171,22 @@ static const struct hub_sql sql_outcomes = {
     "         min(started_at) FILTER (WHERE NOT success)"
     "             OVER (PARTITION BY subscription_id) AS first_fail"
     "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC"
+    /* only streaks that change: a success on a subscription without a
+     * streak writes nothing (no row version, no trigger, no lock) */
+    "), chg AS ("
+    "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"
+    "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)"
     /* two outcome batches may touch the same subscriptions: lock them in
      * one order, so that concurrent batches queue instead of deadlocking */
     "), lk AS ("
-    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM last)"
+    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"
     "   ORDER BY s.id FOR UPDATE"
     ")"
     " UPDATE subscriptions s SET"
     "        failure_first_at = CASE WHEN last.success THEN NULL"
     "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"
     "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"
-    "   FROM last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)",
+    "   FROM chg last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)",
     0,
 };
 
@@ -337,6 +346,7 @@ struct hub_dispatch {
 
 static void dispatch_claim(struct hub_dispatch *d);
 static void dispatch_pump(struct hub_dispatch *d);
+static void queue_drop_subscription(struct hub_dispatch *d, const char *sub_id);
 static void dispatch_flush(struct hub_dispatch *d);
 static void claim_timer_cb(uv_timer_t *t);
 static void dispatch_maybe_done(struct hub_dispatch *d);
@@ -446,6 +456,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
         int rows = r ? PQntuples(r) : 0;
         for (int i = 0; i < rows && PQnfields(r) == 2; i++) {
             d->hub->metrics.subscriptions_auto_disabled++;
+            queue_drop_subscription(d, PQgetvalue(r, i, 0));
             hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
                     HUB_LS("subscription", PQgetvalue(r, i, 0)),
                     HUB_LS("tenant", PQgetvalue(r, i, 1)),
@@ -842,6 +853,9 @@ static void job_outcome(struct hub_dispatch *d, struct job *j, const struct hub_
             o->state = "pending";
             o->delay_ms = delay;
         }
+        if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled) {
+            queue_drop_subscription(d, j->sub_id); /* it is being disabled */
+        }
         if (res != NULL && res->status == 410 && d->n_gone < 1024) {
             char **g = realloc(d->gone, sizeof(*g) * (d->n_gone + 1));
             if (g != NULL) {
@@ -1108,6 +1122,22 @@ static int queue_push(struct hub_dispatch *d, struct job *j) {
     }
     d->queue[d->n_queue++] = j;
     return 0;
+}
+
+/* A subscription this process just disabled (auto-disable, 410): its queued
+ * jobs go back unattempted — the outcome write parks them — so that no
+ * attempt starts after the disable. */
+static void queue_drop_subscription(struct hub_dispatch *d, const char *sub_id) {
+    size_t kept = 0;
+    for (size_t i = 0; i < d->n_queue; i++) {
+        struct job *j = d->queue[i];
+        if (strcmp(j->sub_id, sub_id) == 0) {
+            job_release(d, j);
+        } else {
+            d->queue[kept++] = j;
+        }
+    }
+    d->n_queue = kept;
 }
 
 /* The next job round-robin across tenants: the oldest queued job of the
