@@ -9,6 +9,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dispatch.h"
@@ -21,6 +22,7 @@
 #include "util.h"
 
 #define INGEST_POLL_BUDGET 8192       /* records taken per loop turn */
+#define INGEST_PLAN_MIN_RECORDS 16 /* smaller batches use the prepared statement */
 #define INGEST_PENDING_BYTES (16 << 20) /* stop taking records above this much pending */
 #define INGEST_RETRY_MIN_MS 100
 #define INGEST_RETRY_MAX_MS 5000
@@ -412,7 +414,14 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_add_i64(&a[14], r->msg->offset);
         (*count)++;
     }
-    return txn_add_arrays(txn, &hub_sql_ingest_insert, a, HUB_INGEST_NPARAMS, *count > 0);
+    /* Planning this statement costs a few ms: worth it for a big batch (its
+     * custom plan is ~25% cheaper per row than the generic one), not for the
+     * few records a batch holds at a steady, low rate, where it would be
+     * most of the batch's latency. */
+    return txn_add_arrays(txn,
+                          *count >= INGEST_PLAN_MIN_RECORDS ? &hub_sql_ingest_insert
+                                                            : &hub_sql_ingest_insert_prepared,
+                          a, HUB_INGEST_NPARAMS, *count > 0);
 }
 
 static void batch_free(struct ingest_batch *b) {
@@ -816,6 +825,16 @@ static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
         }
         rd_kafka_message_destroy(m);
         return;
+    }
+    {
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+        if (ts > 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            double age = (double)now.tv_sec + (double)now.tv_nsec / 1e9 - (double)ts / 1000.0;
+            hub_histogram_observe(&ing->hub->metrics.ingest_record_age_seconds, age > 0 ? age : 0);
+        }
     }
     p = part_find(ing, rd_kafka_topic_name(m->rkt), m->partition, 1);
     if (p == NULL || !p->assigned || part_push(p, m) != 0) {

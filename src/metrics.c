@@ -62,6 +62,10 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
     render_histogram(out, "streaming_hub_ingest_batch_seconds",
                      "Time to store one partition batch (database transaction).",
                      &m->ingest_batch_seconds);
+    render_histogram(out, "streaming_hub_ingest_record_age_seconds",
+                     "Age of a record when the hub takes it from the consumer (its Kafka "
+                     "timestamp to now): the broker and fetch share of the ingest latency.",
+                     &m->ingest_record_age_seconds);
     render_scalar(out, "streaming_hub_ingest_batch_failures_total", "counter",
                   "Partition batches that failed to store and were retried.",
                   (long long)m->ingest_batch_failures);

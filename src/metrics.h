@@ -42,6 +42,7 @@ struct hub_histogram {
 struct hub_metrics {
     uint64_t ingest_records[HUB_V__COUNT];
     struct hub_histogram ingest_batch_seconds;
+    struct hub_histogram ingest_record_age_seconds; /* produce (record timestamp) → consumed */
     uint64_t ingest_batch_failures; /* partition batches that failed and were retried */
     uint64_t ingest_commit_failures; /* offset commits refused by the broker */
     uint64_t http_requests;

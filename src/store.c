@@ -140,58 +140,67 @@ void hub_pgarr_free(struct hub_pgarr *a) {
  * Each stored event gets its delivery jobs in the same statement, so an event
  * and its jobs commit (and the offset moves) together.
  */
+#define INGEST_INSERT_SQL \
+    "WITH b AS ("                                                                                  \
+    "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"           \
+    "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"  \
+    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[])"    \
+    "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
+    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset)"       \
+    "), r AS ("                                                                                    \
+    "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
+    "), ins AS ("                                                                                  \
+    "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"       \
+    "                           schema_major, event_time, content_type, headers, payload,"         \
+    "                           digest, topic, kafka_partition, kafka_offset)"                     \
+    "  SELECT nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date, r.tenant_id, r.source,"      \
+    "         r.event_id, r.ce_type, r.event_type, r.schema_major, r.event_time,"                  \
+    "         r.content_type, r.headers, r.payload, r.digest, r.topic, r.kafka_partition,"         \
+    "         r.kafka_offset"                                                                      \
+    "    FROM r"                                                                                   \
+    "   WHERE r.status = 'active'"                                                                 \
+    "     AND NOT EXISTS (SELECT 1 FROM event_inbox e"                                             \
+    "                      WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                \
+    "                        AND e.event_id = r.event_id"                                          \
+    "                        AND e.day < (now() AT TIME ZONE 'UTC')::date)"                        \
+    "   ORDER BY r.ord"                                                                            \
+    "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
+    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"                  \
+    "), jobs AS ("                                                                                 \
+    /* matching (SPEC §6): the tenant's routes for this event type, its                            \
+     * resource wildcard and '*', of subscriptions enabled AND verified */ \
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
+    "                             event_type)"                                                     \
+    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type"                  \
+    "    FROM ins i"                                                                               \
+    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
+    "         AND sr.schema_major = i.schema_major"                                                \
+    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
+    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
+    "         AND s.verification_state = 'active'"                                                 \
+    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
+    ")"                                                                                            \
+    " SELECT r.ord, r.status,"                                                                     \
+    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
+    "          (SELECT e.digest FROM event_inbox e"                                                \
+    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
+    "              AND e.event_id = r.event_id LIMIT 1)"                                           \
+    "        END,"                                                                                 \
+    "        ins.seq"                                                                              \
+    "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
+    "                       AND ins.event_id = r.event_id"                                         \
+    "  ORDER BY r.ord"
+
 const struct hub_sql hub_sql_ingest_insert = {
     "ingest_insert",
-    "WITH b AS ("
-    "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"
-    "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"
-    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[])"
-    "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"
-    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset)"
-    "), r AS ("
-    "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"
-    "), ins AS ("
-    "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"
-    "                           schema_major, event_time, content_type, headers, payload,"
-    "                           digest, topic, kafka_partition, kafka_offset)"
-    "  SELECT nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date, r.tenant_id, r.source,"
-    "         r.event_id, r.ce_type, r.event_type, r.schema_major, r.event_time,"
-    "         r.content_type, r.headers, r.payload, r.digest, r.topic, r.kafka_partition,"
-    "         r.kafka_offset"
-    "    FROM r"
-    "   WHERE r.status = 'active'"
-    "     AND NOT EXISTS (SELECT 1 FROM event_inbox e"
-    "                      WHERE e.tenant_id = r.tenant_id AND e.source = r.source"
-    "                        AND e.event_id = r.event_id"
-    "                        AND e.day < (now() AT TIME ZONE 'UTC')::date)"
-    "   ORDER BY r.ord"
-    "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"
-    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"
-    "), jobs AS ("
-    /* matching (SPEC §6): the tenant's routes for this event type, its
-     * resource wildcard and '*', of subscriptions enabled AND verified */
-    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"
-    "                             event_type)"
-    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type"
-    "    FROM ins i"
-    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"
-    "         AND sr.schema_major = i.schema_major"
-    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"
-    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"
-    "         AND s.verification_state = 'active'"
-    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"
-    ")"
-    " SELECT r.ord, r.status,"
-    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"
-    "          (SELECT e.digest FROM event_inbox e"
-    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"
-    "              AND e.event_id = r.event_id LIMIT 1)"
-    "        END,"
-    "        ins.seq"
-    "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"
-    "                       AND ins.event_id = r.event_id"
-    "  ORDER BY r.ord",
+    INGEST_INSERT_SQL,
     1, /* plan per batch: see struct hub_sql */
+};
+
+const struct hub_sql hub_sql_ingest_insert_prepared = {
+    "ingest_insert_prepared",
+    INGEST_INSERT_SQL,
+    0,
 };
 
 const struct hub_sql hub_sql_quarantine_insert = {

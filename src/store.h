@@ -59,6 +59,9 @@ char *hub_pgarr_take(struct hub_pgarr *a, int *len);
  */
 #define HUB_INGEST_NPARAMS 15
 extern const struct hub_sql hub_sql_ingest_insert;
+/* The same statement, prepared once per connection (generic plan): for
+ * small batches, where planning would cost more than it saves. */
+extern const struct hub_sql hub_sql_ingest_insert_prepared;
 
 /*
  * Quarantine: $1 reason, $2 field, $3 detail, $4 tenant_id, $5 source,
