@@ -913,9 +913,13 @@ struct reload_call {
 static void reload_answer(struct hub_api_call *call, void *arg) {
     struct reload_call *rc = (struct reload_call *)call;
     json_error_t jerr;
-    json_t *body = json_loads(rc->json, 0, &jerr);
+    json_t *body = rc->json != NULL ? json_loads(rc->json, 0, &jerr) : NULL;
 
     (void)arg;
+    if (rc->json == NULL) {
+        hub_api_send_problem(call->req, 503, "the policy reload could not run; retry later", NULL);
+        return;
+    }
     if (body == NULL) {
         hub_api_send_problem(call->req, 500, "the policy reload could not be reported", NULL);
         return;

@@ -1294,16 +1294,15 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t held = d->inflight + d->n_queue;
     size_t target = workers + 2 * batch;
     size_t free_slots = target > held ? target - held : 0;
-
-    if (free_slots < (batch + 1) / 2 && d->inflight + d->n_queue >= workers) {
-        return;
-    }
     char lease[32], limit[16], per_tenant[16];
     const char *params[5] = {d->owner, lease, limit, per_tenant, d->last_tenant};
     struct hub_pg_txn *txn;
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
         return;
+    }
+    if (free_slots < (batch + 1) / 2 && held >= workers) {
+        return; /* every worker has a job: wait for room for a real batch */
     }
     if (batch > free_slots) {
         batch = free_slots;

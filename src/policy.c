@@ -1276,7 +1276,7 @@ static void reload_after(uv_work_t *w, int status) {
     }
     while (waiters != NULL) {
         struct reload_waiter *n = waiters->next;
-        waiters->cb(waiters->arg, json != NULL ? json : "{}", ps->last_reload_seconds);
+        waiters->cb(waiters->arg, json, ps->last_reload_seconds);
         free(waiters);
         waiters = n;
     }
@@ -1300,7 +1300,7 @@ static void reload_start(struct hub_policies *ps) {
         ps->reloads[1]++;
         for (struct reload_waiter *w = ps->waiting, *n; w != NULL; w = n) {
             n = w->next;
-            w->cb(w->arg, "{}", 0);
+            w->cb(w->arg, NULL, 0);
             free(w);
         }
         ps->waiting = NULL;

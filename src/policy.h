@@ -228,7 +228,7 @@ struct hub_policy_gen *hub_policies_acquire(struct hub_policies *ps);
  * after it (the files may have changed after it read them).  cb, when not
  * NULL, is called on the loop once a reload that started after this call
  * has been published, with the new generation's admin JSON (borrowed for
- * the call) and its duration.
+ * the call; NULL when the reload could not run) and its duration.
  */
 void hub_policies_reload(struct hub_policies *ps,
                          void (*cb)(void *arg, const char *json, double seconds), void *arg);
