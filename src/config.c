@@ -108,6 +108,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "CPU deadline per Lua policy call"},
     {"POLICY_MEMORY", CFG_SIZE, "64MiB", OFF(policy_memory_bytes), 1 << 20, 16.0 * (1 << 30),
      NULL, "memory cap per Lua state"},
+    {"DELIVERY_CA_FILE", CFG_STRING, NULL, OFF(delivery_ca_file), 0, 0, NULL,
+     "PEM bundle that replaces the system CAs for https destinations (private PKI)"},
     {"ALLOW_PRIVATE_SINKS", CFG_BOOL, "false", OFF(allow_private_sinks), 0, 0, NULL,
      "allow loopback/private/link-local destinations"},
     {"PULL_RATE", CFG_INT, "100", OFF(pull_rate), 1, 1000000, NULL,

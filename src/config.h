@@ -53,6 +53,7 @@ struct hub_config {
     int64_t policy_timeout_ms;
     int64_t policy_memory_bytes;
     int allow_private_sinks;
+    char *delivery_ca_file;
     int64_t pull_rate;
     int64_t pull_burst;
     int64_t event_retention_ms;

@@ -93,6 +93,7 @@ struct hub_httpc {
     size_t excerpt_bytes;
     size_t max_body_bytes;
     char *user_agent;
+    char *ca_file; /* NULL: libcurl's (the system's) CA bundle */
     struct httpc_req *active; /* in flight (doubly linked) */
     struct httpc_req *idle;   /* for reuse (singly linked) */
     size_t n_idle;
@@ -441,6 +442,7 @@ static void httpc_drain(struct hub_httpc *c) {
 static void httpc_handle_gone(struct hub_httpc *c) {
     if (--c->handles == 0 && c->closing) {
         free(c->user_agent);
+        free(c->ca_file);
         free(c);
         /* last: a callback that closed the client had its own easy handle
          * cleaned up after hub_httpc_close returned */
@@ -625,6 +627,9 @@ struct hub_httpc *hub_httpc_new(uv_loop_t *loop, const struct hub_httpc_options 
     if (c->user_agent == NULL) {
         goto fail_ua;
     }
+    if (opt != NULL && opt->ca_file != NULL && (c->ca_file = strdup(opt->ca_file)) == NULL) {
+        goto fail_global;
+    }
     /* reference-counted, and thread-safe in this libcurl (>= 7.84) */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         goto fail_global;
@@ -657,6 +662,7 @@ fail_multi_opts:
 fail_multi:
     curl_global_cleanup();
 fail_global:
+    free(c->ca_file);
     free(c->user_agent);
 fail_ua:
     free(c);
@@ -726,6 +732,9 @@ static int httpc_setup(struct hub_httpc *c, struct httpc_req *r,
     HTTPC_SETOPT(e, CURLOPT_PROXY, "");
     HTTPC_SETOPT(e, CURLOPT_SSL_VERIFYPEER, 1L);
     HTTPC_SETOPT(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (c->ca_file != NULL) {
+        HTTPC_SETOPT(e, CURLOPT_CAINFO, c->ca_file);
+    }
     /* h2 over TLS when ALPN agrees, HTTP/1.1 otherwise and for http:// */
     HTTPC_SETOPT(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     if (https) {

@@ -23,6 +23,7 @@ struct hub_httpc_options {
     size_t excerpt_bytes;     /* response body bytes kept for the caller (1024) */
     size_t max_body_bytes;    /* response body bytes read before giving up (e.g. 1 MiB) */
     const char *user_agent;   /* "streaming-hub/<version>" */
+    const char *ca_file;      /* PEM bundle that replaces the system CAs for https, or NULL */
 };
 
 /* One request.  Everything is borrowed only until hub_httpc_post returns

@@ -319,6 +319,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
             .excerpt_bytes = 1024,
             .max_body_bytes = 1 << 20,
             .user_agent = "streaming-hub/" HUB_VERSION,
+            .ca_file = hub->cfg.delivery_ca_file,
         };
         hub->httpc = hub_httpc_new(hub->loop, &hopt);
         if (hub->httpc == NULL) {
