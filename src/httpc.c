@@ -93,7 +93,7 @@ struct hub_httpc {
     size_t excerpt_bytes;
     size_t max_body_bytes;
     char *user_agent;
-    char *ca_file; /* NULL: libcurl's (the system's) CA bundle */
+    char *ca_file;            /* NULL: libcurl's (the system's) CA bundle */
     struct httpc_req *active; /* in flight (doubly linked) */
     struct httpc_req *idle;   /* for reuse (singly linked) */
     size_t n_idle;
