@@ -317,7 +317,7 @@ struct hub_dispatch {
     uv_timer_t reclaim_timer;
     uv_timer_t sample_timer;
     int claiming;
-    int kicked; /* new jobs were stored while a claim was in flight */
+    int kicked;            /* new jobs were stored while a claim was in flight */
     int flushing;          /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
@@ -789,10 +789,37 @@ static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
     return hub_backoff_delay_ms(sched, nsched, failed, rand64());
 }
 
-/* Records an attempt's result, or (skip = HUB_D_SHED / HUB_D_DEFERRED) a job
- * rescheduled to `until` without an attempt. */
-static void job_outcome(struct hub_dispatch *d, struct job *j, const struct hub_httpc_response *res,
-                        int skip, int64_t until) {
+/*
+ * Settles a job without an attempt and frees it: given back or rescheduled
+ * ("pending" after delay_ms: released, deferred, shed) or dropped by its
+ * policy ("filtered").  Nothing is counted as an attempt or a failure.
+ */
+static void job_unattempted(struct hub_dispatch *d, struct job *j, const char *state,
+                            int64_t delay_ms) {
+    struct outcome *o = outcome_push(d);
+    if (o != NULL) { /* else the lease expires and the job is reclaimed */
+        o->id = j->id;
+        o->state = state;
+        o->delay_ms = delay_ms;
+        o->started_unix_ms = unix_ms();
+        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+        schedule_flush(d);
+    }
+    job_free(j);
+}
+
+/* A job rescheduled to `until` (Unix ms) without an attempt; `why` is
+ * HUB_D_SHED or HUB_D_DEFERRED. */
+static void job_postpone(struct hub_dispatch *d, struct job *j, enum hub_delivery_outcome why,
+                         int64_t until) {
+    int64_t now = unix_ms();
+    d->hub->metrics.deliveries[why]++;
+    job_unattempted(d, j, "pending", until - now > 0 ? until - now : 1);
+}
+
+/* Records an attempt's result (res NULL: it failed before any HTTP). */
+static void job_outcome(struct hub_dispatch *d, struct job *j,
+                        const struct hub_httpc_response *res) {
     struct outcome *o = outcome_push(d);
     int success =
         res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
@@ -803,13 +830,6 @@ static void job_outcome(struct hub_dispatch *d, struct job *j, const struct hub_
     o->id = j->id;
     snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
     o->started_unix_ms = j->started_unix_ms ? j->started_unix_ms : unix_ms();
-    if (skip) {
-        o->state = "pending";
-        o->delay_ms = until - unix_ms() > 0 ? until - unix_ms() : 1;
-        d->hub->metrics.deliveries[skip]++;
-        schedule_flush(d);
-        return;
-    }
     o->attempted = 1;
     o->success = success;
     snprintf(o->delivery_id, sizeof(o->delivery_id), "%s", j->delivery_id);
@@ -873,7 +893,7 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     int success = res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
 
     hub_breaker_report(d->breakers, j->tenant, j->origin, success, unix_ms());
-    job_outcome(d, j, res, 0, 0);
+    job_outcome(d, j, res);
     if (hub_log_enabled(HUB_DEBUG)) {
         hub_log(HUB_DEBUG, "delivery attempt", HUB_LS("tenant", j->tenant),
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id),
@@ -931,16 +951,8 @@ static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate
 
 /* A job whose policy's match turned it down: deleted, never attempted. */
 static void job_filtered(struct hub_dispatch *d, struct job *j) {
-    struct outcome *o = outcome_push(d);
-    if (o != NULL) {
-        o->id = j->id;
-        o->state = "filtered";
-        o->started_unix_ms = unix_ms();
-        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
-        d->hub->metrics.policy_filtered++;
-        schedule_flush(d);
-    }
-    job_free(j);
+    d->hub->metrics.policy_filtered++;
+    job_unattempted(d, j, "filtered", 0);
 }
 
 /* Fails the attempt before any HTTP (SPEC §8: error policy_error, retried
@@ -948,7 +960,7 @@ static void job_filtered(struct hub_dispatch *d, struct job *j) {
 static void job_policy_error(struct hub_dispatch *d, struct job *j, const char *err) {
     j->local_error = "policy_error";
     j->local_excerpt = strndup(err, DISPATCH_EXCERPT);
-    job_outcome(d, j, NULL, 0, 0);
+    job_outcome(d, j, NULL);
     job_free(j);
 }
 
@@ -1025,16 +1037,14 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
         if (wait > 0) {
             /* over the rate: deferred, neither attempted nor a failure */
             json_decref(attrs);
-            job_outcome(d, j, NULL, HUB_D_DEFERRED, unix_ms() + wait);
-            job_free(j);
+            job_postpone(d, j, HUB_D_DEFERRED, unix_ms() + wait);
             return;
         }
     }
     if (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at) ==
         HUB_BREAKER_SHED) {
         json_decref(attrs);
-        job_outcome(d, j, NULL, HUB_D_SHED, retry_at);
-        job_free(j);
+        job_postpone(d, j, HUB_D_SHED, retry_at);
         return;
     }
     if (hub_uuid7_text(j->delivery_id) != 0) {
@@ -1072,7 +1082,7 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
     if (rc != 0) {
         hub_log(HUB_ERROR, "cannot open the subscription's secrets (wrong STREAMING_HUB_KEK?)",
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
-        job_outcome(d, j, NULL, 0, 0);
+        job_outcome(d, j, NULL);
         job_free(j);
         return;
     }
@@ -1089,7 +1099,7 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
         struct hub_httpc_response res = {.error = HUB_HTTPC_PROTOCOL,
                                          .error_text = "request refused"};
         d->inflight--;
-        job_outcome(d, j, &res, 0, 0);
+        job_outcome(d, j, &res);
         job_free(j);
     }
     hub_webhook_headers_free(&h);
@@ -1098,16 +1108,7 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
 /* Gives a claimed job back without an attempt and without counting a
  * reclaim: its lease is cleared and it is due again at once. */
 static void job_release(struct hub_dispatch *d, struct job *j) {
-    struct outcome *o = outcome_push(d);
-    if (o != NULL) {
-        o->id = j->id;
-        o->state = "pending";
-        o->delay_ms = 0;
-        o->started_unix_ms = unix_ms();
-        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
-        schedule_flush(d);
-    }
-    job_free(j);
+    job_unattempted(d, j, "pending", 0);
 }
 
 static int queue_push(struct hub_dispatch *d, struct job *j) {
