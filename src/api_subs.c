@@ -634,15 +634,9 @@ static char *dup_uuid_lower(h2o_iovec_t s, int *oom) {
 
 /* Wall clock: Unix seconds, and RFC 3339 UTC with milliseconds in out. */
 static int64_t now_rfc3339(char *out, size_t outsz) {
-    struct timespec ts;
-    struct tm tm;
-    size_t n;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    n = strftime(out, outsz, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, outsz - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
-    return (int64_t)ts.tv_sec;
+    int64_t us = hub_unix_us();
+    hub_rfc3339(us, 3, out, outsz);
+    return us / 1000000;
 }
 
 /* ========================================================== rendering ====== */
@@ -2379,17 +2373,6 @@ static void deliv_redeliver(struct subs_call *c) {
 
 /* ============================================================ replay ======= */
 
-/* RFC 3339 UTC with microseconds, from Unix microseconds. */
-static void us_rfc3339(int64_t us, char *out, size_t outsz) {
-    int64_t frac = ((us % 1000000) + 1000000) % 1000000; /* floor, also before 1970 */
-    time_t t = (time_t)((us - frac) / 1000000);
-    struct tm tm;
-    size_t n;
-    gmtime_r(&t, &tm);
-    n = strftime(out, outsz, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, outsz - n, ".%06dZ", (int)frac);
-}
-
 static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
@@ -2461,9 +2444,7 @@ static void sub_replay(struct subs_call *c) {
     }
     v = json_object_get(body, "until");
     if (v == NULL || json_is_null(v)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        until_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        until_us = hub_unix_us();
     } else if (!json_is_string(v) ||
                hub_rfc3339_parse(json_string_value(v), json_string_length(v), &until_us) != 0) {
         hub_api_errors_add(&errors, "until", "must be an RFC 3339 time");
@@ -2484,8 +2465,8 @@ static void sub_replay(struct subs_call *c) {
         send_oom(req);
         return;
     }
-    us_rfc3339(since_us, c->since, sizeof(c->since));
-    us_rfc3339(until_us, c->until, sizeof(c->until));
+    hub_rfc3339(since_us, 6, c->since, sizeof(c->since));
+    hub_rfc3339(until_us, 6, c->until, sizeof(c->until));
     txn = hub_api_call_txn(&c->call, replay_done);
     if (txn == NULL) {
         return;

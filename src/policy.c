@@ -421,13 +421,20 @@ static void error_text(lua_State *L, const char *name, const char *prefix, char 
     }
 }
 
-struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t len,
-                                      const struct hub_policy_limits *lim, char *err,
-                                      size_t errlen) {
-    struct hub_policy *p = calloc(1, sizeof(*p));
-    struct load_ctx c = {.p = p, .src = src, .len = len};
+/* SHA-256 of src[0..len) as hex into out[65]. */
+static void source_hash(const char *src, size_t len, char out[65]) {
     unsigned char md[32];
     unsigned int mdlen = 0;
+    EVP_Digest(src, len, md, &mdlen, EVP_sha256(), NULL);
+    hub_hex(md, 32, out);
+}
+
+/* hub_policy_compile for a source whose hash the caller has already. */
+static struct hub_policy *policy_compile(const char *name, const char *src, size_t len,
+                                         const char *hash, const struct hub_policy_limits *lim,
+                                         char *err, size_t errlen) {
+    struct hub_policy *p = calloc(1, sizeof(*p));
+    struct load_ctx c = {.p = p, .src = src, .len = len};
     int rc;
 
     if (p == NULL) {
@@ -437,8 +444,7 @@ struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t 
     p->refs = 1;
     snprintf(p->name, sizeof(p->name), "%s", name);
     snprintf(c.chunkname, sizeof(c.chunkname), "@%s.lua", name);
-    EVP_Digest(src, len, md, &mdlen, EVP_sha256(), NULL);
-    hub_hex(md, 32, p->hash);
+    snprintf(p->hash, sizeof(p->hash), "%s", hash);
     p->cap = lim->memory_bytes;
     p->timeout_ns = lim->timeout_ms * 1000000;
     p->log_tokens = POLICY_LOG_BURST;
@@ -482,6 +488,14 @@ struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t 
     lua_settop(p->L, 0);
     lua_gc(p->L, LUA_GCCOLLECT, 0);
     return p;
+}
+
+struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t len,
+                                      const struct hub_policy_limits *lim, char *err,
+                                      size_t errlen) {
+    char hash[65];
+    source_hash(src, len, hash);
+    return policy_compile(name, src, len, hash, lim, err, errlen);
 }
 
 void hub_policy_ref(struct hub_policy *p) {
@@ -846,7 +860,6 @@ struct scan_file {
     char name[HUB_POLICY_NAME_MAX + 1];
     char hash[65];
     struct hub_policy *policy; /* compiled now, or NULL */
-    int reuse;                 /* unchanged: take the previous generation's */
     char *error;
 };
 
@@ -921,8 +934,6 @@ static void scan_dir(struct scan *s) {
         char path[4096], err[512];
         char *src;
         size_t len = 0;
-        unsigned char md[32];
-        unsigned int mdlen = 0;
         const struct hub_policy_entry *old;
 
         if (nl < 5 || strcmp(de->d_name + nl - 4, ".lua") != 0 || de->d_name[0] == '.') {
@@ -958,13 +969,12 @@ static void scan_dir(struct scan *s) {
             free(src);
             continue;
         }
-        EVP_Digest(src, len, md, &mdlen, EVP_sha256(), NULL);
-        hub_hex(md, 32, f->hash);
+        source_hash(src, len, f->hash);
         old = gen_entry(s->prev, f->name);
-        if (old != NULL && old->policy != NULL && strcmp(old->policy->hash, f->hash) == 0) {
-            f->reuse = 1;
-        } else {
-            f->policy = hub_policy_compile(f->name, src, len, &s->lim, err, sizeof(err));
+        /* unchanged: no policy and no error, gen_from_scan keeps the
+         * previous generation's compiled version */
+        if (old == NULL || old->policy == NULL || strcmp(old->policy->hash, f->hash) != 0) {
+            f->policy = policy_compile(f->name, src, len, f->hash, &s->lim, err, sizeof(err));
             if (f->policy == NULL) {
                 f->error = strdup(err);
             }
@@ -1053,11 +1063,7 @@ void hub_policy_gen_release(struct hub_policy_gen *gen) {
  */
 static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number) {
     struct hub_policy_gen *g = calloc(1, sizeof(*g));
-    struct timespec ts;
-    int64_t now_ms;
-
-    clock_gettime(CLOCK_REALTIME, &ts); /* a time of day, for GET /admin/policies */
-    now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now_ms = hub_unix_us() / 1000; /* a time of day, for GET /admin/policies */
 
     if (g == NULL || (s->n > 0 && (g->e = calloc(s->n, sizeof(*g->e))) == NULL)) {
         free(g);
@@ -1344,11 +1350,7 @@ int hub_policies_usable(struct hub_policies *ps, const char *name, const char **
 
 static json_t *ms_time(int64_t ms) {
     char buf[64];
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    hub_rfc3339(ms * 1000, 3, buf, sizeof(buf));
     return json_string(buf);
 }
 

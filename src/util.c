@@ -164,6 +164,27 @@ uint64_t hub_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+int64_t hub_unix_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void hub_rfc3339(int64_t unix_us, int frac_digits, char *out, size_t outsz) {
+    int64_t frac = ((unix_us % 1000000) + 1000000) % 1000000; /* floor, also before 1970 */
+    time_t t = (time_t)((unix_us - frac) / 1000000);
+    struct tm tm;
+    size_t n;
+
+    gmtime_r(&t, &tm);
+    n = strftime(out, outsz, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (frac_digits == 3) {
+        snprintf(out + n, outsz - n, ".%03dZ", (int)(frac / 1000));
+    } else {
+        snprintf(out + n, outsz - n, ".%06dZ", (int)frac);
+    }
+}
+
 int hub_mkdir_p(const char *dir) {
     char path[4096];
     size_t len = strlen(dir);

@@ -32,6 +32,13 @@ int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t o
 /* Monotonic clock in nanoseconds. */
 uint64_t hub_now_ns(void);
 
+/* Wall clock in Unix microseconds. */
+int64_t hub_unix_us(void);
+
+/* Writes unix_us as RFC 3339 UTC with frac_digits (3 or 6) fractional
+ * digits, "2026-12-03T07:15:41.123Z", into out (at least 32 bytes). */
+void hub_rfc3339(int64_t unix_us, int frac_digits, char *out, size_t outsz);
+
 /* Creates dir and its parents (mode 0755 for new ones).  Returns 0 or -1. */
 int hub_mkdir_p(const char *dir);
 
