@@ -1,52 +1,21 @@
 # shellcheck shell=bash
 # bench/lib.sh — pieces the delivery benchmarks share.  Source after
 # tests/support/lib.sh (uses $WORK, $BUILD, psql_q, hub_start/hub_stop,
-# produce, log, fatal, wait_until, port_in_use, track_pid).
+# produce, log, fatal, wait_until, port_in_use, track_pid) and sources
+# tests/support/nginx.sh.
+
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/support/nginx.sh"
 
 # ---------------------------------------------------------------------------
-# nginx_start: the sink, in the foreground, single process (tracked, killed
-# at exit); exports SINK_URL.  /lat logs receipt time and ce-time.
+# nginx_start: the sink (tests/support/nginx.sh) answering 200 everywhere;
+# /lat logs receipt time and ce-time to $WORK/nginx/lat.log.  Exports SINK_URL.
 # ---------------------------------------------------------------------------
 nginx_start() {
-    local port d=$WORK/nginx
-    mkdir -p "$d/tmp"
-    for _ in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + RANDOM % 30000))
-        port_in_use "$port" || break
-    done
-    cat >"$d/nginx.conf" <<EOF
-# one process, no master: nothing to respawn a worker while the exit trap
-# kills it (with a master, a killed worker can be respawned and outlive us)
-worker_processes 1;
-daemon off;
-master_process off;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
-    client_max_body_size 2m;
-    client_body_buffer_size 2m;
-    keepalive_requests 100000;
-    keepalive_timeout 300s;
-    log_format lat '\$msec \$http_ce_time';
-    server {
-        listen 127.0.0.1:$port;
-        location / { return 200 "ok"; }
-        location /lat { access_log $d/lat.log lat; return 200 "ok"; }
-    }
-}
-EOF
-    nginx -p "$d" -c "$d/nginx.conf" >>"$d/stdout.log" 2>&1 &
-    NGINX_PID=$!
-    track_pid "$NGINX_PID"
-    wait_until 10 "port_in_use $port" || { cat "$d/error.log" >&2; fatal "nginx did not start"; }
-    SINK_URL=http://127.0.0.1:$port
+    nginx_run "" \
+        "location / { return 200 \"ok\"; }
+        location /lat { access_log $WORK/nginx/lat.log lat; return 200 \"ok\"; }" \
+        "access_log off; log_format lat '\$msec \$http_ce_time';"
+    SINK_URL=http://127.0.0.1:$NGINX_PORT
     log "nginx sink at $SINK_URL (pid $NGINX_PID)"
 }
 

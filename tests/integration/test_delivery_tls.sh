@@ -8,6 +8,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/delivery.sh"
+source "$(dirname "$0")/../support/nginx.sh"
 hub_test_init
 
 # --- a CA, and a certificate for "localhost" only ----------------------------
@@ -22,38 +23,12 @@ openssl x509 -req -in "$PKI/srv.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca.key" -CAc
     -out "$PKI/srv.pem" -days 2 -extfile "$PKI/ext.cnf" 2>/dev/null || fatal "cannot sign the certificate"
 
 # --- nginx: TLS + HTTP/2, logging the protocol of every request --------------
-NG=$WORK/nginx
-mkdir -p "$NG/tmp"
-for _ in 1 2 3 4 5 6 7 8; do
-    PORT=$((20000 + RANDOM % 30000))
-    port_in_use "$PORT" || break
-done
-cat >"$NG/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-master_process off;
-pid $NG/nginx.pid;
-error_log $NG/error.log warn;
-events { worker_connections 256; }
-http {
-    client_body_temp_path $NG/tmp/body;
-    proxy_temp_path $NG/tmp/proxy;
-    fastcgi_temp_path $NG/tmp/fastcgi;
-    uwsgi_temp_path $NG/tmp/uwsgi;
-    scgi_temp_path $NG/tmp/scgi;
-    log_format p '\$server_protocol \$uri \$http_x_lerian_event_id';
-    access_log $NG/access.log p;
-    server {
-        listen 127.0.0.1:$PORT ssl http2;
-        ssl_certificate $PKI/srv.pem;
-        ssl_certificate_key $PKI/srv.key;
-        location / { return 200 "ok"; }
-    }
-}
-EOF
-nginx -p "$NG" -c "$NG/nginx.conf" >>"$NG/stdout.log" 2>&1 &
-track_pid $!
-wait_until 10 "port_in_use $PORT" || { cat "$NG/error.log" >&2; fatal "nginx did not start"; }
+nginx_run "ssl http2" \
+    "ssl_certificate $PKI/srv.pem; ssl_certificate_key $PKI/srv.key;
+    location / { return 200 \"ok\"; }" \
+    "log_format p '\$server_protocol \$uri \$http_x_lerian_event_id'; access_log $WORK/nginx/access.log p;"
+NG=$NGINX_DIR
+PORT=$NGINX_PORT
 : >"$NG/access.log"
 # requests PATH [ID_PREFIX]: requests nginx logged for PATH (whose event id
 # starts with ID_PREFIX: the verification probe is not an event delivery)
@@ -90,22 +65,24 @@ assert_eq 5 "$(grep ' /ok ok-' "$NG/access.log" | grep -c '^HTTP/2.0 ')" "all of
 wait_until 10 "[[ \$(attempt_errors $OK_ID) == none:5 ]]" ||
     fail "the TLS attempts are not all recorded as successes: $(attempt_errors "$OK_ID")"
 
-# 2. a certificate for another name: the attempt fails with "tls"
-produce --topic lerian.streaming.tls --tenant acme --count 1 --id-prefix name- \
-    --type studio.lerian.tls.name >/dev/null
-wait_until 30 "[[ \$(attempt_errors $BAD_ID) == tls:1 ]]" ||
-    fail "a name mismatch did not fail with tls: '$(attempt_errors "$BAD_ID")'"
-assert_eq 0 "$(requests /name)" "nothing reached the destination under the wrong name"
+# expect_refused ID TYPE PATH WHY: one event of TYPE for subscription ID
+# (destination PATH) fails its attempt with "tls" and never arrives
+expect_refused() {
+    produce --topic lerian.streaming.tls --tenant acme --count 1 --id-prefix "$2-" \
+        --type "studio.lerian.tls.$2" >/dev/null
+    wait_until 30 "[[ \$(attempt_errors $1) == tls:1 ]]" ||
+        fail "$4 did not fail with tls: '$(attempt_errors "$1")'"
+    assert_eq 0 "$(requests "$3")" "nothing reached the destination: $4"
+}
 
-# 3. the hub without the test CA (the system bundle only): "tls" too
+# 2. a certificate for another name
+expect_refused "$BAD_ID" name /name "a name mismatch"
+
+# 3. the hub without the test CA (the system bundle only)
 hub_stop
 hub_start "${HUB_ENV[@]}"
 UNTRUSTED_ID=$(subscribe_active "$KEY" "$(subscription_json tls.untrusted "https://localhost:$PORT/untrusted")") ||
     fail "the probe of the untrusted subscription did not finish"
-produce --topic lerian.streaming.tls --tenant acme --count 1 --id-prefix unt- \
-    --type studio.lerian.tls.untrusted >/dev/null
-wait_until 30 "[[ \$(attempt_errors $UNTRUSTED_ID) == tls:1 ]]" ||
-    fail "an unknown CA did not fail with tls: '$(attempt_errors "$UNTRUSTED_ID")'"
-assert_eq 0 "$(requests /untrusted)" "nothing reached the destination without a trusted chain"
+expect_refused "$UNTRUSTED_ID" untrusted /untrusted "an unknown CA"
 
 hub_test_done
