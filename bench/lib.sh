@@ -27,7 +27,9 @@ nginx_start() {
 # Appends a result line to RESULTS and sets DRAIN_RATE (deliveries/s over the
 # middle 80% of attempts) and DRAIN_FIRST_JOB (jobs of this run have a
 # greater id).  DRAIN_HOOK, when set, is run (as a command) once the drain
-# has started, in the background of the poll loop.
+# has started, in the background of the poll loop.  PG_STATS=1 prints the
+# drain's ten most expensive statements (pg_stat_statements; the bench
+# preloads the module through PG_EXTRA_CONF).
 # ---------------------------------------------------------------------------
 RUN=0
 RESULTS=()
@@ -50,6 +52,7 @@ drain() {
     hub_start "${HUB_ENV[@]}" "${DRAIN_ENV[@]}" STREAMING_HUB_ROLE=delivery \
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
+    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset()" >/dev/null
     local hook_pid=
     if [[ -n ${DRAIN_HOOK:-} ]]; then
         $DRAIN_HOOK &
@@ -63,6 +66,10 @@ drain() {
     done
     [[ -n $hook_pid ]] && wait "$hook_pid"
     rss=$(awk '/VmHWM/ {print $2}' "/proc/$HUB_PID/status")
+    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT round(total_exec_time::numeric, 0) AS ms, calls, rows,
+            round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
+            left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+        FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10" >&2
     errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
     hub_stop
     read -r c s <<<"$(psql_q "SELECT count(*) * 0.8, extract(epoch FROM

@@ -35,6 +35,13 @@
 #include "uuid.h"
 
 #define DISPATCH_IDLE_MS 50    /* claim poll when nothing was due */
+/* The tenants a claim rotates through are sampled every DISPATCH_TENANTS_MS,
+ * and sooner (not before DISPATCH_TENANTS_MIN_MS) once new jobs were stored
+ * or a claim came back short: a tenant's first due job waits at most that
+ * long for its turn (SPEC §7.1 allows a second). */
+#define DISPATCH_TENANTS_MS 100
+#define DISPATCH_TENANTS_MIN_MS 10
+#define DISPATCH_TENANTS_MAX 100000
 #define DISPATCH_FLUSH_MS 5    /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256 /* outcomes per transaction */
 #define DISPATCH_OUT_CONNECTIONS 2
@@ -50,18 +57,15 @@
 /* ------------------------------------------------------------------ SQL -- */
 
 /*
- * Claim: tenants with pending jobs are enumerated by a skip scan of the due
- * index; each contributes its oldest due jobs, and jobs are taken round-robin
- * across tenants (every tenant's first before anyone's second), so a tenant's
- * backlog cannot delay another tenant's fresh event beyond a few claim
- * rounds.  The rotation point moves on every claim: with one free worker per
- * claim (the common case under load) ordering by age alone would hand every
- * slot to the tenant with the oldest backlog.  SKIP LOCKED lets several
- * dispatchers claim concurrently.
- * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 last tenant served.
+ * Tenants with due jobs, for the claim's round-robin: a skip scan of the due
+ * index finds each tenant with pending jobs in one descent, and a LIMIT 1
+ * probe per tenant keeps those with one due now (a LATERAL with a LIMIT is
+ * never turned into a hash join over the whole pending set).  Run at most
+ * every DISPATCH_TENANTS_MS, not per claim: it reads a few pages per tenant.
+ * $1 most tenants.
  */
-static const struct hub_sql sql_claim = {
-    "dispatch_claim",
+static const struct hub_sql sql_due_tenants = {
+    "dispatch_due_tenants",
     "WITH RECURSIVE t(tenant_id) AS ("
     "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending'"
     "    ORDER BY tenant_id LIMIT 1)"
@@ -70,22 +74,31 @@ static const struct hub_sql sql_claim = {
     "           WHERE j.state = 'pending' AND j.tenant_id > t.tenant_id"
     "           ORDER BY j.tenant_id LIMIT 1)"
     "    FROM t WHERE t.tenant_id IS NOT NULL"
-    /* tenants with something due: their count sets each one's share */
-    "), due AS ("
-    "  SELECT t.tenant_id FROM t WHERE t.tenant_id IS NOT NULL AND EXISTS ("
-    "     SELECT 1 FROM delivery_jobs d WHERE d.state = 'pending'"
-    "        AND d.tenant_id = t.tenant_id AND d.next_attempt_at <= now())"
-    /* each tenant offers twice its fair share of the batch (at least 4):
-     * enough to fill the batch when some have less, without reading
-     * batch × tenants rows */
-    "), share AS ("
-    "  SELECT least($4::int, greatest(4, 2 * ceil($3::numeric / greatest(count(*), 1))))::int"
-    "         AS n FROM due"
-    "), cand AS ("
-    "  SELECT c.id FROM due t CROSS JOIN LATERAL ("
-    "     SELECT j.id, j.next_attempt_at,"
-    "            row_number() OVER (ORDER BY j.next_attempt_at, j.id) AS rn"
-    "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
+    ")"
+    " SELECT t.tenant_id FROM t CROSS JOIN LATERAL ("
+    "   SELECT 1 FROM delivery_jobs d WHERE d.state = 'pending' AND d.tenant_id = t.tenant_id"
+    "      AND d.next_attempt_at <= now() LIMIT 1) due"
+    "  WHERE t.tenant_id IS NOT NULL LIMIT $1::int",
+    0,
+};
+
+/*
+ * Claim: the tenants of the last sample, in rotation order (starting after
+ * the one served last), each offering its oldest due jobs up to a share;
+ * the nested loop stops as soon as the batch is full, so a claim reads about
+ * as many rows as it takes however many tenants have a backlog, and the
+ * next claim goes on from where this one stopped.  Every join is a LATERAL
+ * on a key, so no plan ever scans the pending set whatever the statistics
+ * say (the claim connection forces generic plans: planning this statement
+ * costs more than running it).  SKIP LOCKED lets several dispatchers claim
+ * concurrently.
+ * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]).
+ */
+static const struct hub_sql sql_claim = {
+    "dispatch_claim",
+    "WITH cand AS ("
+    "  SELECT c.id FROM unnest($5::text[]) t(tenant_id) CROSS JOIN LATERAL ("
+    "     SELECT j.id FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
     "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id AND s.enabled"
     "        AND j.next_attempt_at <= now()"
     /* fifo (SPEC §7.8): only the subscription's oldest unfinished job, and
@@ -94,16 +107,15 @@ static const struct hub_sql sql_claim = {
     "             SELECT 1 FROM delivery_jobs h"
     "              WHERE h.subscription_id = j.subscription_id"
     "                AND h.state IN ('pending', 'in_flight') AND h.id < j.id))"
-    "      ORDER BY j.next_attempt_at, j.id LIMIT (SELECT n FROM share)) c"
-    /* round-robin: each tenant's first job before anyone's second, tenants
-     * in rotation starting after the one served last ($5) */
-    "   ORDER BY c.rn, t.tenant_id <= $5::text, t.tenant_id LIMIT $3::int"
-    /* by primary key: a semi-join against the pending set would read all
-     * of it whenever the statistics lag behind a fast-growing backlog */
+    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
+    "  LIMIT $3::int"
+    /* by primary key, one row at a time: a semi-join against the pending
+     * set would read all of it whenever the statistics lag behind a
+     * fast-growing backlog */
     "), locked AS ("
-    "  SELECT j.id FROM delivery_jobs j"
-    "   WHERE j.id = ANY (ARRAY(SELECT id FROM cand)) AND j.state = 'pending'"
-    "   FOR UPDATE SKIP LOCKED"
+    "  SELECT l.id FROM cand CROSS JOIN LATERAL ("
+    "     SELECT j.id FROM delivery_jobs j WHERE j.id = cand.id AND j.state = 'pending'"
+    "        FOR UPDATE SKIP LOCKED) l"
     "), claimed AS ("
     "  UPDATE delivery_jobs j SET state = 'in_flight', lease_owner = $1::text,"
     "         lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()"
@@ -116,8 +128,13 @@ static const struct hub_sql sql_claim = {
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
     "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload,"
     "        s.max_rate, e.schema_major, s.policy"
-    "   FROM claimed c JOIN subscriptions s ON s.id = c.subscription_id"
-    "   JOIN event_inbox e ON e.seq = c.event_seq AND e.day = c.event_day",
+    /* LIMIT 1 keeps these lookups by key: flattened, the subscriptions
+     * join became a hash join over the whole table */
+    "   FROM claimed c"
+    "   CROSS JOIN LATERAL (SELECT * FROM subscriptions s"
+    "                        WHERE s.id = c.subscription_id LIMIT 1) s"
+    "   CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
+    "                        WHERE e.seq = c.event_seq AND e.day = c.event_day LIMIT 1) e",
     0,
 };
 
@@ -321,6 +338,11 @@ struct hub_dispatch {
     int flushing;          /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
+    char **tenants;        /* tenants with due jobs at the last sample, by strcmp */
+    size_t n_tenants;
+    int64_t tenants_ms; /* when they were sampled */
+    int tenants_dirty;  /* new jobs or a short claim since */
+    size_t claim_asked; /* the batch asked for by the claim in flight */
     size_t inflight;
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
      * that none waits on the database between attempts.  Popped round-robin
@@ -1205,6 +1227,9 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     int rows = r ? PQntuples(r) : 0;
 
     d->claiming = 0;
+    if ((size_t)rows < d->claim_asked) {
+        d->tenants_dirty = 1; /* some tenant ran dry (or one is missing) */
+    }
     if (out->status != HUB_PG_OK) {
         hub_log(HUB_WARN, "claim failed", HUB_LS("error", out->error));
         if (!d->stopping) {
@@ -1284,6 +1309,71 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     dispatch_maybe_done(d);
 }
 
+static void tenants_free(struct hub_dispatch *d) {
+    for (size_t i = 0; i < d->n_tenants; i++) {
+        free(d->tenants[i]);
+    }
+    free(d->tenants);
+    d->tenants = NULL;
+    d->n_tenants = 0;
+}
+
+static int tenant_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int rows = r ? PQntuples(r) : 0;
+
+    d->claiming = 0;
+    if (out->status != HUB_PG_OK) {
+        hub_log(HUB_WARN, "claim failed", HUB_LS("error", out->error));
+        if (!d->stopping) {
+            uv_timer_start(&d->claim_timer, claim_timer_cb, 500, 0);
+        }
+        dispatch_maybe_done(d);
+        return;
+    }
+    tenants_free(d);
+    d->tenants = rows > 0 ? calloc((size_t)rows, sizeof(*d->tenants)) : NULL;
+    for (int i = 0; d->tenants != NULL && i < rows; i++) {
+        char *t = strdup(PQgetvalue(r, i, 0));
+        if (t != NULL) {
+            d->tenants[d->n_tenants++] = t;
+        }
+    }
+    /* strcmp order, whatever the database's collation: claim_done moves the
+     * rotation point by strcmp */
+    if (d->n_tenants > 1) {
+        qsort(d->tenants, d->n_tenants, sizeof(*d->tenants), tenant_cmp);
+    }
+    d->tenants_ms = unix_ms();
+    d->tenants_dirty = d->kicked; /* a kick during the sample may be a new tenant */
+    d->kicked = 0;
+    if (!d->stopping) {
+        uv_timer_start(&d->claim_timer, claim_timer_cb, d->n_tenants > 0 ? 0 : DISPATCH_IDLE_MS,
+                       0);
+    }
+    dispatch_maybe_done(d);
+}
+
+/* Samples the tenants with due jobs (sql_due_tenants); the claim follows. */
+static void dispatch_sample_tenants(struct hub_dispatch *d) {
+    char limit[16];
+    const char *params[1] = {limit};
+    struct hub_pg_txn *txn = hub_pg_txn_new(d->pg_claim, tenants_done, d);
+
+    if (txn == NULL) {
+        return;
+    }
+    snprintf(limit, sizeof(limit), "%d", DISPATCH_TENANTS_MAX);
+    hub_pg_txn_add(txn, &sql_due_tenants, 1, params, NULL, NULL);
+    d->claiming = 1;
+    hub_pg_txn_submit(txn);
+}
+
 /*
  * Keeps up to WORKERS + 2 × CLAIM_BATCH jobs in hand (one claim at a time),
  * claiming in batches of CLAIM_BATCH, and not less than half of one unless
@@ -1295,8 +1385,13 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t held = d->inflight + d->n_queue;
     size_t target = workers + 2 * batch;
     size_t free_slots = target > held ? target - held : 0;
+    int64_t age = unix_ms() - d->tenants_ms;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[5] = {d->owner, lease, limit, per_tenant, d->last_tenant};
+    const char *params[5] = {d->owner, lease, limit, per_tenant, NULL};
+    int lengths[5] = {0, 0, 0, 0, 0};
+    const int formats[5] = {0, 0, 0, 0, 1};
+    struct hub_pgarr tenants;
+    size_t first = 0, share;
     struct hub_pg_txn *txn;
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
@@ -1305,20 +1400,38 @@ static void dispatch_claim(struct hub_dispatch *d) {
     if (free_slots < (batch + 1) / 2 && held >= workers) {
         return; /* every worker has a job: wait for room for a real batch */
     }
+    if (d->n_tenants == 0 || age >= DISPATCH_TENANTS_MS || age < 0 ||
+        (d->tenants_dirty && age >= DISPATCH_TENANTS_MIN_MS)) {
+        dispatch_sample_tenants(d);
+        return;
+    }
     if (batch > free_slots) {
         batch = free_slots;
     }
+    /* rotation: start after the tenant served last */
+    while (first < d->n_tenants && strcmp(d->tenants[first], d->last_tenant) <= 0) {
+        first++;
+    }
+    hub_pgarr_init(&tenants, HUB_OID_TEXT);
+    for (size_t i = 0; i < d->n_tenants; i++) {
+        hub_pgarr_add_text(&tenants, d->tenants[(first + i) % d->n_tenants]);
+    }
+    params[4] = hub_pgarr_finish(&tenants, &lengths[4]);
+    /* each tenant offers up to twice its fair share, so that a batch still
+     * fills when some have less; a lone tenant may fill it alone */
+    share = (2 * batch + d->n_tenants - 1) / d->n_tenants;
+    share = share < 1 ? 1 : share > batch ? batch : share;
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
     snprintf(limit, sizeof(limit), "%zu", batch);
-    /* round-robin keeps tenants fair; a lone tenant may still fill the batch */
-    snprintf(per_tenant, sizeof(per_tenant), "%zu", batch);
-    txn = hub_pg_txn_new(d->pg_claim, claim_done, d);
-    if (txn == NULL) {
-        return;
+    snprintf(per_tenant, sizeof(per_tenant), "%zu", share);
+    txn = params[4] != NULL ? hub_pg_txn_new(d->pg_claim, claim_done, d) : NULL;
+    if (txn != NULL) {
+        hub_pg_txn_add(txn, &sql_claim, 5, params, lengths, formats);
+        d->claiming = 1;
+        d->claim_asked = batch;
+        hub_pg_txn_submit(txn);
     }
-    hub_pg_txn_add(txn, &sql_claim, 5, params, NULL, NULL);
-    d->claiming = 1;
-    hub_pg_txn_submit(txn);
+    hub_pgarr_free(&tenants);
 }
 
 static void claim_timer_cb(uv_timer_t *t) {
@@ -1408,8 +1521,10 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     d->rates = calloc(RATE_SLOTS, sizeof(*d->rates));
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request. */
-    d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim");
-    d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes");
+    d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim",
+                             "-c plan_cache_mode=force_generic_plan");
+    d->pg_out =
+        hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes", NULL);
     if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);
@@ -1454,6 +1569,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
         free(d->gone[i]);
     }
     free(d->gone);
+    tenants_free(d);
     free(d->queue);
     free(d->outcomes);
     free(d);
@@ -1500,6 +1616,7 @@ void hub_dispatch_kick(struct hub_dispatch *d) {
     if (d == NULL || d->stopping) {
         return;
     }
+    d->tenants_dirty = 1; /* perhaps a tenant the sample has not seen */
     if (d->claiming) {
         d->kicked = 1;
         return;

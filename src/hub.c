@@ -290,13 +290,14 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     }
 
     hub->pg =
-        hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS, "streaming-hub-api");
+        hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS, "streaming-hub-api",
+                   NULL);
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
     if (hub_role_ingest(hub)) {
         hub->pg_ingest = hub_pg_new(hub->loop, hub->cfg.postgres_dsn,
-                                    (int)hub->cfg.ingest_pg_connections, "streaming-hub-ingest");
+                                    (int)hub->cfg.ingest_pg_connections, "streaming-hub-ingest", NULL);
         if (hub->pg_ingest == NULL) {
             goto fail_pg;
         }

@@ -82,6 +82,7 @@ struct hub_pg {
     uv_loop_t *loop;
     char *dsn;
     char *name;
+    char *options; /* PG_OPTIONS plus the pool's own settings */
     struct pg_conn *conns;
     int nconns;
     struct hub_pg_txn *queue_head;
@@ -463,7 +464,7 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
 
 static void pg_conn_start(struct pg_conn *c) {
     const char *keys[] = {"options", "dbname", "application_name", NULL};
-    const char *vals[] = {PG_OPTIONS, c->pg->dsn, c->pg->name, NULL};
+    const char *vals[] = {c->pg->options, c->pg->dsn, c->pg->name, NULL};
 
     c->conn = PQconnectStartParams(keys, vals, 1);
     if (c->conn == NULL || PQstatus(c->conn) == CONNECTION_BAD) {
@@ -709,7 +710,8 @@ static void pg_pump(struct hub_pg *pg) {
 
 /* ---------------------------------------------------------------- pool -- */
 
-struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name) {
+struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name,
+                          const char *options) {
     struct hub_pg *pg = calloc(1, sizeof(*pg));
 
     if (pg == NULL) {
@@ -718,11 +720,15 @@ struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const ch
     pg->loop = loop;
     pg->dsn = strdup(dsn);
     pg->name = strdup(name);
+    if (asprintf(&pg->options, "%s %s", PG_OPTIONS, options ? options : "") < 0) {
+        pg->options = NULL;
+    }
     pg->nconns = nconns;
     pg->conns = calloc((size_t)nconns, sizeof(*pg->conns));
-    if (pg->dsn == NULL || pg->name == NULL || pg->conns == NULL) {
+    if (pg->dsn == NULL || pg->name == NULL || pg->options == NULL || pg->conns == NULL) {
         free(pg->dsn);
         free(pg->name);
+        free(pg->options);
         free(pg->conns);
         free(pg);
         return NULL;
@@ -772,6 +778,7 @@ static void pg_timer_closed(uv_handle_t *h) {
     free(pg->conns);
     free(pg->dsn);
     free(pg->name);
+    free(pg->options);
     free(pg);
 }
 

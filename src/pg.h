@@ -58,9 +58,12 @@ struct hub_pg_txn;
 
 /*
  * Creates a pool of nconns connections to dsn and starts connecting.
- * `name` appears in logs and as application_name.  Returns NULL on OOM.
+ * `name` appears in logs and as application_name; `options` (may be NULL)
+ * adds server settings for this pool's sessions ("-c name=value ...").
+ * Returns NULL on OOM.
  */
-struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name);
+struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name,
+                          const char *options);
 
 /* Fails every queued and in-flight transaction with HUB_PG_ECLOSED/ECONN,
  * closes the connections, and frees the pool once every handle is closed;

@@ -285,6 +285,7 @@ synchronous_commit = on
 full_page_writes = on
 logging_collector = off
 log_min_messages = warning
+${PG_EXTRA_CONF:-}
 EOF
         for _ in 1 2 3 4 5 6 7 8; do
             port=$((20000 + RANDOM % 30000))
