@@ -261,6 +261,17 @@ port_in_use() {
     timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
 }
 
+# random_port: a port to listen on, below the kernel's ephemeral range
+# (ip_local_port_range starts at 32768 by default), so that no outgoing
+# connection of a busy benchmark can hold it.  Callers still retry on a bind
+# failure: something else may listen there.
+random_port() {
+    local low
+    low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+    ((${low:-0} > 12000)) || low=32768
+    echo $((10000 + RANDOM % (low - 10000)))
+}
+
 # pg_start: the first call creates a private cluster in $WORK/pg on a free
 # loopback port and the database "hub"; later calls start the same cluster
 # again (same port, same data).  Exports PGPORT and STREAMING_HUB_POSTGRES_DSN.
@@ -288,7 +299,7 @@ log_min_messages = warning
 ${PG_EXTRA_CONF:-}
 EOF
         for _ in 1 2 3 4 5 6 7 8; do
-            port=$((20000 + RANDOM % 30000))
+            port=$(random_port)
             port_in_use "$port" && continue
             echo "port = $port" >>"$PG_DATA/postgresql.conf"
             if pg_ctl_as_postgres start -D "$PG_DATA" -w -t 60 -l "$WORK/pg/server.log" \

@@ -13,11 +13,11 @@
 nginx_run() {
     local listen=$1 server=$2 http=${3:-access_log off;} port d=$WORK/nginx
     mkdir -p "$d/tmp"
-    for _ in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + RANDOM % 30000))
-        port_in_use "$port" || break
-    done
-    cat >"$d/nginx.conf" <<EOF2
+    local attempt
+    for attempt in 1 2 3 4 5 6 7 8; do
+        port=$(random_port)
+        port_in_use "$port" && continue
+        cat >"$d/nginx.conf" <<EOF2
 worker_processes 1;
 daemon off;
 master_process off;
@@ -41,10 +41,15 @@ http {
     }
 }
 EOF2
-    nginx -p "$d" -c "$d/nginx.conf" >>"$d/stdout.log" 2>&1 &
-    NGINX_PID=$!
-    track_pid "$NGINX_PID"
-    wait_until 10 "port_in_use $port" || { cat "$d/error.log" >&2; fatal "nginx did not start"; }
+        nginx -p "$d" -c "$d/nginx.conf" >>"$d/stdout.log" 2>&1 &
+        NGINX_PID=$!
+        track_pid "$NGINX_PID"
+        wait_until 10 "port_in_use $port || ! kill -0 $NGINX_PID 2>/dev/null" >/dev/null
+        port_in_use "$port" && break
+        # lost the port to another listener: try another
+        kill "$NGINX_PID" 2>/dev/null
+        ((attempt < 8)) || { cat "$d/error.log" >&2; fatal "nginx did not start"; }
+    done
     NGINX_DIR=$d
     NGINX_PORT=$port
     export NGINX_DIR NGINX_PORT NGINX_PID
