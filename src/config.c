@@ -63,7 +63,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      NULL, "consumer group session timeout (a crashed member is evicted after it)"},
     {"KAFKA_FETCH_WAIT", CFG_DURATION, "10ms", OFF(kafka_fetch_wait_ms), 1, 10000, NULL,
      "longest a fetch waits for data (fetch.wait.max.ms); brokers answer at once when data "
-     "arrives, the embedded mock only after this wait"},
+     "arrives, the mock cluster only after this wait (2ms when unset and KAFKA_BROKERS is "
+     "embedded)"},
     {"HTTP_LISTEN_ADDR", CFG_STRING, "127.0.0.1:8080", OFF(http_listen_addr), 0, 0, NULL,
      "API, ingest, metrics and health listener (host:port)"},
     {"ADMIN_TOKEN", CFG_SECRET, NULL, OFF(admin_token), 0, 0, NULL, "bearer token for /admin/*"},
@@ -379,6 +380,13 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
         if (cfg_apply(cfg, v, text, err, errsz) != 0) {
             return -1;
         }
+    }
+    /* The mock cluster answers a fetch only when its wait is over, where a
+     * broker answers as soon as data arrives: embedded, a short wait keeps
+     * ingest latency low (an idle fetch every 2 ms costs the mock little). */
+    if (getenv("STREAMING_HUB_KAFKA_FETCH_WAIT") == NULL &&
+        strcmp(cfg->kafka_brokers, "embedded") == 0) {
+        cfg->kafka_fetch_wait_ms = HUB_EMBEDDED_FETCH_WAIT_MS;
     }
     if (cfg->breaker_open_max_ms < cfg->breaker_open_ms) {
         snprintf(err, errsz, "STREAMING_HUB_BREAKER_OPEN_MAX: must be >= STREAMING_HUB_BREAKER_OPEN");

@@ -90,7 +90,7 @@ static const struct hub_sql sql_due_tenants = {
  * next claim goes on from where this one stopped.  Every join is a LATERAL
  * on a key, so no plan ever scans the pending set whatever the statistics
  * say (the claim connection forces generic plans: planning this statement
- * costs more than running it).  SKIP LOCKED lets several dispatchers claim
+ * costs more than running it; see struct hub_sql).  SKIP LOCKED lets several dispatchers claim
  * concurrently.
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]).
  */
@@ -1521,10 +1521,14 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     d->rates = calloc(RATE_SLOTS, sizeof(*d->rates));
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request. */
+    /* A claim's commit need not wait for the disk: should the database
+     * lose it in a crash, the job is simply pending again (at least once),
+     * and the outcome of an attempt, committed synchronously, flushes the
+     * WAL up to and past the claim it follows. */
     d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim",
-                             "-c plan_cache_mode=force_generic_plan");
-    d->pg_out =
-        hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes", NULL);
+                             HUB_PG_GENERIC_PLANS " -c synchronous_commit=off");
+    d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
+                           HUB_PG_GENERIC_PLANS);
     if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);

@@ -297,7 +297,8 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     }
     if (hub_role_ingest(hub)) {
         hub->pg_ingest = hub_pg_new(hub->loop, hub->cfg.postgres_dsn,
-                                    (int)hub->cfg.ingest_pg_connections, "streaming-hub-ingest", NULL);
+                                    (int)hub->cfg.ingest_pg_connections, "streaming-hub-ingest",
+                                    HUB_PG_GENERIC_PLANS);
         if (hub->pg_ingest == NULL) {
             goto fail_pg;
         }

@@ -41,7 +41,9 @@ struct hub_pg_txn {
     struct hub_pg_txn *next; /* pool queue */
 };
 
-enum pg_expect_kind { EXP_PREPARE, EXP_QUERY, EXP_SYNC };
+/* EXP_SETUP: a statement of our own ahead of one of the transaction's
+ * (its result is dropped, its error fails the transaction). */
+enum pg_expect_kind { EXP_PREPARE, EXP_SETUP, EXP_QUERY, EXP_SYNC };
 
 struct pg_expect {
     enum pg_expect_kind kind;
@@ -461,6 +463,7 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
  * 900 ms instead of 10.
  */
 #define PG_OPTIONS "-c jit=off"
+#define PG_CUSTOM_PLAN_SQL "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
 
 static void pg_conn_start(struct pg_conn *c) {
     const char *keys[] = {"options", "dbname", "application_name", NULL};
@@ -558,6 +561,14 @@ static int pg_conn_read(struct pg_conn *c) {
             continue;
         }
         st = PQresultStatus(r);
+        if (e->kind == EXP_SETUP) {
+            if (st == PGRES_FATAL_ERROR && e->txn->error_result == NULL) {
+                e->txn->error_result = r;
+            } else {
+                PQclear(r);
+            }
+            continue;
+        }
         if (e->kind == EXP_PREPARE) {
             if (st != PGRES_COMMAND_OK) {
                 /* not prepared after all: the next use must prepare again */
@@ -645,6 +656,12 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
     for (int i = 0; i < txn->n_stmts; i++) {
         struct pg_stmt *st = &txn->stmts[i];
         if (st->sql->plan_each_time) {
+            /* a custom plan, also on a pool whose sessions force generic
+             * ones; until the end of this transaction only */
+            if (PQsendQueryParams(c->conn, PG_CUSTOM_PLAN_SQL, 0, NULL, NULL, NULL, NULL, 0) != 1 ||
+                exp_push(c, EXP_SETUP, txn, i) != 0) {
+                goto fail;
+            }
             if (PQsendQueryParams(c->conn, st->sql->text, st->nparams, NULL,
                                   (const char *const *)st->values, st->lengths, st->formats,
                                   st->result_format) != 1 ||
