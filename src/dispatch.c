@@ -90,8 +90,8 @@ static const struct hub_sql sql_due_tenants = {
  * next claim goes on from where this one stopped.  Every join is a LATERAL
  * on a key, so no plan ever scans the pending set whatever the statistics
  * say (the claim connection forces generic plans: planning this statement
- * costs more than running it; see struct hub_sql).  SKIP LOCKED lets several dispatchers claim
- * concurrently.
+ * costs more than running it; see struct hub_sql).  SKIP LOCKED lets
+ * several dispatchers claim concurrently.
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]).
  */
 static const struct hub_sql sql_claim = {
@@ -1221,6 +1221,15 @@ static char *dup_value(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
 }
 
+/* A claim or tenant sample failed (the database is away): try again soon. */
+static void claim_failed(struct hub_dispatch *d, const char *msg, const char *error) {
+    hub_log(HUB_WARN, msg, HUB_LS("error", error));
+    if (!d->stopping) {
+        uv_timer_start(&d->claim_timer, claim_timer_cb, 500, 0);
+    }
+    dispatch_maybe_done(d);
+}
+
 static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
@@ -1231,11 +1240,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         d->tenants_dirty = 1; /* some tenant ran dry (or one is missing) */
     }
     if (out->status != HUB_PG_OK) {
-        hub_log(HUB_WARN, "claim failed", HUB_LS("error", out->error));
-        if (!d->stopping) {
-            uv_timer_start(&d->claim_timer, claim_timer_cb, 500, 0);
-        }
-        dispatch_maybe_done(d);
+        claim_failed(d, "claim failed", out->error);
         return;
     }
     /* the next claim's rotation starts after the furthest tenant served now */
@@ -1329,11 +1334,7 @@ static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
 
     d->claiming = 0;
     if (out->status != HUB_PG_OK) {
-        hub_log(HUB_WARN, "claim failed", HUB_LS("error", out->error));
-        if (!d->stopping) {
-            uv_timer_start(&d->claim_timer, claim_timer_cb, 500, 0);
-        }
-        dispatch_maybe_done(d);
+        claim_failed(d, "tenant sample failed", out->error);
         return;
     }
     tenants_free(d);
