@@ -76,6 +76,15 @@ struct hub_event {
                                      (binary mode) or into the arena (structured) */
     size_t payload_len;
     unsigned char digest[32]; /* SHA-256 of the payload bytes */
+    /*
+     * 1 when the payload must be well-formed JSON (a JSON content type, SPEC
+     * §3.1) and its grammar has not been checked: the caller checks it.
+     * Ingest has PostgreSQL's JSON parser do it inside the insert statement,
+     * several times faster than building a jansson document per event
+     * (migrations/0004_json_check.sql).  Empty payloads and raw NUL bytes are
+     * refused here; a structured event's data was parsed with the event.
+     */
+    int json_unchecked;
     int structured;           /* 1 when parsed from structured mode */
     void *arena_;             /* private */
 };

@@ -32,6 +32,7 @@ struct ingest_rec {
     struct hub_event ev;
     struct hub_envelope_error err;
     int ok;        /* envelope valid */
+    int json_check; /* the payload's JSON grammar is still to be checked (envelope.h) */
     int first;     /* index of the earlier record with the same key in this batch, or -1 */
     enum hub_verdict verdict;
     char old_digest[65]; /* hex digest of the stored event with this key, "" if none */
@@ -383,9 +384,10 @@ static int want_conflict(const struct ingest_rec *r) {
 static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *count) {
     struct hub_pgarr a[HUB_INGEST_NPARAMS];
     static const uint32_t oids[HUB_INGEST_NPARAMS] = {
-        HUB_OID_INT4,        HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,
-        HUB_OID_TEXT,        HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ, HUB_OID_TEXT, HUB_OID_JSONB,
-        HUB_OID_BYTEA,       HUB_OID_BYTEA, HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_INT8};
+        HUB_OID_INT4, HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,
+        HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ,
+        HUB_OID_TEXT, HUB_OID_JSONB, HUB_OID_BYTEA, HUB_OID_BYTEA,
+        HUB_OID_TEXT, HUB_OID_INT4,  HUB_OID_INT8,  HUB_OID_BOOL};
 
     *count = 0;
     for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
@@ -412,6 +414,7 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_add_text(&a[12], rd_kafka_topic_name(r->msg->rkt));
         hub_pgarr_add_i32(&a[13], r->msg->partition);
         hub_pgarr_add_i64(&a[14], r->msg->offset);
+        hub_pgarr_add_bool(&a[15], r->json_check);
         (*count)++;
     }
     /* Planning this statement costs a few ms: worth it for a big batch (its
@@ -597,12 +600,87 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
     return raced;
 }
 
+/* Whether a valid record's JSON payload is still unchecked (repeats only:
+ * records that the insert statement does not carry). */
+static int batch_json_unchecked(const struct ingest_batch *b, int repeats_only) {
+    for (size_t i = 0; i < b->n; i++) {
+        const struct ingest_rec *r = &b->recs[i];
+        if (r->ok && r->json_check && (!repeats_only || r->first >= 0)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
+    struct ingest_batch *b = arg;
+    PGresult *res = out->n_results > 0 ? out->results[0] : NULL;
+
+    b->in_txn = 0;
+    if (out->status != HUB_PG_OK || res == NULL) {
+        batch_failed(b, out->error, out->sqlstate);
+        return;
+    }
+    for (int row = 0; row < PQntuples(res); row++) {
+        int ord = atoi(PQgetvalue(res, row, 0));
+        struct ingest_rec *r;
+        if (ord < 0 || (size_t)ord >= b->n) {
+            continue;
+        }
+        r = &b->recs[ord];
+        r->ok = 0;
+        r->verdict = HUB_V_QUARANTINED_INVALID;
+        r->err.reason = HUB_ENVELOPE_INVALID;
+        snprintf(r->err.field, sizeof(r->err.field), "data");
+        snprintf(r->err.message, sizeof(r->err.message), "payload is not well-formed JSON (%s)",
+                 PQgetvalue(res, row, 1));
+        hub_event_free(&r->ev);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        b->recs[i].json_check = 0; /* the others passed, one by one */
+    }
+    batch_mark_repeats(b); /* a first occurrence may have become invalid */
+    batch_submit(b);
+}
+
+/* The insert failed on a payload's JSON grammar (or a batch has repeats to
+ * check): find which payloads are not JSON, row by row (the slow path, for
+ * bad input only), then write the batch again with them quarantined. */
+static void batch_check_json(struct ingest_batch *b) {
+    struct hub_ingest *ing = b->part->ing;
+    struct hub_pgarr a[HUB_JSON_ERRORS_NPARAMS];
+    struct hub_pg_txn *txn;
+
+    txn = hub_pg_txn_new(ing->hub->pg_ingest, batch_json_cb, b);
+    if (txn == NULL) {
+        batch_failed(b, "out of memory", "");
+        return;
+    }
+    hub_pgarr_init(&a[0], HUB_OID_INT4);
+    hub_pgarr_init(&a[1], HUB_OID_BYTEA);
+    for (size_t i = 0; i < b->n; i++) {
+        const struct ingest_rec *r = &b->recs[i];
+        if (r->ok && r->json_check) {
+            hub_pgarr_add_i32(&a[0], (int32_t)i);
+            hub_pgarr_add(&a[1], r->ev.payload, r->ev.payload_len);
+        }
+    }
+    /* on OOM the txn fails through its callback */
+    txn_add_arrays(txn, &hub_sql_ingest_json_errors, a, HUB_JSON_ERRORS_NPARAMS, 1);
+    b->in_txn = 1;
+    hub_pg_txn_submit(txn);
+}
+
 static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
     struct ingest_batch *b = arg;
     int stmt = 0;
 
     b->in_txn = 0;
     if (out->status != HUB_PG_OK) {
+        if (!b->stored && hub_sqlstate_json_grammar(out->sqlstate) && batch_json_unchecked(b, 0)) {
+            batch_check_json(b); /* a payload that is not JSON, most likely */
+            return;
+        }
         batch_failed(b, out->error, out->sqlstate);
         return;
     }
@@ -649,6 +727,12 @@ static void batch_submit(struct ingest_batch *b) {
     int invalid = 0;
     int rc = 0;
 
+    if (!b->stored && batch_json_unchecked(b, 1)) {
+        /* a repeat of a key in the batch is not inserted, so the insert
+         * would not check its payload: check them all row by row */
+        batch_check_json(b);
+        return;
+    }
     for (size_t i = 0; i < b->n; i++) {
         invalid |= !b->recs[i].ok;
     }
@@ -719,6 +803,7 @@ static void batch_parse(struct ingest_batch *b) {
             r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
                                                                   : HUB_V_QUARANTINED_INVALID;
         }
+        r->json_check = r->ok && r->ev.json_unchecked;
         if (h != stack_hdrs) {
             free(h);
         }

@@ -75,6 +75,11 @@ void hub_pgarr_add_i64(struct hub_pgarr *a, int64_t v) {
     hub_pgarr_add(a, b, 8);
 }
 
+void hub_pgarr_add_bool(struct hub_pgarr *a, int v) {
+    char b = v ? 1 : 0;
+    hub_pgarr_add(a, &b, 1);
+}
+
 void hub_pgarr_add_ts(struct hub_pgarr *a, int64_t unix_us) {
     hub_pgarr_add_i64(a, unix_us - PG_EPOCH_OFFSET_US);
 }
@@ -139,16 +144,24 @@ void hub_pgarr_free(struct hub_pgarr *a) {
  *
  * Each stored event gets its delivery jobs in the same statement, so an event
  * and its jobs commit (and the offset moves) together.
+ *
+ * r checks the grammar of the JSON payloads (envelope.h json_unchecked) with
+ * PostgreSQL's JSON parser, every row's, the roster's rejects included: r is
+ * read twice, so it is materialized whole.  A bad payload fails the
+ * statement, and ingest finds it with hub_sql_ingest_json_errors.
  */
-#define INGEST_INSERT_SQL \
+#define INGEST_INSERT_SQL                                                                          \
     "WITH b AS ("                                                                                  \
     "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"           \
     "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"  \
-    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[])"    \
+    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[],"    \
+    "                       $16::bool[])"                                                          \
     "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
-    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset)"       \
+    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset,"       \
+    "         json_check)"                                                                         \
     "), r AS ("                                                                                    \
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
+    "   WHERE NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL"               \
     "), ins AS ("                                                                                  \
     "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"       \
     "                           schema_major, event_time, content_type, headers, payload,"         \
@@ -166,9 +179,8 @@ void hub_pgarr_free(struct hub_pgarr *a) {
     "   ORDER BY r.ord"                                                                            \
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
     "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"                  \
-    "), jobs AS ("                                                                                 \
-    /* matching (SPEC §6): the tenant's routes for this event type, its                            \
-     * resource wildcard and '*', of subscriptions enabled AND verified */ \
+    "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
+                    * resource wildcard and '*', of subscriptions enabled AND verified */          \
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
     "                             event_type)"                                                     \
     "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type"                  \
@@ -203,6 +215,15 @@ const struct hub_sql hub_sql_ingest_insert_prepared = {
     0,
 };
 
+const struct hub_sql hub_sql_ingest_json_errors = {
+    "ingest_json_errors",
+    "SELECT ord, e FROM ("
+    "  SELECT u.ord, hub_json_error(u.payload) AS e"
+    "    FROM unnest($1::int4[], $2::bytea[]) AS u(ord, payload)) x"
+    " WHERE e IS NOT NULL",
+    0,
+};
+
 const struct hub_sql hub_sql_quarantine_insert = {
     "quarantine_insert",
     "INSERT INTO quarantine (reason, field, detail, tenant_id, source, event_id, topic,"
@@ -218,3 +239,16 @@ const struct hub_sql hub_sql_maintain_partitions = {
     "SELECT hub_maintain_partitions($1::interval)",
     0,
 };
+
+int hub_sqlstate_json_grammar(const char *sqlstate) {
+    /* what json input and convert_from raise (as hub_json_error catches):
+     * invalid_text_representation, character_not_in_repertoire,
+     * untranslatable_character, statement_too_complex (nesting depth) */
+    static const char *const codes[] = {"22P02", "22021", "22P05", "54001"};
+    for (size_t i = 0; sqlstate != NULL && i < sizeof(codes) / sizeof(codes[0]); i++) {
+        if (strcmp(sqlstate, codes[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -13,6 +13,7 @@
 #include "pg.h"
 
 /* Element type OIDs used in parameter arrays. */
+#define HUB_OID_BOOL 16
 #define HUB_OID_BYTEA 17
 #define HUB_OID_INT8 20
 #define HUB_OID_INT4 23
@@ -37,6 +38,7 @@ void hub_pgarr_add(struct hub_pgarr *a, const void *p, size_t len);
 void hub_pgarr_add_text(struct hub_pgarr *a, const char *s); /* NULL → SQL NULL */
 void hub_pgarr_add_i32(struct hub_pgarr *a, int32_t v);
 void hub_pgarr_add_i64(struct hub_pgarr *a, int64_t v);
+void hub_pgarr_add_bool(struct hub_pgarr *a, int v);
 void hub_pgarr_add_ts(struct hub_pgarr *a, int64_t unix_us); /* timestamptz */
 void hub_pgarr_add_jsonb(struct hub_pgarr *a, const char *json, size_t len);
 /* Writes the header; returns the buffer (owned by a) and its length, or NULL on OOM. */
@@ -52,16 +54,28 @@ char *hub_pgarr_take(struct hub_pgarr *a, int *len);
  * $4 event_id, $5 ce_type, $6 event_type, $7 schema_major int4,
  * $8 event_time timestamptz, $9 content_type, $10 headers jsonb,
  * $11 payload bytea, $12 digest bytea, $13 topic, $14 kafka_partition int4,
- * $15 kafka_offset int8.
+ * $15 kafka_offset int8, $16 json_check bool (the payload's JSON grammar is
+ * to be checked: one that is not well-formed fails the whole statement).
  * Result rows (text): ord, tenant status (NULL = not on the roster),
  * digest of an already stored event with the same key (\x hex, or NULL),
  * seq of the stored event (NULL when not inserted).
  */
-#define HUB_INGEST_NPARAMS 15
+#define HUB_INGEST_NPARAMS 16
 extern const struct hub_sql hub_sql_ingest_insert;
 /* The same statement, prepared once per connection (generic plan): for
  * small batches, where planning would cost more than it saves. */
 extern const struct hub_sql hub_sql_ingest_insert_prepared;
+
+/* SQLSTATEs of a payload that is not well-formed JSON failing the insert. */
+int hub_sqlstate_json_grammar(const char *sqlstate);
+
+/*
+ * The payloads of an insert that failed on JSON grammar, row by row: $1 ord
+ * int4[], $2 payload bytea[].  Result rows (text): ord and why, for the bad
+ * ones only.
+ */
+#define HUB_JSON_ERRORS_NPARAMS 2
+extern const struct hub_sql hub_sql_ingest_json_errors;
 
 /*
  * Quarantine: $1 reason, $2 field, $3 detail, $4 tenant_id, $5 source,

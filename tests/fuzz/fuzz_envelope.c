@@ -21,9 +21,10 @@
  *
  * On success the target checks the invariants callers rely on (strings
  * present and bounded, payload and digest consistent, attrs_json is a JSON
- * object, extensions sorted and well named, a JSON payload parses); on
- * failure that the event was left empty and a reason was given.  Any
- * violation aborts, which libFuzzer reports as a crash.
+ * object, extensions sorted and well named, a JSON payload has no raw NUL
+ * and is flagged for its grammar check unless a structured event carried it
+ * parsed); on failure that the event was left empty and a reason was given.
+ * Any violation aborts, which libFuzzer reports as a crash.
  *
  * FUZZ_ENVELOPE_VERBOSE=1 prints each input's verdict (handy when writing
  * seeds: ./fuzz_envelope -runs=0 tests/fixtures/corpus/envelope).
@@ -142,10 +143,17 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
     json_decref(attrs);
 
     if (is_json_type(ev->content_type) && ev->payload_len > 0) {
-        json_t *doc = json_loadb((const char *)ev->payload, ev->payload_len,
-                                 JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
-        CHECK(doc != NULL);
-        json_decref(doc);
+        CHECK(memchr(ev->payload, '\0', ev->payload_len) == NULL);
+        if (!ev->json_unchecked) { /* a structured event's data, parsed with it */
+            CHECK(ev->structured);
+            json_t *doc =
+                json_loadb((const char *)ev->payload, ev->payload_len,
+                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
+            CHECK(doc != NULL);
+            json_decref(doc);
+        }
+    } else {
+        CHECK(!ev->json_unchecked); /* only a JSON payload has a grammar to check */
     }
 }
 

@@ -345,4 +345,43 @@ assert_eq "200 invalid_envelope time" \
 hub_curl GET /admin/quarantine >/dev/null
 assert_eq 401 "$(http_status)" "GET /admin/quarantine without a token → 401"
 
+# ---------------------------------------------------------------------------
+# JSON grammar in bulk: PostgreSQL checks a batch's JSON payloads inside the
+# insert; one bad payload fails it and the batch is checked row by row.  The
+# records are produced while the hub is stopped, so that they come back as
+# one batch: good and bad payloads, repeats of one key among them.
+# ---------------------------------------------------------------------------
+hub_stop
+printf '{"n":1e400,"s":"\\u00e9"}' >"$F/big-number.json" # well-formed, beyond a double
+printf '[1,2' >"$F/cut.json"
+printf '{"a":1}' >"$F/a1.json"
+produce --topic "$TOPIC" --tenant acme --count 3 --id-prefix mixa- --source /test/mix \
+    --payload-file "$F/a1.json" >/dev/null || fail "hub-produce mixa"
+produce --topic "$TOPIC" --tenant acme --count 2 --id-prefix mixcut- --source /test/mix \
+    --payload-file "$F/cut.json" >/dev/null || fail "hub-produce mixcut"
+produce --topic "$TOPIC" --tenant acme --count 2 --id-prefix mixbig- --source /test/mix \
+    --payload-file "$F/big-number.json" >/dev/null || fail "hub-produce mixbig"
+# repeats of one key in the batch: same payload, a bad one, another good one
+rec mix-rep /test/mix
+send "$TOPIC" "$F/a1.json"
+send "$TOPIC" "$F/cut.json"
+send "$TOPIC" "$F/a1.json"
+send "$TOPIC" "$F/big-number.json"
+hub_start STREAMING_HUB_MAX_EVENT_BYTES=2048
+expected_total=0
+wait_records 11 "the mixed batch"
+assert_eq "mix-rep mixa-0 mixa-1 mixa-2 mixbig-0 mixbig-1" \
+    "$(psql_q "SELECT string_agg(event_id, ' ' ORDER BY event_id) FROM event_inbox WHERE source = '/test/mix'")" \
+    "good payloads of a batch with bad ones are stored (1e400 is well-formed JSON)"
+assert_eq "mixcut-0 mixcut-1 mix-rep|data|payload is not well-formed JSON (invalid input syntax for type json)" \
+    "$(psql_q "SELECT string_agg(event_id, ' ' ORDER BY id) || '|' || string_agg(DISTINCT field, ',')
+                      || '|' || string_agg(DISTINCT detail, ',')
+                 FROM quarantine WHERE source = '/test/mix' AND reason = 'invalid_envelope'")" \
+    "bad payloads quarantined with field data, a repeat's bad payload too"
+assert_eq 1 "$(verdict duplicate '')" "the repeat of mix-rep with its payload is a duplicate"
+assert_eq 1 "$(verdict quarantined digest_conflict)" "the repeat with another good payload conflicts"
+assert_eq 3 "$(verdict quarantined invalid_envelope)" "3 bad payloads in the batch"
+assert_eq 0 "$(metric streaming_hub_ingest_batch_failures_total)" \
+    "a bad payload is bad input, not a failed batch"
+
 hub_test_done
