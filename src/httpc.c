@@ -649,6 +649,10 @@ struct hub_httpc *hub_httpc_new(uv_loop_t *loop, const struct hub_httpc_options 
                                                     c->max_connections) != CURLM_OK) {
         goto fail_multi_opts;
     }
+    if (opt != NULL && opt->cached_connections > 0 &&
+        curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, opt->cached_connections) != CURLM_OK) {
+        goto fail_multi_opts;
+    }
     /* last: from here on the client is freed only through close callbacks */
     if (uv_timer_init(loop, &c->timer) != 0) {
         goto fail_multi_opts;

@@ -20,6 +20,9 @@ struct hub_httpc;
 struct hub_httpc_options {
     int allow_private;        /* STREAMING_HUB_ALLOW_PRIVATE_SINKS */
     long max_connections;     /* total open connections (0 = libcurl default) */
+    long cached_connections;  /* connections kept open for reuse (0 = libcurl default: 4 ×
+                                 transfers in progress, so a dip in concurrency closes the
+                                 connections that the next burst has to open again) */
     size_t excerpt_bytes;     /* response body bytes kept for the caller (1024) */
     size_t max_body_bytes;    /* response body bytes read before giving up (e.g. 1 MiB) */
     const char *user_agent;   /* "streaming-hub/<version>" */

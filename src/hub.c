@@ -320,6 +320,9 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
             .allow_private = hub->cfg.allow_private_sinks,
             .excerpt_bytes = 1024,
             .max_body_bytes = 1 << 20,
+            /* keep-alive for every worker's connection, to several destinations */
+            .cached_connections =
+                hub->cfg.dispatch_workers * 4 > 64 ? (long)hub->cfg.dispatch_workers * 4 : 64,
             .user_agent = "streaming-hub/" HUB_VERSION,
             .ca_file = hub->cfg.delivery_ca_file,
         };

@@ -501,6 +501,49 @@ static void case_parallel(struct probe *p) {
     free(k);
 }
 
+/*
+ * Keep-alive across bursts: a wave of parallel requests, then another.  By
+ * default libcurl keeps 4 × the transfers in progress, so as the first wave
+ * drains it closes connections that the second wave opens again; with
+ * cached_connections every connection of the first wave serves the second.
+ */
+static void case_waves(struct probe *p) {
+    struct hub_httpc_options o = {
+        .allow_private = 1, .cached_connections = PROBE_PARALLEL_CONNS, .user_agent = PROBE_UA};
+    struct hub_httpc *c = hub_httpc_new(&p->loop, &o);
+    struct call k[PROBE_PARALLEL_CONNS];
+    long socks[3];
+    int good = 0;
+    char what[160];
+
+    if (c == NULL) {
+        check(p, 0, "waves: client", "cannot create the client");
+        return;
+    }
+    socks[0] = client_sockets_to(p->port);
+    for (int wave = 0; wave < 2; wave++) {
+        int started = 0;
+        memset(k, 0, sizeof(k));
+        for (int i = 0; i < PROBE_PARALLEL_CONNS; i++) {
+            char path[64];
+            snprintf(path, sizeof(path), "/ok/wave/%d/%d", wave, i);
+            started += start(p, c, &k[i], path, NULL, "x", 1, 5000) == 0;
+        }
+        wait_all(p, k, (size_t)started);
+        for (int i = 0; i < started; i++) {
+            good += k[i].calls == 1 && k[i].error == HUB_HTTPC_OK && k[i].status == 200;
+        }
+        socks[wave + 1] = client_sockets_to(p->port);
+    }
+    snprintf(what, sizeof(what),
+             "keep-alive across bursts: %d of %d ok, the second wave opened %ld connection(s)",
+             good, 2 * PROBE_PARALLEL_CONNS, socks[2] - socks[1]);
+    /* "<= 1": a TIME_WAIT of an earlier user of the port may expire meanwhile */
+    check(p, good == 2 * PROBE_PARALLEL_CONNS && socks[0] >= 0 && socks[2] - socks[1] <= 1, what,
+          "sockets %ld, %ld, %ld", socks[0], socks[1], socks[2]);
+    hub_httpc_close(c);
+}
+
 /* Keep-alive: sequential requests on a fresh client share one connection. */
 static void case_keepalive(struct probe *p) {
     struct hub_httpc_options o = {.allow_private = 1, .user_agent = PROBE_UA};
@@ -708,6 +751,7 @@ int main(int argc, char **argv) {
     case_guard(&p, c);
     case_errors(&p, c);
     case_keepalive(&p);
+    case_waves(&p);
     case_parallel(&p);
     case_close(&p);
 
