@@ -42,6 +42,10 @@
 #define DISPATCH_TENANTS_MS 100
 #define DISPATCH_TENANTS_MIN_MS 10
 #define DISPATCH_TENANTS_MAX 100000
+/* A claim offers the next (4 × its batch) sampled tenants of the rotation:
+ * with a share of at least one job each, that fills a batch even when most
+ * of them ran dry since the sample. */
+#define DISPATCH_WINDOW_BATCHES 4
 #define DISPATCH_FLUSH_MS 5    /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256 /* outcomes per transaction */
 #define DISPATCH_OUT_CONNECTIONS 2
@@ -338,6 +342,7 @@ struct hub_dispatch {
     int flushing;          /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int aux_inflight;      /* reclaim and sampling queries not answered yet */
     char last_tenant[260]; /* rotation point of the tenant round-robin */
+    char window_last[260]; /* last tenant offered to the claim in flight, "" = all were */
     char **tenants;        /* tenants with due jobs at the last sample, by strcmp */
     size_t n_tenants;
     int64_t tenants_ms; /* when they were sampled */
@@ -1257,6 +1262,11 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
                 best = t;
             }
         }
+        if ((size_t)rows < d->claim_asked && d->window_last[0] != '\0') {
+            /* the batch did not fill: every tenant of the window had its
+             * turn, the next claim offers the next window */
+            best = d->window_last;
+        }
         if (best != NULL) {
             snprintf(d->last_tenant, sizeof(d->last_tenant), "%s", best);
         }
@@ -1392,7 +1402,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     int lengths[5] = {0, 0, 0, 0, 0};
     const int formats[5] = {0, 0, 0, 0, 1};
     struct hub_pgarr tenants;
-    size_t first = 0, share;
+    size_t first = 0, window, share;
     struct hub_pg_txn *txn;
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
@@ -1413,14 +1423,20 @@ static void dispatch_claim(struct hub_dispatch *d) {
     while (first < d->n_tenants && strcmp(d->tenants[first], d->last_tenant) <= 0) {
         first++;
     }
+    /* a window of the rotation, not every sampled tenant: a claim costs
+     * what its batch needs however many tenants have due jobs */
+    window = d->n_tenants < DISPATCH_WINDOW_BATCHES * batch ? d->n_tenants
+                                                            : DISPATCH_WINDOW_BATCHES * batch;
     hub_pgarr_init(&tenants, HUB_OID_TEXT);
-    for (size_t i = 0; i < d->n_tenants; i++) {
+    for (size_t i = 0; i < window; i++) {
         hub_pgarr_add_text(&tenants, d->tenants[(first + i) % d->n_tenants]);
     }
     params[4] = hub_pgarr_finish(&tenants, &lengths[4]);
+    snprintf(d->window_last, sizeof(d->window_last), "%s",
+             window < d->n_tenants ? d->tenants[(first + window - 1) % d->n_tenants] : "");
     /* each tenant offers up to twice its fair share, so that a batch still
      * fills when some have less; a lone tenant may fill it alone */
-    share = (2 * batch + d->n_tenants - 1) / d->n_tenants;
+    share = (2 * batch + window - 1) / window;
     share = share < 1 ? 1 : share > batch ? batch : share;
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
     snprintf(limit, sizeof(limit), "%zu", batch);

@@ -46,4 +46,38 @@ done
 assert_ge "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$HEAVY_ID' AND state = 'pending'")" 15000 \
     "the heavy backlog was still there all along"
 
+# ---------------------------------------------------------------------------
+# More tenants with due jobs than one claim offers: a claim takes a window of
+# 4 × its batch from the rotation.  With a batch of 2 (a window of 8), 12 more
+# tenants with backlogs to slow destinations join heavy: every one of them is
+# served within a few rotations, and light's fresh event still starts within
+# the second.
+# ---------------------------------------------------------------------------
+hub_stop
+hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
+    STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000 \
+    STREAMING_HUB_DISPATCH_CLAIM_BATCH=2
+MANY=()
+for m in $(seq 0 11); do
+    tenant_create "m$m"
+    MANY+=("'$(subscribe "m$m" "/slow/200/m$m")'")
+    produce --topic lerian.streaming.fair --tenant "m$m" --count 30 --id-prefix "m$m-" \
+        --payload-bytes 64 >/dev/null
+done
+IN_MANY=$(IFS=,; echo "${MANY[*]}")
+wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id IN ($IN_MANY)\") == 360 ]]" ||
+    fatal "the 12 tenants' backlogs were not created"
+wait_until 15 "[[ \$(psql_q \"SELECT count(DISTINCT j.subscription_id) FROM delivery_jobs j
+                                JOIN delivery_attempts a ON a.job_id = j.id
+                               WHERE j.subscription_id IN ($IN_MANY)\") == 12 ]]" ||
+    fail "not every one of 12 tenants beyond the claim window was served"
+pass "13 tenants with backlogs, a claim window of 8: all 12 new tenants served"
+produce --topic lerian.streaming.fair --tenant light --count 1 --id-prefix l4- >/dev/null
+wait_until 10 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$LIGHT_ID' AND event_id = 'l4-0'\") == succeeded ]]" ||
+    fail "light's event 4 was not delivered within 10 s"
+delay=$(psql_q "SELECT round(extract(epoch FROM a.started_at - j.created_at) * 1000)
+                  FROM delivery_jobs j JOIN delivery_attempts a ON a.job_id = j.id
+                 WHERE j.subscription_id = '$LIGHT_ID' AND j.event_id = 'l4-0'")
+assert_le "$delay" 1000 "light's event attempted ${delay} ms after its job was created (14 tenants, window 8)"
+
 hub_test_done
