@@ -59,12 +59,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "TLS to the brokers"},
     {"KAFKA_CA_CERT", CFG_STRING, NULL, OFF(kafka_ca_cert), 0, 0, NULL,
      "path of the CA bundle for broker TLS"},
-    {"KAFKA_SESSION_TIMEOUT", CFG_DURATION, "6s", OFF(kafka_session_timeout_ms), 3000, 300000,
-     NULL, "consumer group session timeout (a crashed member is evicted after it)"},
+    {"KAFKA_SESSION_TIMEOUT", CFG_DURATION, "6s", OFF(kafka_session_timeout_ms), 3000, 300000, NULL,
+     "consumer group session timeout (a crashed member is evicted after it)"},
     {"KAFKA_FETCH_WAIT", CFG_DURATION, "10ms", OFF(kafka_fetch_wait_ms), 1, 10000, NULL,
      "longest a fetch waits for data (fetch.wait.max.ms); brokers answer at once when data "
-     "arrives, the mock cluster only after this wait (2ms when unset and KAFKA_BROKERS is "
-     "embedded)"},
+     "arrives, the mock cluster only after this wait"},
     {"HTTP_LISTEN_ADDR", CFG_STRING, "127.0.0.1:8080", OFF(http_listen_addr), 0, 0, NULL,
      "API, ingest, metrics and health listener (host:port)"},
     {"ADMIN_TOKEN", CFG_SECRET, NULL, OFF(admin_token), 0, 0, NULL, "bearer token for /admin/*"},
@@ -85,10 +84,10 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "reclaims of an expired lease before a job is poison"},
     {"AUTODISABLE_ENABLED", CFG_BOOL, "true", OFF(autodisable_enabled), 0, 0, NULL,
      "kill switch for auto-disable"},
-    {"AUTODISABLE_FAILURE_WINDOW", CFG_DURATION, "120h", OFF(autodisable_failure_window_ms), 0,
-     BIG, NULL, "sustained-failure gate"},
-    {"AUTODISABLE_FAILURE_SPREAD", CFG_DURATION, "12h", OFF(autodisable_failure_spread_ms), 0,
-     BIG, NULL, "dispersion gate"},
+    {"AUTODISABLE_FAILURE_WINDOW", CFG_DURATION, "120h", OFF(autodisable_failure_window_ms), 0, BIG,
+     NULL, "sustained-failure gate"},
+    {"AUTODISABLE_FAILURE_SPREAD", CFG_DURATION, "12h", OFF(autodisable_failure_spread_ms), 0, BIG,
+     NULL, "dispersion gate"},
     {"RETRY_SCHEDULE", CFG_SCHEDULE, "1m,5m,15m,1h,3h,6h,8h,10h", OFF(retry_schedule_ms), 1, H10,
      NULL, "default retry curve, 1-12 steps each in (0,10h], full jitter"},
     {"BREAKER_CONSECUTIVE_FAILURES", CFG_INT, "5", OFF(breaker_consecutive_failures), 1, 100000,
@@ -107,8 +106,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "default grace of the previous secret after rotation (max 7d)"},
     {"POLICY_TIMEOUT", CFG_DURATION, "10ms", OFF(policy_timeout_ms), 1, 60000, NULL,
      "CPU deadline per Lua policy call"},
-    {"POLICY_MEMORY", CFG_SIZE, "64MiB", OFF(policy_memory_bytes), 1 << 20, 16.0 * (1 << 30),
-     NULL, "memory cap per Lua state"},
+    {"POLICY_MEMORY", CFG_SIZE, "64MiB", OFF(policy_memory_bytes), 1 << 20, 16.0 * (1 << 30), NULL,
+     "memory cap per Lua state"},
     {"DELIVERY_CA_FILE", CFG_STRING, NULL, OFF(delivery_ca_file), 0, 0, NULL,
      "PEM bundle that replaces the system CAs for https destinations (private PKI)"},
     {"ALLOW_PRIVATE_SINKS", CFG_BOOL, "false", OFF(allow_private_sinks), 0, 0, NULL,
@@ -135,6 +134,40 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))
+
+/*
+ * Defaults that differ when KAFKA_BROKERS is "embedded" (which the table
+ * sets first).  The mock cluster answers a fetch only when its wait is over,
+ * where a broker answers as soon as data arrives: embedded, a short wait
+ * keeps ingest latency low (an idle fetch every 2 ms costs the mock little).
+ */
+static const struct {
+    const char *name;
+    const char *def;
+} hub_cfg_embedded_defaults[] = {
+    {"KAFKA_FETCH_WAIT", "2ms"},
+};
+
+/* The embedded-mode default of a variable, or NULL when it has none. */
+static const char *cfg_embedded_default(const struct hub_cfg_var *v) {
+    for (size_t i = 0; i < sizeof(hub_cfg_embedded_defaults) / sizeof(hub_cfg_embedded_defaults[0]);
+         i++) {
+        if (strcmp(hub_cfg_embedded_defaults[i].name, v->name) == 0) {
+            return hub_cfg_embedded_defaults[i].def;
+        }
+    }
+    return NULL;
+}
+
+/* The default of v given what is loaded so far. */
+static const char *cfg_default(const struct hub_config *cfg, const struct hub_cfg_var *v) {
+    const char *embedded = cfg_embedded_default(v);
+    if (embedded != NULL && cfg->kafka_brokers != NULL &&
+        strcmp(cfg->kafka_brokers, "embedded") == 0) {
+        return embedded;
+    }
+    return v->def;
+}
 
 int hub_duration_parse(const char *s, int64_t *out_ms) {
     int64_t total = 0;
@@ -372,7 +405,7 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
         snprintf(envname, sizeof(envname), "STREAMING_HUB_%s", v->name);
         text = getenv(envname);
         if (text == NULL) {
-            text = v->def;
+            text = cfg_default(cfg, v);
         }
         if (text == NULL) {
             continue;
@@ -380,13 +413,6 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
         if (cfg_apply(cfg, v, text, err, errsz) != 0) {
             return -1;
         }
-    }
-    /* The mock cluster answers a fetch only when its wait is over, where a
-     * broker answers as soon as data arrives: embedded, a short wait keeps
-     * ingest latency low (an idle fetch every 2 ms costs the mock little). */
-    if (getenv("STREAMING_HUB_KAFKA_FETCH_WAIT") == NULL &&
-        strcmp(cfg->kafka_brokers, "embedded") == 0) {
-        cfg->kafka_fetch_wait_ms = HUB_EMBEDDED_FETCH_WAIT_MS;
     }
     if (cfg->breaker_open_max_ms < cfg->breaker_open_ms) {
         snprintf(err, errsz, "STREAMING_HUB_BREAKER_OPEN_MAX: must be >= STREAMING_HUB_BREAKER_OPEN");
@@ -429,7 +455,9 @@ void hub_config_print_help(FILE *out) {
     fprintf(out, "Environment variables (durations: 500ms, 30s, 2m, 1h30m):\n\n");
     for (size_t i = 0; i < N_VARS; i++) {
         const struct hub_cfg_var *v = &hub_cfg_vars[i];
-        fprintf(out, "  STREAMING_HUB_%-30s %-9s default: %s\n      %s\n", v->name,
-                type_names[v->type], v->def ? v->def : "(unset)", v->help);
+        const char *embedded = cfg_embedded_default(v);
+        fprintf(out, "  STREAMING_HUB_%-30s %-9s default: %s%s%s%s\n      %s\n", v->name,
+                type_names[v->type], v->def ? v->def : "(unset)", embedded ? " (" : "",
+                embedded ? embedded : "", embedded ? " with KAFKA_BROKERS=embedded)" : "", v->help);
     }
 }

@@ -13,7 +13,6 @@
 #include <stdio.h>
 
 #define HUB_RETRY_MAX_STEPS 12
-#define HUB_EMBEDDED_FETCH_WAIT_MS 2 /* KAFKA_FETCH_WAIT default with the embedded mock */
 
 struct hub_config {
     char *env;  /* development | production */
@@ -28,7 +27,7 @@ struct hub_config {
     int kafka_tls_enabled;
     char *kafka_ca_cert;
     int64_t kafka_session_timeout_ms;
-    int64_t kafka_fetch_wait_ms; /* HUB_EMBEDDED_FETCH_WAIT_MS when embedded and unset */
+    int64_t kafka_fetch_wait_ms;
     char *http_listen_addr;
     char *admin_token;
     char *kek; /* base64 of 32 bytes */

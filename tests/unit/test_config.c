@@ -78,6 +78,8 @@ static void clear_env(void) {
     unsetenv("STREAMING_HUB_ROLE");
     unsetenv("STREAMING_HUB_AUTODISABLE_ENABLED");
     unsetenv("STREAMING_HUB_BREAKER_FAILURE_RATIO");
+    unsetenv("STREAMING_HUB_KAFKA_BROKERS");
+    unsetenv("STREAMING_HUB_KAFKA_FETCH_WAIT");
 }
 
 static void test_defaults(void **state) {
@@ -161,6 +163,29 @@ static void test_valid_overrides(void **state) {
     clear_env();
 }
 
+/* A default that depends on the mode: KAFKA_FETCH_WAIT with the mock. */
+static void test_embedded_defaults(void **state) {
+    struct hub_config cfg = {0};
+    char err[256] = "";
+    (void)state;
+    clear_env();
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.kafka_fetch_wait_ms, 2); /* embedded by default */
+    hub_config_free(&cfg);
+    memset(&cfg, 0, sizeof(cfg));
+    setenv("STREAMING_HUB_KAFKA_BROKERS", "kafka-1:9092", 1);
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.kafka_fetch_wait_ms, 10);
+    hub_config_free(&cfg);
+    memset(&cfg, 0, sizeof(cfg));
+    unsetenv("STREAMING_HUB_KAFKA_BROKERS");
+    setenv("STREAMING_HUB_KAFKA_FETCH_WAIT", "25ms", 1); /* set wins in either mode */
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.kafka_fetch_wait_ms, 25);
+    hub_config_free(&cfg);
+    clear_env();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration_units),
@@ -171,6 +196,7 @@ int main(void) {
         cmocka_unit_test(test_errors_name_the_variable),
         cmocka_unit_test(test_production_requirements),
         cmocka_unit_test(test_valid_overrides),
+        cmocka_unit_test(test_embedded_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
