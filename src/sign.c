@@ -31,25 +31,39 @@ struct mac_part {
 };
 
 /*
- * HMAC-SHA256 of the concatenation of parts[0..nparts) under key, written to
- * out.  mac is a fetched "HMAC" algorithm, borrowed.  Returns 0 or -1.
+ * A context keyed for HMAC-SHA256 under key: copies of it sign each message,
+ * so that the key schedule and the digest lookup (EVP_MAC_init fetches
+ * SHA256 from the provider store) happen once per key, not per signature.
+ * mac is a fetched "HMAC" algorithm, borrowed.  NULL on failure; the context
+ * holds a copy of the key, which OpenSSL wipes on EVP_MAC_CTX_free.
  */
-static int hmac_parts(EVP_MAC *mac, const unsigned char *key, size_t keylen,
-                      const struct mac_part *parts, size_t nparts, unsigned char out[MAC_BYTES]) {
+static EVP_MAC_CTX *hmac_keyed(EVP_MAC *mac, const unsigned char *key, size_t keylen) {
     char digest[] = "SHA256";
     OSSL_PARAM params[2];
-    EVP_MAC_CTX *ctx;
-    size_t outl = 0;
-    int rc = -1;
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
 
-    ctx = EVP_MAC_CTX_new(mac);
     if (ctx == NULL) {
-        goto fail_ctx;
+        return NULL;
     }
     params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0);
     params[1] = OSSL_PARAM_construct_end();
     if (EVP_MAC_init(ctx, key, keylen, params) != 1) {
-        goto fail_mac;
+        EVP_MAC_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* HMAC of the concatenation of parts[0..nparts) with a copy of the keyed
+ * context, written to out.  Returns 0 or -1. */
+static int hmac_parts(const EVP_MAC_CTX *keyed, const struct mac_part *parts, size_t nparts,
+                      unsigned char out[MAC_BYTES]) {
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(keyed);
+    size_t outl = 0;
+    int rc = -1;
+
+    if (ctx == NULL) {
+        return -1;
     }
     for (size_t i = 0; i < nparts; i++) {
         if (parts[i].len > 0 && EVP_MAC_update(ctx, parts[i].p, parts[i].len) != 1) {
@@ -61,9 +75,7 @@ static int hmac_parts(EVP_MAC *mac, const unsigned char *key, size_t keylen,
     }
     rc = 0;
 fail_mac:
-    /* the context holds a copy of the key; OpenSSL wipes it on free */
     EVP_MAC_CTX_free(ctx);
-fail_ctx:
     return rc;
 }
 
@@ -78,22 +90,21 @@ static size_t format_ts(int64_t ts, char buf[24]) {
     return n > 0 ? (size_t)n : 0;
 }
 
-/* hub_sign_webhook() with an already fetched MAC; see sign.h. */
-static size_t sign_webhook_with(EVP_MAC *mac, const unsigned char *key, size_t keylen,
-                                const char *msg_id, int64_t ts, const void *body, size_t len,
-                                char *out, size_t outsz) {
+/* hub_sign_webhook() with an already keyed context; see sign.h. */
+static size_t sign_webhook_with(const EVP_MAC_CTX *keyed, const char *msg_id, int64_t ts,
+                                const void *body, size_t len, char *out, size_t outsz) {
     unsigned char digest[MAC_BYTES];
     char tsbuf[24];
     size_t plen = sizeof(WEBHOOK_PREFIX) - 1;
 
-    if (out == NULL || outsz < HUB_SIGN_WEBHOOK_SIZE || msg_id == NULL || !key_ok(key, keylen) ||
+    if (out == NULL || outsz < HUB_SIGN_WEBHOOK_SIZE || msg_id == NULL ||
         (body == NULL && len > 0)) {
         return 0;
     }
     struct mac_part parts[] = {
         {msg_id, strlen(msg_id)}, {".", 1}, {tsbuf, format_ts(ts, tsbuf)}, {".", 1}, {body, len},
     };
-    if (hmac_parts(mac, key, keylen, parts, sizeof(parts) / sizeof(parts[0]), digest) != 0) {
+    if (hmac_parts(keyed, parts, sizeof(parts) / sizeof(parts[0]), digest) != 0) {
         return 0;
     }
     memcpy(out, WEBHOOK_PREFIX, plen);
@@ -103,15 +114,14 @@ static size_t sign_webhook_with(EVP_MAC *mac, const unsigned char *key, size_t k
     return plen + B64_MAC_CHARS;
 }
 
-/* hub_sign_lerian() with an already fetched MAC; see sign.h. */
-static size_t sign_lerian_with(EVP_MAC *mac, const unsigned char *key, size_t keylen, int64_t ts,
-                               const void *body, size_t len, char *out, size_t outsz) {
+/* hub_sign_lerian() with an already keyed context; see sign.h. */
+static size_t sign_lerian_with(const EVP_MAC_CTX *keyed, int64_t ts, const void *body, size_t len,
+                               char *out, size_t outsz) {
     unsigned char digest[MAC_BYTES];
     char tsbuf[24];
     size_t plen = sizeof(LERIAN_PREFIX) - 1;
 
-    if (out == NULL || outsz < HUB_SIGN_LERIAN_SIZE || !key_ok(key, keylen) ||
-        (body == NULL && len > 0)) {
+    if (out == NULL || outsz < HUB_SIGN_LERIAN_SIZE || (body == NULL && len > 0)) {
         return 0;
     }
     struct mac_part parts[] = {
@@ -120,7 +130,7 @@ static size_t sign_lerian_with(EVP_MAC *mac, const unsigned char *key, size_t ke
         {".", 1},
         {body, len},
     };
-    if (hmac_parts(mac, key, keylen, parts, sizeof(parts) / sizeof(parts[0]), digest) != 0) {
+    if (hmac_parts(keyed, parts, sizeof(parts) / sizeof(parts[0]), digest) != 0) {
         return 0;
     }
     memcpy(out, LERIAN_PREFIX, plen);
@@ -167,26 +177,39 @@ int hub_secret_key(const char *secret, unsigned char *key, size_t *keylen) {
     return 0;
 }
 
+/* A keyed context for one signature outside a request (key_ok checked). */
+static EVP_MAC_CTX *keyed_once(const unsigned char *key, size_t keylen) {
+    EVP_MAC *mac;
+    EVP_MAC_CTX *ctx;
+
+    if (!key_ok(key, keylen) || (mac = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL) {
+        return NULL;
+    }
+    ctx = hmac_keyed(mac, key, keylen);
+    EVP_MAC_free(mac); /* the context keeps its own reference */
+    return ctx;
+}
+
 size_t hub_sign_webhook(const unsigned char *key, size_t keylen, const char *msg_id, int64_t ts,
                         const void *body, size_t len, char *out, size_t outsz) {
-    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *keyed = keyed_once(key, keylen);
     size_t n = 0;
 
-    if (mac != NULL) {
-        n = sign_webhook_with(mac, key, keylen, msg_id, ts, body, len, out, outsz);
-        EVP_MAC_free(mac);
+    if (keyed != NULL) {
+        n = sign_webhook_with(keyed, msg_id, ts, body, len, out, outsz);
+        EVP_MAC_CTX_free(keyed);
     }
     return n;
 }
 
 size_t hub_sign_lerian(const unsigned char *key, size_t keylen, int64_t ts, const void *body,
                        size_t len, char *out, size_t outsz) {
-    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *keyed = keyed_once(key, keylen);
     size_t n = 0;
 
-    if (mac != NULL) {
-        n = sign_lerian_with(mac, key, keylen, ts, body, len, out, outsz);
-        EVP_MAC_free(mac);
+    if (keyed != NULL) {
+        n = sign_lerian_with(keyed, ts, body, len, out, outsz);
+        EVP_MAC_CTX_free(keyed);
     }
     return n;
 }
@@ -206,28 +229,30 @@ size_t hub_sign_headers(const struct hub_sign_key *keys, size_t nkeys, const cha
         lsz / HUB_SIGN_LERIAN_SIZE < nkeys) {
         return 0;
     }
-    /* one fetch for all 2 * nkeys MACs */
+    /* one fetch for all the keys, one keyed context per key for its 2 MACs */
     mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
     if (mac == NULL) {
         return 0;
     }
     for (size_t i = 0; i < nkeys; i++) {
-        size_t n;
+        EVP_MAC_CTX *keyed;
+        size_t n, m;
         if (i > 0) {
             webhook_sig[w++] = ' ';
             lerian_sig[l++] = ' ';
         }
-        n = sign_webhook_with(mac, keys[i].key, keys[i].len, msg_id, ts, body, len, webhook_sig + w,
-                              wsz - w);
-        if (n == 0) {
+        keyed = key_ok(keys[i].key, keys[i].len) ? hmac_keyed(mac, keys[i].key, keys[i].len) : NULL;
+        if (keyed == NULL) {
+            goto fail;
+        }
+        n = sign_webhook_with(keyed, msg_id, ts, body, len, webhook_sig + w, wsz - w);
+        m = sign_lerian_with(keyed, ts, body, len, lerian_sig + l, lsz - l);
+        EVP_MAC_CTX_free(keyed);
+        if (n == 0 || m == 0) {
             goto fail;
         }
         w += n;
-        n = sign_lerian_with(mac, keys[i].key, keys[i].len, ts, body, len, lerian_sig + l, lsz - l);
-        if (n == 0) {
-            goto fail;
-        }
-        l += n;
+        l += m;
     }
     EVP_MAC_free(mac);
     return nkeys;
