@@ -29,7 +29,7 @@ nginx_start() {
 # greater id).  DRAIN_HOOK, when set, is run (as a command) once the drain
 # has started, in the background of the poll loop.  PG_STATS=1 prints the
 # drain's ten most expensive statements (pg_stat_statements; the bench
-# preloads the module through PG_EXTRA_CONF).
+# preloads the module through PG_EXTRA_CONF) and its WAL per delivery (pg_stat_wal).
 # ---------------------------------------------------------------------------
 RUN=0
 RESULTS=()
@@ -59,7 +59,7 @@ drain() {
     hub_start "${HUB_ENV[@]}" "${DRAIN_ENV[@]}" STREAMING_HUB_ROLE=delivery \
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
-    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset()" >/dev/null
+    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" >/dev/null
     local -A pg0=()
     local p hub0 pgcpu=0
     hub0=$(cpu_ticks "$HUB_PID")
@@ -85,6 +85,9 @@ drain() {
             round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
             left(regexp_replace(query, '\s+', ' ', 'g'), 90)
         FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10" >&2
+    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT 'WAL per delivery: ' || round(wal_bytes / $want) || ' bytes, '
+            || round(wal_records::numeric / $want, 1) || ' records, ' || round(wal_fpi::numeric / $want, 2)
+            || ' full-page images' FROM pg_stat_wal" >&2
     errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
     hub_stop
     read -r c s <<<"$(psql_q "SELECT count(*) * 0.8, extract(epoch FROM
