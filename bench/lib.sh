@@ -5,6 +5,7 @@
 # tests/support/nginx.sh.
 
 source "$(dirname "${BASH_SOURCE[0]}")/../tests/support/nginx.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cpu.sh"
 
 # ---------------------------------------------------------------------------
 # nginx_start: the sink (tests/support/nginx.sh) answering 200 everywhere;
@@ -33,13 +34,6 @@ nginx_start() {
 # ---------------------------------------------------------------------------
 RUN=0
 RESULTS=()
-CLK_TCK=$(getconf CLK_TCK)
-
-# cpu_ticks PID: user + system CPU of the process so far, in clock ticks
-# (0 once it is gone).
-cpu_ticks() {
-    awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
 DRAIN_ENV=()
 # drain LABEL WORKERS BATCH EVENTS EXPECTED_JOBS PRODUCE_ARGS...
 drain() {
@@ -60,10 +54,9 @@ drain() {
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
     [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" >/dev/null
-    local -A pg0=()
-    local p hub0 pgcpu=0
+    local hub0 pg0
     hub0=$(cpu_ticks "$HUB_PID")
-    for p in $(pgrep -u postgres); do pg0[$p]=$(cpu_ticks "$p"); done
+    pg0=$(pg_cpu_ticks)
     local hook_pid=
     if [[ -n ${DRAIN_HOOK:-} ]]; then
         $DRAIN_HOOK &
@@ -77,10 +70,9 @@ drain() {
     done
     [[ -n $hook_pid ]] && wait "$hook_pid"
     rss=$(awk '/VmHWM/ {print $2}' "/proc/$HUB_PID/status")
-    # CPU of the drain: the hub's, and PostgreSQL's (every process alive at
-    # the end; the psql polls' backends are gone, which leaves them out)
-    local hubcpu=$(($(cpu_ticks "$HUB_PID") - hub0))
-    for p in $(pgrep -u postgres); do pgcpu=$((pgcpu + $(cpu_ticks "$p") - ${pg0[$p]:-0})); done
+    # CPU of the drain: the hub's, and the whole PostgreSQL server's (the
+    # once-a-second poll's backend included: ~1%)
+    local hubcpu=$(($(cpu_ticks "$HUB_PID") - hub0)) pgcpu=$(($(pg_cpu_ticks) - pg0))
     [[ -n ${PG_STATS:-} ]] && psql_q "SELECT round(total_exec_time::numeric, 0) AS ms, calls, rows,
             round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
             left(regexp_replace(query, '\s+', ' ', 'g'), 90)
@@ -108,8 +100,8 @@ drain() {
     DRAIN_RATE=$rate
     ratio=$(awk -v h="$rate" -v r="${RAW[$w]:-0}" 'BEGIN { printf "%.2f", (r > 0 ? h / r : 0) }')
     local us_hub us_pg
-    us_hub=$(awk -v t="$hubcpu" -v n="$ok" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (n > 0 ? t * 1e6 / hz / n : 0) }')
-    us_pg=$(awk -v t="$pgcpu" -v n="$ok" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (n > 0 ? t * 1e6 / hz / n : 0) }')
+    us_hub=$(per_unit "$hubcpu" "$ok")
+    us_pg=$(per_unit "$pgcpu" "$ok")
     RESULTS+=("$(printf '  %-7s %3s/%-3s %7s %7s %7.2f s %8s %8s %8s %5s  %4s MiB  %4s µs %4s µs  %s  [%s warn/error log lines]' \
         "$label" "$w" "$b" "$total" "$ok" "$span" "$full" "$rate" "${RAW[$w]:--}" "$ratio" "$((rss / 1024))" \
         "$us_hub" "$us_pg" "$att" "$errs")")

@@ -1,0 +1,28 @@
+# shellcheck shell=bash
+# bench/cpu.sh — CPU accounting for the benchmarks (from /proc, in clock
+# ticks; CLK_TCK per second).
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# cpu_ticks PID: user + system CPU of the process so far (0 once it is gone).
+cpu_ticks() {
+    awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# pg_cpu_ticks: CPU of the whole PostgreSQL server so far: the postmaster,
+# the backends and workers that exited (their time is added to the
+# postmaster's children time when it reaps them), and those still running.
+pg_cpu_ticks() {
+    local pm t p
+    pm=$(head -n1 "$PG_DATA/postmaster.pid")
+    t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")
+    for p in $(pgrep -P "$pm"); do
+        t=$((t + $(cpu_ticks "$p")))
+    done
+    echo "$t"
+}
+
+# per_unit TICKS COUNT: microseconds of CPU per unit.
+per_unit() {
+    awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (n > 0 ? t * 1e6 / hz / n : 0) }'
+}
