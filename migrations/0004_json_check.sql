@@ -7,14 +7,17 @@
 -- One bad payload fails that statement; ingest then asks this function about
 -- each JSON payload of the batch — a subtransaction per row, the slow path
 -- taken only for bad input — quarantines the culprits and inserts the rest.
--- The message never quotes the payload (PG_EXCEPTION_DETAIL would).
+-- The reasons are fixed words: PostgreSQL's messages quote payload bytes.
 CREATE FUNCTION hub_json_error(payload bytea) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT AS $$
 BEGIN
     PERFORM convert_from(payload, 'UTF8')::json;
     RETURN NULL;
 EXCEPTION
-    WHEN invalid_text_representation OR character_not_in_repertoire
-         OR untranslatable_character OR statement_too_complex THEN
-        RETURN SQLERRM;
+    WHEN character_not_in_repertoire OR untranslatable_character THEN
+        RETURN 'not UTF-8';
+    WHEN statement_too_complex THEN
+        RETURN 'nested too deeply';
+    WHEN invalid_text_representation THEN
+        RETURN 'invalid JSON syntax';
 END $$;

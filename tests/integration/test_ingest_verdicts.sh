@@ -361,6 +361,9 @@ produce --topic "$TOPIC" --tenant acme --count 2 --id-prefix mixcut- --source /t
     --payload-file "$F/cut.json" >/dev/null || fail "hub-produce mixcut"
 produce --topic "$TOPIC" --tenant acme --count 2 --id-prefix mixbig- --source /test/mix \
     --payload-file "$F/big-number.json" >/dev/null || fail "hub-produce mixbig"
+printf '{"a":"\xff"}' >"$F/latin.json" # not UTF-8
+produce --topic "$TOPIC" --tenant acme --count 1 --id-prefix mixutf- --source /test/mix \
+    --payload-file "$F/latin.json" >/dev/null || fail "hub-produce mixutf"
 # repeats of one key in the batch: same payload, a bad one, another good one
 rec mix-rep /test/mix
 send "$TOPIC" "$F/a1.json"
@@ -369,18 +372,18 @@ send "$TOPIC" "$F/a1.json"
 send "$TOPIC" "$F/big-number.json"
 hub_start STREAMING_HUB_MAX_EVENT_BYTES=2048
 expected_total=0
-wait_records 11 "the mixed batch"
+wait_records 12 "the mixed batch"
 assert_eq "mix-rep mixa-0 mixa-1 mixa-2 mixbig-0 mixbig-1" \
     "$(psql_q "SELECT string_agg(event_id, ' ' ORDER BY event_id) FROM event_inbox WHERE source = '/test/mix'")" \
     "good payloads of a batch with bad ones are stored (1e400 is well-formed JSON)"
-assert_eq "mixcut-0 mixcut-1 mix-rep|data|payload is not well-formed JSON (invalid input syntax for type json)" \
-    "$(psql_q "SELECT string_agg(event_id, ' ' ORDER BY id) || '|' || string_agg(DISTINCT field, ',')
-                      || '|' || string_agg(DISTINCT detail, ',')
-                 FROM quarantine WHERE source = '/test/mix' AND reason = 'invalid_envelope'")" \
-    "bad payloads quarantined with field data, a repeat's bad payload too"
+assert_eq "mixcut-0:invalid JSON syntax mixcut-1:invalid JSON syntax mixutf-0:not UTF-8 mix-rep:invalid JSON syntax" \
+    "$(psql_q "SELECT string_agg(event_id || ':' || substring(detail FROM '\((.*)\)$'), ' ' ORDER BY id)
+                 FROM quarantine WHERE source = '/test/mix' AND reason = 'invalid_envelope'
+                  AND field = 'data' AND detail LIKE 'payload is not well-formed JSON (%)'")" \
+    "bad payloads quarantined (field data, the reason in words), a repeat's bad payload too"
 assert_eq 1 "$(verdict duplicate '')" "the repeat of mix-rep with its payload is a duplicate"
 assert_eq 1 "$(verdict quarantined digest_conflict)" "the repeat with another good payload conflicts"
-assert_eq 3 "$(verdict quarantined invalid_envelope)" "3 bad payloads in the batch"
+assert_eq 4 "$(verdict quarantined invalid_envelope)" "4 bad payloads in the batch"
 assert_eq 0 "$(metric streaming_hub_ingest_batch_failures_total)" \
     "a bad payload is bad input, not a failed batch"
 
