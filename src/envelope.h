@@ -78,7 +78,8 @@ struct hub_event {
     unsigned char digest[32]; /* SHA-256 of the payload bytes */
     /*
      * 1 when the payload must be well-formed JSON (a JSON content type, SPEC
-     * §3.1) and its grammar has not been checked: the caller checks it.
+     * §3.1) and its grammar has not been checked: the caller checks it (and
+     * clears it once it has).
      * Ingest has PostgreSQL's JSON parser do it inside the insert statement,
      * several times faster than building a jansson document per event
      * (migrations/0004_json_check.sql).  Empty payloads and raw NUL bytes are

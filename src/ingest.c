@@ -34,7 +34,6 @@ struct ingest_rec {
     struct hub_event ev;
     struct hub_envelope_error err;
     int ok;        /* envelope valid */
-    int json_check; /* the payload's JSON grammar is still to be checked (envelope.h) */
     int first;     /* index of the earlier record with the same key in this batch, or -1 */
     enum hub_verdict verdict;
     char old_digest[65]; /* hex digest of the stored event with this key, "" if none */
@@ -416,7 +415,7 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_add_text(&a[12], rd_kafka_topic_name(r->msg->rkt));
         hub_pgarr_add_i32(&a[13], r->msg->partition);
         hub_pgarr_add_i64(&a[14], r->msg->offset);
-        hub_pgarr_add_bool(&a[15], r->json_check);
+        hub_pgarr_add_bool(&a[15], r->ev.json_unchecked);
         (*count)++;
     }
     /* Planning this statement costs a few ms: worth it for a big batch (its
@@ -607,7 +606,7 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
 static int batch_json_unchecked(const struct ingest_batch *b, int repeats_only) {
     for (size_t i = 0; i < b->n; i++) {
         const struct ingest_rec *r = &b->recs[i];
-        if (r->ok && r->json_check && (!repeats_only || r->first >= 0)) {
+        if (r->ok && r->ev.json_unchecked && (!repeats_only || r->first >= 0)) {
             return 1;
         }
     }
@@ -639,7 +638,7 @@ static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
         hub_event_free(&r->ev);
     }
     for (size_t i = 0; i < b->n; i++) {
-        b->recs[i].json_check = 0; /* the others passed, one by one */
+        b->recs[i].ev.json_unchecked = 0; /* the others passed, one by one */
     }
     batch_mark_repeats(b); /* a first occurrence may have become invalid */
     batch_submit(b);
@@ -662,7 +661,7 @@ static void batch_check_json(struct ingest_batch *b) {
     hub_pgarr_init(&a[1], HUB_OID_BYTEA);
     for (size_t i = 0; i < b->n; i++) {
         const struct ingest_rec *r = &b->recs[i];
-        if (r->ok && r->json_check) {
+        if (r->ok && r->ev.json_unchecked) {
             hub_pgarr_add_i32(&a[0], (int32_t)i);
             hub_pgarr_add(&a[1], r->ev.payload, r->ev.payload_len);
         }
@@ -805,7 +804,6 @@ static void batch_parse(struct ingest_batch *b) {
             r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
                                                                   : HUB_V_QUARANTINED_INVALID;
         }
-        r->json_check = r->ok && r->ev.json_unchecked;
         if (h != stack_hdrs) {
             free(h);
         }
