@@ -22,6 +22,14 @@ pg_cpu_ticks() {
     echo "$t"
 }
 
+# pg_cpu_ticks_after_clients: pg_cpu_ticks once the backends of clients that
+# just disconnected are gone: an exiting backend's CPU is in neither the
+# running children nor the postmaster's children time until it is reaped.
+pg_cpu_ticks_after_clients() {
+    sleep 0.5
+    pg_cpu_ticks
+}
+
 # per_unit TICKS COUNT: microseconds of CPU per unit.
 per_unit() {
     awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (n > 0 ? t * 1e6 / hz / n : 0) }'
