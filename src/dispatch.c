@@ -127,7 +127,9 @@ static const struct hub_sql sql_claim = {
     "), claimed AS ("
     "  UPDATE delivery_jobs j SET state = 'in_flight', lease_owner = $1::text,"
     "         lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()"
-    "    FROM locked WHERE j.id = locked.id"
+    /* a list of keys, not a join: a generic plan had merge-joined the
+     * locked rows against the whole primary key from its first job */
+    "   WHERE j.id = ANY (ARRAY(SELECT id FROM locked))"
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"
     "            j.event_type, j.attempt_count"
     ")"
