@@ -63,30 +63,45 @@
 
 /*
  * Tenants with due jobs, for the claim's round-robin: a skip scan of the due
- * index finds each tenant with pending jobs in one descent, and a LIMIT 1
- * probe per tenant keeps those with one due now (a LATERAL with a LIMIT is
- * never turned into a hash join over the whole pending set; its ORDER BY is
- * the due index's, so no plan can read the table in physical order hoping
- * to meet a due job early — with 100,000 finished jobs ahead of the first
- * pending one that took 5-18 ms per tenant, up to 1.9 s per sample).  Run at most
- * every DISPATCH_TENANTS_MS, not per claim: it reads a few pages per tenant.
+ * index finds each tenant with pending unordered jobs in one descent, and a
+ * LIMIT 1 probe per tenant keeps those with one due now (a LATERAL with a
+ * LIMIT is never turned into a hash join over the whole pending set; its
+ * ORDER BY is the due index's, so no plan can read the table in physical
+ * order hoping to meet a due job early — with 100,000 finished jobs ahead
+ * of the first pending one that took 5-18 ms per tenant, up to 1.9 s per
+ * sample).  Tenants with open fifo jobs come from a skip scan of their own
+ * index; whether a head is due is the claim's question.  Run at most every
+ * DISPATCH_TENANTS_MS, not per claim: it reads a few pages per tenant.
  * $1 most tenants.
  */
 static const struct hub_sql sql_due_tenants = {
     "dispatch_due_tenants",
     "WITH RECURSIVE t(tenant_id) AS ("
-    "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending'"
+    "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending' AND NOT fifo"
     "    ORDER BY tenant_id LIMIT 1)"
     "  UNION ALL"
     "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
-    "           WHERE j.state = 'pending' AND j.tenant_id > t.tenant_id"
+    "           WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id > t.tenant_id"
     "           ORDER BY j.tenant_id LIMIT 1)"
     "    FROM t WHERE t.tenant_id IS NOT NULL"
+    "), ft(tenant_id) AS ("
+    "  (SELECT tenant_id FROM delivery_jobs WHERE fifo AND state IN ('pending', 'in_flight')"
+    "    ORDER BY tenant_id LIMIT 1)"
+    "  UNION ALL"
+    "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
+    "           WHERE j.fifo AND j.state IN ('pending', 'in_flight') AND j.tenant_id > ft.tenant_id"
+    "           ORDER BY j.tenant_id LIMIT 1)"
+    "    FROM ft WHERE ft.tenant_id IS NOT NULL"
     ")"
-    " SELECT t.tenant_id FROM t CROSS JOIN LATERAL ("
-    "   SELECT 1 FROM delivery_jobs d WHERE d.state = 'pending' AND d.tenant_id = t.tenant_id"
-    "      AND d.next_attempt_at <= now() ORDER BY d.next_attempt_at LIMIT 1) due"
-    "  WHERE t.tenant_id IS NOT NULL LIMIT $1::int",
+    " SELECT tenant_id FROM ("
+    "   SELECT t.tenant_id FROM t CROSS JOIN LATERAL ("
+    "     SELECT 1 FROM delivery_jobs d"
+    "      WHERE d.state = 'pending' AND NOT d.fifo AND d.tenant_id = t.tenant_id"
+    "        AND d.next_attempt_at <= now() ORDER BY d.next_attempt_at LIMIT 1) due"
+    "    WHERE t.tenant_id IS NOT NULL"
+    "   UNION"
+    "   SELECT ft.tenant_id FROM ft WHERE ft.tenant_id IS NOT NULL) x"
+    " LIMIT $1::int",
     0,
 };
 
@@ -100,22 +115,46 @@ static const struct hub_sql sql_due_tenants = {
  * say (the claim connection forces generic plans: planning this statement
  * costs more than running it; see struct hub_sql).  SKIP LOCKED lets
  * several dispatchers claim concurrently.
+ *
+ * A tenant's share comes from two places, oldest due first: its unordered
+ * jobs (the due index), and the head of each of its fifo subscriptions
+ * (SPEC §7.8: only the oldest unfinished job, and only while none is in
+ * flight — a failing head blocks the rest).  A head is the first entry of
+ * its subscription in the fifo index, found by a skip scan over the
+ * tenant's subscriptions with open fifo jobs: the backlog behind a head is
+ * never read.
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]).
  */
 static const struct hub_sql sql_claim = {
     "dispatch_claim",
     "WITH cand AS ("
     "  SELECT c.id FROM unnest($5::text[]) t(tenant_id) CROSS JOIN LATERAL ("
-    "     SELECT j.id FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
-    "      WHERE j.state = 'pending' AND j.tenant_id = t.tenant_id AND s.enabled"
+    "   SELECT u.id FROM ("
+    "    (SELECT j.id, j.next_attempt_at"
+    "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"
+    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id AND s.enabled"
     "        AND j.next_attempt_at <= now()"
-    /* fifo (SPEC §7.8): only the subscription's oldest unfinished job, and
-     * only while none is in flight — a failing head blocks the rest */
-    "        AND (s.ordering = 'unordered' OR NOT EXISTS ("
-    "             SELECT 1 FROM delivery_jobs h"
-    "              WHERE h.subscription_id = j.subscription_id"
-    "                AND h.state IN ('pending', 'in_flight') AND h.id < j.id))"
-    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int) c"
+    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int)"
+    "    UNION ALL"
+    "    (WITH RECURSIVE f(sub) AS ("
+    "       (SELECT o.subscription_id FROM delivery_jobs o"
+    "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"
+    "         ORDER BY o.subscription_id LIMIT 1)"
+    "       UNION ALL"
+    "       SELECT (SELECT o.subscription_id FROM delivery_jobs o"
+    "                WHERE o.fifo AND o.state IN ('pending', 'in_flight')"
+    "                  AND o.tenant_id = t.tenant_id AND o.subscription_id > f.sub"
+    "                ORDER BY o.subscription_id LIMIT 1)"
+    "         FROM f WHERE f.sub IS NOT NULL"
+    "     )"
+    "     SELECT h.id, h.next_attempt_at FROM f CROSS JOIN LATERAL ("
+    "        SELECT o.id, o.state, o.next_attempt_at FROM delivery_jobs o"
+    "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"
+    "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"
+    "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s"
+    "                           WHERE s.id = f.sub AND s.enabled LIMIT 1) s"
+    "      WHERE h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
+    "   ) u ORDER BY u.next_attempt_at, u.id LIMIT $4::int) c"
     "  LIMIT $3::int"
     /* by primary key, one row at a time: a semi-join against the pending
      * set would read all of it whenever the statistics lag behind a
@@ -264,8 +303,12 @@ static const struct hub_sql sql_reclaim = {
 
 static const struct hub_sql sql_due_sample = {
     "dispatch_due_sample",
-    "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
-    "  WHERE state = 'pending' AND next_attempt_at <= now() LIMIT 100000) x",
+    "SELECT (SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
+    "         WHERE state = 'pending' AND NOT fifo AND next_attempt_at <= now()"
+    "         LIMIT 100000) x)"
+    "     + (SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
+    "         WHERE fifo AND state = 'pending' AND next_attempt_at <= now()"
+    "         LIMIT 100000) y)",
     0,
 };
 
