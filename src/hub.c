@@ -20,9 +20,16 @@
 #include "pg.h"
 #include "policy.h"
 #include "store.h"
+#include "util.h"
 
 #define HUB_API_PG_CONNECTIONS 2
 #define HUB_MAINTENANCE_MS (3600 * 1000)
+/* In the first minutes of a UTC day partition upkeep runs every
+ * HUB_DAYSTART_EVERY_MS: the new day's partition gets statistics once it has
+ * rows (migrations/0006_partition_stats.sql). */
+#define HUB_DAY_MS (86400 * 1000LL)
+#define HUB_DAYSTART_WINDOW_MS (120 * 1000)
+#define HUB_DAYSTART_EVERY_MS (10 * 1000)
 #define HUB_DB_WAIT_SECONDS 60
 
 int hub_role_ingest(const struct hub *hub) {
@@ -120,13 +127,28 @@ static void maintenance_done(void *arg, const struct hub_pg_outcome *out) {
     }
 }
 
-/* Hourly: create tomorrow's partitions, drop the ones past the retention. */
+/* When partition upkeep runs next, from now (unix ms): hourly, at the start
+ * of each UTC day, and every HUB_DAYSTART_EVERY_MS in its first minutes. */
+static uint64_t maintenance_next_ms(int64_t now) {
+    int64_t into_day = now % HUB_DAY_MS;
+    int64_t to_next_day = HUB_DAY_MS - into_day;
+
+    if (into_day < HUB_DAYSTART_WINDOW_MS) {
+        return HUB_DAYSTART_EVERY_MS;
+    }
+    return (uint64_t)(to_next_day < HUB_MAINTENANCE_MS ? to_next_day : HUB_MAINTENANCE_MS);
+}
+
+/* Creates the coming days' partitions, drops the ones past the retention,
+ * and analyzes a partition recorded as empty that has rows now. */
 static void maintenance_cb(uv_timer_t *t) {
     struct hub *hub = t->data;
     char retention[64];
     const char *params[1] = {retention};
-    struct hub_pg_txn *txn = hub_pg_txn_new(hub->pg, maintenance_done, hub);
+    struct hub_pg_txn *txn;
 
+    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
+    txn = hub_pg_txn_new(hub->pg, maintenance_done, hub);
     if (txn == NULL) {
         return;
     }
@@ -352,7 +374,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_timer_init(hub->loop, &hub->maintenance);
     uv_timer_init(hub->loop, &hub->drain_deadline);
     hub->maintenance.data = hub->drain_deadline.data = hub;
-    uv_timer_start(&hub->maintenance, maintenance_cb, HUB_MAINTENANCE_MS, HUB_MAINTENANCE_MS);
+    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
 
     hub_log(HUB_INFO, "streaming-hub started", HUB_LS("version", HUB_VERSION),
             HUB_LS("role", hub->cfg.role), HUB_LS("env", hub->cfg.env));

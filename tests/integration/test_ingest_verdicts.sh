@@ -387,4 +387,22 @@ assert_eq 4 "$(verdict quarantined invalid_envelope)" "4 bad payloads in the bat
 assert_eq 0 "$(metric streaming_hub_ingest_batch_failures_total)" \
     "a bad payload is bad input, not a failed batch"
 
+# ---------------------------------------------------------------------------
+# Partition upkeep refreshes a partition analyzed while empty once it has rows
+# (migrations/0006): tomorrow's partition, analyzed now, gets a row; the
+# upkeep function analyzes it again (an untouched empty one stays as it is).
+# ---------------------------------------------------------------------------
+part=$(psql_q "SELECT 'event_inbox_' || to_char((now() AT TIME ZONE 'UTC')::date + 1, 'YYYYMMDD')")
+later=$(psql_q "SELECT 'event_inbox_' || to_char((now() AT TIME ZONE 'UTC')::date + 2, 'YYYYMMDD')")
+psql_q "ANALYZE $part; ANALYZE $later" >/dev/null
+psql_q "INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,
+                                 schema_major, event_time, content_type, headers, payload, digest)
+        VALUES (nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date + 1, 'acme', '/test/stats',
+                'stats-0', 'x.y.v1', 'x.y', 1, now(), 'application/json', '{}', '{}', '\x00')" >/dev/null
+stats() { psql_q "SELECT reltuples::int FROM pg_class WHERE relname = '$1'"; }
+assert_eq "0 0" "$(stats "$part") $(stats "$later")" "both partitions recorded as empty"
+psql_q "SELECT hub_maintain_partitions('7 days')" >/dev/null
+assert_eq "1 0" "$(stats "$part") $(stats "$later")" \
+    "upkeep analyzed the partition that has a row now, and only that one"
+
 hub_test_done
