@@ -1593,10 +1593,10 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
      * WAL up to and past the claim it follows. */
     /* Every statement of these pools reaches its rows by key.  A generic
      * plan is made once, from the statistics of that moment: one made while
-     * the planner thought a table small or a predicate common kept reading
-     * whole tables (a claim or a tenant sample behind 100,000 finished
-     * jobs: 18 ms and 0.5-1.9 s instead of 0.5 and 3).  Sequential scans
-     * are off for them, so that no statistics can pick one. */
+     * the planner thought a predicate common kept reading whole tables (a
+     * tenant sample behind 100,000 finished jobs: 0.5-1.9 s instead of
+     * 3 ms).  Sequential scans are off for them, so that no statistics can
+     * pick one. */
     d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim",
                              DISPATCH_PG_OPTIONS " -c synchronous_commit=off");
     d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
