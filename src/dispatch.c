@@ -206,9 +206,12 @@ static const struct hub_sql sql_outcomes = {
     "         status, error, excerpt, subscription_id, success)"
     "), j AS ("
     /* a job whose subscription was disabled while it was in flight is
-     * parked rather than retried (SPEC §7.7) */
-    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND NOT EXISTS ("
-    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled)"
+     * parked rather than retried (SPEC §7.7): the disabling transaction
+     * parked it (d.state is the row as committed, re-read when that
+     * transaction wrote it first), or it committed before this snapshot */
+    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("
+    "             d.state = 'parked' OR NOT EXISTS ("
+    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled))"
     "             THEN 'parked' ELSE o.state END, reason = o.reason,"
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"
