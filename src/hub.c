@@ -139,6 +139,12 @@ static uint64_t maintenance_next_ms(int64_t now) {
     return (uint64_t)(to_next_day < HUB_MAINTENANCE_MS ? to_next_day : HUB_MAINTENANCE_MS);
 }
 
+static void maintenance_cb(uv_timer_t *t);
+
+static void maintenance_arm(struct hub *hub) {
+    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
+}
+
 /* Creates the coming days' partitions, drops the ones past the retention,
  * and analyzes a partition recorded as empty that has rows now. */
 static void maintenance_cb(uv_timer_t *t) {
@@ -147,7 +153,7 @@ static void maintenance_cb(uv_timer_t *t) {
     const char *params[1] = {retention};
     struct hub_pg_txn *txn;
 
-    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
+    maintenance_arm(hub);
     txn = hub_pg_txn_new(hub->pg, maintenance_done, hub);
     if (txn == NULL) {
         return;
@@ -374,7 +380,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_timer_init(hub->loop, &hub->maintenance);
     uv_timer_init(hub->loop, &hub->drain_deadline);
     hub->maintenance.data = hub->drain_deadline.data = hub;
-    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
+    maintenance_arm(hub);
 
     hub_log(HUB_INFO, "streaming-hub started", HUB_LS("version", HUB_VERSION),
             HUB_LS("role", hub->cfg.role), HUB_LS("env", hub->cfg.env));
