@@ -20,12 +20,32 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#define RND_BYTES 10 /* per id: 6 bytes of counter seed, 4 of the low rand_b bits */
+
+/* The next RND_BYTES of g's pool, refilled from the CSPRNG when spent; each
+ * byte is handed out once.  NULL when the CSPRNG fails. */
+static const unsigned char *pool_take(struct hub_uuid7_gen *g) {
+    const unsigned char *p;
+
+    if (!g->pool_valid || g->pool_used + RND_BYTES > (size_t)HUB_UUID7_POOL) {
+        if (RAND_bytes(g->pool, (int)sizeof(g->pool)) != 1) {
+            g->pool_valid = 0;
+            return NULL;
+        }
+        g->pool_valid = 1;
+        g->pool_used = 0;
+    }
+    p = g->pool + g->pool_used;
+    g->pool_used += RND_BYTES;
+    return p;
+}
+
 int hub_uuid7_next(struct hub_uuid7_gen *g, int64_t unix_ms, unsigned char out[HUB_UUID_BYTES]) {
-    unsigned char rnd[10]; /* 6 bytes: counter seed, 4 bytes: the low rand_b bits */
+    const unsigned char *rnd = pool_take(g);
     int64_t ms;
     uint64_t counter;
 
-    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+    if (rnd == NULL) {
         return -1;
     }
     if (unix_ms < 0) {
