@@ -188,12 +188,14 @@ static const struct hub_sql sql_claim = {
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"
     "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"
     ")"
-    " SELECT c.id, c.subscription_id, c.tenant_id, c.event_id, c.event_type, c.attempt_count,"
-    "        s.url, s.headers_sealed, s.secret_sealed,"
+    /* binary results: every column but the payload is text, whose binary
+     * form is its text, and the payload comes as its bytes (not hex) */
+    " SELECT c.id::text, c.subscription_id::text, c.tenant_id, c.event_id, c.event_type,"
+    "        c.attempt_count::text, s.url, s.headers_sealed, s.secret_sealed,"
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
     "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload,"
-    "        s.max_rate, e.schema_major, s.policy, c.fifo,"
-    "        (extract(epoch FROM c.next_attempt_at) * 1000000)::int8"
+    "        s.max_rate::text, e.schema_major::text, s.policy, c.fifo::text,"
+    "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text"
     /* LIMIT 1 keeps these lookups by key: flattened, the subscriptions
      * join became a hash join over the whole table */
     "   FROM claimed c"
@@ -1317,47 +1319,17 @@ static char *dup_value(PGresult *r, int row, int col) {
     return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
 }
 
-static int hex_nibble(unsigned char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/*
- * A bytea column in text format, decoded into a buffer of its own (len set;
- * NULL when out of memory or malformed).  The server sends hex ("\x...",
- * bytea_output's default), decoded here in one pass; PQunescapeBytea is the
- * fallback for the escape format (it was 2% of the dispatcher's CPU, and
- * its result needed copying into memory of our own).
- */
+/* A bytea column of a binary result, copied into a buffer of its own (len
+ * set; NULL when out of memory).  In text format it came as hex, twice its
+ * size, to be encoded by the server and decoded here. */
 static unsigned char *bytea_value(PGresult *r, int row, int col, size_t *len) {
-    const char *s = PQgetvalue(r, row, col);
     size_t n = (size_t)PQgetlength(r, row, col);
-    unsigned char *out, *p;
+    unsigned char *out = malloc(n ? n : 1);
 
-    if (n < 2 || s[0] != '\\' || s[1] != 'x') {
-        unsigned char *u = PQunescapeBytea((const unsigned char *)s, len);
-        out = u != NULL ? malloc(*len ? *len : 1) : NULL;
-        if (out != NULL) {
-            memcpy(out, u, *len);
-        }
-        PQfreemem(u);
-        return out;
+    if (out != NULL) {
+        memcpy(out, PQgetvalue(r, row, col), n);
+        *len = n;
     }
-    if ((n - 2) % 2 != 0 || (out = malloc((n - 2) / 2 + 1)) == NULL) {
-        return NULL;
-    }
-    p = out;
-    for (size_t i = 2; i < n; i += 2) {
-        int hi = hex_nibble((unsigned char)s[i]), lo = hex_nibble((unsigned char)s[i + 1]);
-        if (hi < 0 || lo < 0) {
-            free(out);
-            return NULL;
-        }
-        *p++ = (unsigned char)(hi << 4 | lo);
-    }
-    *len = (size_t)(p - out);
     return out;
 }
 
@@ -1635,7 +1607,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     txn = params[4] != NULL && params[5] != NULL ? hub_pg_txn_new(d->pg_claim, claim_done, d)
                                                  : NULL;
     if (txn != NULL) {
-        hub_pg_txn_add(txn, &sql_claim, 6, params, lengths, formats);
+        hub_pg_txn_add_binary(txn, &sql_claim, 6, params, lengths, formats);
         d->claiming = 1;
         d->claim_asked = batch;
         d->claim_seq++;
