@@ -780,15 +780,19 @@ static int httpc_setup(struct hub_httpc *c, struct httpc_req *r,
  */
 int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub_httpc_cb cb,
                    void *arg) {
-    struct hub_url url;
+    struct hub_url parsed;
+    const struct hub_url *url = req != NULL ? req->parsed : NULL;
     struct httpc_req *r;
 
     if (c == NULL || c->closing || req == NULL || req->url == NULL || cb == NULL ||
         (req->body == NULL && req->body_len > 0)) {
         return -1;
     }
-    if (hub_url_parse(req->url, &url) != 0) {
-        return -1;
+    if (url == NULL) {
+        if (hub_url_parse(req->url, &parsed) != 0) {
+            return -1;
+        }
+        url = &parsed;
     }
     r = httpc_req_get(c);
     if (r == NULL) {
@@ -807,7 +811,7 @@ int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub
     r->blocked_addr[0] = '\0';
     r->errbuf[0] = '\0';
     r->error_text[0] = '\0';
-    if (httpc_setup(c, r, req, strcmp(url.scheme, "https") == 0) != 0) {
+    if (httpc_setup(c, r, req, strcmp(url->scheme, "https") == 0) != 0) {
         goto fail_req;
     }
     /* arms the timer for "now"; the transfer starts on the next loop turn */

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct hub_url; /* netguard.h */
+
 struct hub_httpc;
 
 struct hub_httpc_options {
@@ -33,6 +35,7 @@ struct hub_httpc_options {
  * (the module copies what it needs). */
 struct hub_httpc_request {
     const char *url;
+    const struct hub_url *parsed; /* url as hub_url_parse() gave it; NULL: parsed here */
     const char *const *headers; /* "Name: value" lines, NULL-terminated; may be NULL */
     const void *body;
     size_t body_len;
