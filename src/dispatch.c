@@ -80,7 +80,8 @@
  * order hoping to meet a due job early — with 100,000 finished jobs ahead
  * of the first pending one that took 5-18 ms per tenant, up to 1.9 s per
  * sample).  Tenants with open fifo jobs come from a skip scan of their own
- * index; whether a head is due is the claim's question.  Run at most every
+ * index (and are marked: only their claims look for heads); whether a head
+ * is due is the claim's question.  Run at most every
  * DISPATCH_TENANTS_MS, not per claim: it reads a few pages per tenant.
  * $1 most tenants.
  */
@@ -103,15 +104,15 @@ static const struct hub_sql sql_due_tenants = {
     "           ORDER BY j.tenant_id LIMIT 1)"
     "    FROM ft WHERE ft.tenant_id IS NOT NULL"
     ")"
-    " SELECT tenant_id FROM ("
-    "   SELECT t.tenant_id FROM t CROSS JOIN LATERAL ("
+    " SELECT tenant_id, bool_or(fifo)::text FROM ("
+    "   SELECT t.tenant_id, false AS fifo FROM t CROSS JOIN LATERAL ("
     "     SELECT 1 FROM delivery_jobs d"
     "      WHERE d.state = 'pending' AND NOT d.fifo AND d.tenant_id = t.tenant_id"
     "        AND d.next_attempt_at <= now() ORDER BY d.next_attempt_at LIMIT 1) due"
     "    WHERE t.tenant_id IS NOT NULL"
-    "   UNION"
-    "   SELECT ft.tenant_id FROM ft WHERE ft.tenant_id IS NOT NULL) x"
-    " LIMIT $1::int",
+    "   UNION ALL"
+    "   SELECT ft.tenant_id, true FROM ft WHERE ft.tenant_id IS NOT NULL) x"
+    " GROUP BY tenant_id LIMIT $1::int",
     0,
 };
 
@@ -138,12 +139,13 @@ static const struct hub_sql sql_due_tenants = {
  * vacuum, and every claim would otherwise step over all of them (54,000
  * claimed since the last vacuum: 385 index pages, 2.4 ms for a claim of 16).
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]),
- * $6 their floors (timestamptz[], -infinity for none).
+ * $6 their floors (timestamptz[], -infinity for none), $7 whether they had
+ * open fifo jobs at the sample (bool[]; the fifo arm is skipped otherwise).
  */
 static const struct hub_sql sql_claim = {
     "dispatch_claim",
     "WITH cand AS ("
-    "  SELECT c.id FROM unnest($5::text[], $6::timestamptz[]) t(tenant_id, floor)"
+    "  SELECT c.id FROM unnest($5::text[], $6::timestamptz[], $7::bool[]) t(tenant_id, floor, fifo)"
     "  CROSS JOIN LATERAL ("
     "   SELECT u.id FROM ("
     "    (SELECT j.id, j.next_attempt_at"
@@ -169,7 +171,7 @@ static const struct hub_sql sql_claim = {
     "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"
     "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s"
     "                           WHERE s.id = f.sub AND s.enabled LIMIT 1) s"
-    "      WHERE h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
+    "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
     "   ) u ORDER BY u.next_attempt_at, u.id LIMIT $4::int) c"
     "  LIMIT $3::int"
     /* by primary key, one row at a time: a semi-join against the pending
@@ -460,6 +462,7 @@ struct hub_dispatch {
  */
 struct due_tenant {
     char *id;
+    int fifo;           /* had open fifo jobs at the sample */
     int64_t floor_us;   /* 0: none (the claim passes -infinity) */
     int64_t oldest_us;  /* the oldest unordered job of the claim in flight ... */
     uint64_t claim_seq; /* ... valid when this is the claim's number */
@@ -1491,6 +1494,7 @@ static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
         for (int i = 0; d->tenants != NULL && i < rows; i++) {
             char *t = strdup(PQgetvalue(r, i, 0));
             if (t != NULL) {
+                d->tenants[d->n_tenants].fifo = PQgetvalue(r, i, 1)[0] == 't';
                 d->tenants[d->n_tenants++].id = t;
             }
         }
@@ -1551,10 +1555,10 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = unix_ms() - d->tenants_ms;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[6] = {d->owner, lease, limit, per_tenant, NULL, NULL};
-    int lengths[6] = {0, 0, 0, 0, 0, 0};
-    const int formats[6] = {0, 0, 0, 0, 1, 1};
-    struct hub_pgarr tenants, floors;
+    const char *params[7] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL};
+    int lengths[7] = {0, 0, 0, 0, 0, 0, 0};
+    const int formats[7] = {0, 0, 0, 0, 1, 1, 1};
+    struct hub_pgarr tenants, floors, fifo;
     int64_t now = unix_ms();
     size_t first = 0, window, share;
     struct hub_pg_txn *txn;
@@ -1589,9 +1593,11 @@ static void dispatch_claim(struct hub_dispatch *d) {
                                                             : DISPATCH_WINDOW_BATCHES * batch;
     hub_pgarr_init(&tenants, HUB_OID_TEXT);
     hub_pgarr_init(&floors, HUB_OID_TIMESTAMPTZ);
+    hub_pgarr_init(&fifo, HUB_OID_BOOL);
     for (size_t i = 0; i < window; i++) {
         const struct due_tenant *t = &d->tenants[(first + i) % d->n_tenants];
         hub_pgarr_add_text(&tenants, t->id);
+        hub_pgarr_add_bool(&fifo, t->fifo);
         if (t->floor_us > 0) {
             hub_pgarr_add_ts(&floors, t->floor_us);
         } else {
@@ -1600,19 +1606,25 @@ static void dispatch_claim(struct hub_dispatch *d) {
     }
     params[4] = hub_pgarr_finish(&tenants, &lengths[4]);
     params[5] = hub_pgarr_finish(&floors, &lengths[5]);
+    params[6] = hub_pgarr_finish(&fifo, &lengths[6]);
     snprintf(d->window_last, sizeof(d->window_last), "%s",
              window < d->n_tenants ? d->tenants[(first + window - 1) % d->n_tenants].id : "");
     /* each tenant offers up to twice its fair share, so that a batch still
-     * fills when some have less; a lone tenant may fill it alone */
+     * fills when some have less, and at least two jobs: a tenant's turn
+     * costs the claim about as much as a job (a share of one made the
+     * 100-tenant claim 50% dearer per job than the one-tenant claim); a
+     * lone tenant may fill the batch alone */
     share = (2 * batch + window - 1) / window;
-    share = share < 1 ? 1 : share > batch ? batch : share;
+    share = share < 2 ? 2 : share;
+    share = share > batch ? batch : share;
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
     snprintf(limit, sizeof(limit), "%zu", batch);
     snprintf(per_tenant, sizeof(per_tenant), "%zu", share);
-    txn = params[4] != NULL && params[5] != NULL ? hub_pg_txn_new(d->pg_claim, claim_done, d)
-                                                 : NULL;
+    txn = params[4] != NULL && params[5] != NULL && params[6] != NULL
+              ? hub_pg_txn_new(d->pg_claim, claim_done, d)
+              : NULL;
     if (txn != NULL) {
-        hub_pg_txn_add_binary(txn, &sql_claim, 6, params, lengths, formats);
+        hub_pg_txn_add_binary(txn, &sql_claim, 7, params, lengths, formats);
         d->claiming = 1;
         d->claim_asked = batch;
         d->claim_seq++;
@@ -1620,6 +1632,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     }
     hub_pgarr_free(&tenants);
     hub_pgarr_free(&floors);
+    hub_pgarr_free(&fifo);
 }
 
 static void claim_timer_cb(uv_timer_t *t) {
