@@ -1324,7 +1324,7 @@ static void dispatch_pump(struct hub_dispatch *d) {
  * 10% of the dispatcher's CPU.  NULL when out of memory.
  */
 static struct job *job_from_row(struct hub_dispatch *d, PGresult *r, int i) {
-    enum { N_TEXT = 10, COL_PAYLOAD = 13 };
+    enum { N_TEXT = 10, COL_PAYLOAD = 13 }; /* of sql_claim */
     static const int cols[N_TEXT] = {2, 3, 4, 6, 7, 8, 9, 11, 12, 16};
     size_t need = sizeof(struct job) + (size_t)PQgetlength(r, i, COL_PAYLOAD) + 1;
     struct job *j;
@@ -1391,19 +1391,20 @@ static int due_tenant_cmp(const void *key, const void *elem) {
  * unordered job this claim took from it (fifo heads come from their own
  * index and are not read from a floor). */
 static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
+    enum { COL_TENANT = 2, COL_FIFO = 17, COL_DUE_US = 18 }; /* of sql_claim */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < rows; i++) {
             struct due_tenant *t;
             int64_t at;
-            if (PQgetvalue(r, i, 17)[0] == 't' || PQgetisnull(r, i, 18)) {
+            if (PQgetvalue(r, i, COL_FIFO)[0] == 't' || PQgetisnull(r, i, COL_DUE_US)) {
                 continue;
             }
-            t = bsearch(PQgetvalue(r, i, 2), d->tenants, d->n_tenants, sizeof(*d->tenants),
-                        due_tenant_cmp);
+            t = bsearch(PQgetvalue(r, i, COL_TENANT), d->tenants, d->n_tenants,
+                        sizeof(*d->tenants), due_tenant_cmp);
             if (t == NULL) {
                 continue;
             }
-            at = atoll(PQgetvalue(r, i, 18));
+            at = atoll(PQgetvalue(r, i, COL_DUE_US));
             if (pass == 0 && (t->claim_seq != d->claim_seq || at < t->oldest_us)) {
                 t->claim_seq = d->claim_seq;
                 t->oldest_us = at;
