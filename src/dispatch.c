@@ -252,14 +252,16 @@ static const struct hub_sql sql_outcomes = {
     "), a AS ("
     "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"
     "                                 status, error, response_excerpt)"
-    "  SELECT (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid, o.id,"
-    "         j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"
+    "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"
+    "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"
     "    FROM o JOIN j ON j.id = o.id WHERE o.attempted"
-    /* an attempt already recorded is not recorded twice (and does not fail
-     * the batch).  Only the transaction that updated the job (j) gets
-     * here, holding its row lock, so no concurrent one inserts the same
-     * key; a probe costs less than ON CONFLICT's speculative insertion
-     * (one WAL record more per row; 10% of this statement in a lab) */
+    /* an attempt already recorded is not recorded twice, and a key twice in
+     * one batch is written once: a failed batch is retried whole, so a
+     * duplicate key would hold every outcome back.  Only the transaction
+     * that updated the job (j) gets here, holding its row lock, so no
+     * concurrent one inserts the same key; a probe costs less than ON
+     * CONFLICT's speculative insertion (one WAL record more per row; 10% of
+     * this statement in a lab) */
     "     AND NOT EXISTS (SELECT 1 FROM delivery_attempts x"
     "                      WHERE x.job_id = o.id AND x.number = j.attempt_count"
     "                        AND x.day = (o.started_at AT TIME ZONE 'UTC')::date)"
