@@ -30,11 +30,13 @@
 /* Generator state: the last timestamp used, the counter, and CSPRNG bytes
  * drawn ahead (one RAND_bytes call per 50 ids rather than per id: it was
  * 4% of the dispatcher's CPU).  Zero it before first use (static or
- * `= {0}`); touch it from one thread at a time. */
+ * `= {0}`); touch it from one thread at a time.  A forked child must not
+ * draw from its parent's generator, or both hand out the same bytes (the
+ * hub's children exec or exit at once). */
 #define HUB_UUID7_POOL 500
 struct hub_uuid7_gen {
     int64_t last_ms;
-    uint64_t counter;  /* 42 bits */
+    uint64_t counter; /* 42 bits */
     size_t pool_used; /* bytes of pool handed out */
     int pool_valid;   /* pool holds CSPRNG bytes */
     unsigned char pool[HUB_UUID7_POOL];
