@@ -43,7 +43,7 @@
 #define DISPATCH_TENANTS_MIN_MS 10
 #define DISPATCH_TENANTS_MAX 100000
 /* A claim offers the next (4 × its batch) sampled tenants of the rotation:
- * with a share of at least one job each, that fills a batch even when most
+ * with a share of at least two jobs each, that fills a batch even when most
  * of them ran dry since the sample. */
 #define DISPATCH_WINDOW_BATCHES 4
 /* Tenant floors (struct due_tenant): how far behind its oldest claimed job
@@ -431,7 +431,6 @@ struct hub_dispatch {
     struct due_tenant *tenants; /* tenants with due jobs at the last sample, by strcmp */
     size_t n_tenants;
     int64_t floors_ms;  /* when the floors were last cleared */
-    uint64_t claim_seq; /* numbers claims, for due_tenant.claim_seq */
     int64_t tenants_ms; /* when they were sampled */
     int tenants_dirty;  /* new jobs or a short claim since */
     size_t claim_asked; /* the batch asked for by the claim in flight */
@@ -472,9 +471,8 @@ struct hub_dispatch {
 struct due_tenant {
     char *id;
     int fifo;           /* had open fifo jobs at the sample */
-    int64_t floor_us;   /* 0: none (the claim passes -infinity) */
-    int64_t oldest_us;  /* the oldest unordered job of the claim in flight ... */
-    uint64_t claim_seq; /* ... valid when this is the claim's number */
+    int64_t floor_us;  /* 0: none (the claim passes -infinity) */
+    int64_t oldest_us; /* scratch of claim_floors */
 };
 
 static void dispatch_claim(struct hub_dispatch *d);
@@ -1394,7 +1392,9 @@ static int due_tenant_cmp(const void *key, const void *elem) {
  * index and are not read from a floor). */
 static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
     enum { COL_TENANT = 2, COL_FIFO = 17, COL_DUE_US = 18 }; /* of sql_claim */
-    for (int pass = 0; pass < 2; pass++) {
+    /* pass 0 resets the tenants' scratch, 1 finds their oldest job, 2 moves
+     * their floors */
+    for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < rows; i++) {
             struct due_tenant *t;
             int64_t at;
@@ -1407,10 +1407,11 @@ static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
                 continue;
             }
             at = atoll(PQgetvalue(r, i, COL_DUE_US));
-            if (pass == 0 && (t->claim_seq != d->claim_seq || at < t->oldest_us)) {
-                t->claim_seq = d->claim_seq;
-                t->oldest_us = at;
-            } else if (pass == 1 && t->oldest_us - DISPATCH_FLOOR_MARGIN_US > t->floor_us) {
+            if (pass == 0) {
+                t->oldest_us = INT64_MAX;
+            } else if (pass == 1) {
+                t->oldest_us = at < t->oldest_us ? at : t->oldest_us;
+            } else if (t->oldest_us - DISPATCH_FLOOR_MARGIN_US > t->floor_us) {
                 t->floor_us = t->oldest_us - DISPATCH_FLOOR_MARGIN_US;
             }
         }
@@ -1637,7 +1638,6 @@ static void dispatch_claim(struct hub_dispatch *d) {
         hub_pg_txn_add_binary(txn, &sql_claim, 7, params, lengths, formats);
         d->claiming = 1;
         d->claim_asked = batch;
-        d->claim_seq++;
         hub_pg_txn_submit(txn);
     }
     hub_pgarr_free(&tenants);
