@@ -137,7 +137,8 @@ static const struct hub_sql sql_due_tenants = {
  * A tenant's unordered jobs are read from its floor on (see struct
  * due_tenant): the due index keeps the entries of claimed jobs until a
  * vacuum, and every claim would otherwise step over all of them (54,000
- * claimed since the last vacuum: 385 index pages, 2.4 ms for a claim of 16).
+ * claimed since the last vacuum: 385 index pages, 2.4 ms of a 3.7 ms claim
+ * of 16).
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]),
  * $6 their floors (timestamptz[], -infinity for none), $7 whether they had
  * open fifo jobs at the sample (bool[]; the fifo arm is skipped otherwise).
