@@ -7,7 +7,15 @@
  *     (keep-alive, HTTP/2 multiplexing over TLS);
  *   - CURLMOPT_SOCKETFUNCTION tells us which sockets to watch: each gets a
  *     struct httpc_sock (uv_poll_t + the socket), remembered by libcurl with
- *     curl_multi_assign() and freed in the poll's close callback;
+ *     curl_multi_assign() and by us in c->by_fd;
+ *   - a socket's poll lives as long as the socket, not as long as libcurl
+ *     watches it: a keep-alive connection is dropped from libcurl's watch
+ *     (CURL_POLL_REMOVE) after every response and taken back by the next
+ *     request.  Closing and re-creating the poll each time cost the
+ *     dispatcher 2.4 epoll_ctl calls and half an ioctl per delivery
+ *     (strace); now a poll is left as it was (and stopped only if it fires
+ *     while libcurl is not watching) and closed when libcurl closes the
+ *     socket (CURLOPT_CLOSESOCKETFUNCTION);
  *   - CURLMOPT_TIMERFUNCTION arms the client's one uv_timer_t;
  *   - poll and timer callbacks call curl_multi_socket_action(), then
  *     httpc_drain() hands finished transfers to their callbacks.
@@ -41,6 +49,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "netguard.h"
@@ -53,11 +62,13 @@
 #define HTTPC_IDLE_MAX 64         /* idle easy handles kept for reuse */
 #define HTTPC_RETRY_AFTER_MAX 128 /* longer Retry-After values are ignored */
 
-/* One socket libcurl asked us to watch. */
+/* One socket libcurl asked us to watch, until libcurl closes it. */
 struct httpc_sock {
     uv_poll_t poll; /* freed (with the struct) in httpc_sock_closed */
     struct hub_httpc *c;
     curl_socket_t fd;
+    int want;                /* UV_READABLE|UV_WRITABLE libcurl watches; 0: none now */
+    int watching;            /* what the poll is started with; 0: stopped */
     struct httpc_sock *prev; /* c->socks, while the poll is open */
     struct httpc_sock *next;
 };
@@ -99,9 +110,14 @@ struct hub_httpc {
     size_t n_idle;
     size_t inflight;
     struct httpc_sock *socks; /* open polls */
+    struct httpc_sock **by_fd; /* the open poll of each socket, by descriptor */
+    size_t n_by_fd;
     int handles;              /* open uv handles: the timer and the polls */
     int closing;
 };
+
+static struct httpc_sock *httpc_sock_find(const struct hub_httpc *c, curl_socket_t fd);
+static void httpc_sock_close(struct hub_httpc *c, struct httpc_sock *s);
 
 /* ------------------------------------------------------------------------- */
 /* Requests: allocation, reuse                                                */
@@ -298,7 +314,18 @@ static curl_socket_t httpc_opensocket_cb(void *clientp, curlsocktype purpose,
         }
     }
     fd = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-    return fd < 0 ? CURL_SOCKET_BAD : fd;
+    if (fd < 0) {
+        return CURL_SOCKET_BAD;
+    }
+    {
+        /* a poll left on this descriptor number belongs to a socket that was
+         * closed without httpc_closesocket_cb: it must not watch this one */
+        struct httpc_sock *stale = httpc_sock_find(r->c, fd);
+        if (stale != NULL) {
+            httpc_sock_close(r->c, stale);
+        }
+    }
+    return fd;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -441,6 +468,7 @@ static void httpc_drain(struct hub_httpc *c) {
 /* One uv handle of c is closed; the client goes with the last one after a close. */
 static void httpc_handle_gone(struct hub_httpc *c) {
     if (--c->handles == 0 && c->closing) {
+        free(c->by_fd);
         free(c->user_agent);
         free(c->ca_file);
         free(c);
@@ -459,8 +487,16 @@ static void httpc_sock_closed(uv_handle_t *h) {
     httpc_handle_gone(c);
 }
 
+/* The open poll of socket fd, or NULL. */
+static struct httpc_sock *httpc_sock_find(const struct hub_httpc *c, curl_socket_t fd) {
+    return fd >= 0 && (size_t)fd < c->n_by_fd ? c->by_fd[fd] : NULL;
+}
+
 /* Stops watching s and closes its poll; the memory goes in httpc_sock_closed. */
 static void httpc_sock_close(struct hub_httpc *c, struct httpc_sock *s) {
+    if (httpc_sock_find(c, s->fd) == s) {
+        c->by_fd[s->fd] = NULL;
+    }
     if (s->prev != NULL) {
         s->prev->next = s->next;
     } else {
@@ -481,6 +517,14 @@ static void httpc_poll_cb(uv_poll_t *h, int status, int events) {
     int flags = 0;
     int running;
 
+    if (s->want == 0) {
+        /* libcurl is not watching (an idle keep-alive connection the peer
+         * wrote to or closed): stop until it asks again; it finds out
+         * itself whether the connection is still good */
+        uv_poll_stop(&s->poll);
+        s->watching = 0;
+        return;
+    }
     if (status < 0) {
         flags |= CURL_CSELECT_ERR;
     }
@@ -495,9 +539,31 @@ static void httpc_poll_cb(uv_poll_t *h, int status, int events) {
     httpc_drain(c);
 }
 
+/* Makes room for descriptor fd in c->by_fd.  Returns 0, or -1 when out of memory. */
+static int httpc_sock_track(struct hub_httpc *c, curl_socket_t fd) {
+    size_t n = c->n_by_fd;
+    struct httpc_sock **grown;
+
+    if ((size_t)fd < n) {
+        return 0;
+    }
+    while (n <= (size_t)fd) {
+        n = n == 0 ? 64 : 2 * n;
+    }
+    grown = realloc(c->by_fd, n * sizeof(*grown));
+    if (grown == NULL) {
+        return -1;
+    }
+    memset(grown + c->n_by_fd, 0, (n - c->n_by_fd) * sizeof(*grown));
+    c->by_fd = grown;
+    c->n_by_fd = n;
+    return 0;
+}
+
 /*
  * CURLMOPT_SOCKETFUNCTION: start, change or stop watching socket fd.
- * socketp is our struct httpc_sock once curl_multi_assign() gave it one.
+ * socketp is our struct httpc_sock once curl_multi_assign() gave it one;
+ * libcurl forgets it on CURL_POLL_REMOVE, c->by_fd does not.
  * Returns 0, or -1 (libcurl then fails the transfer) when out of resources.
  * Ignored while closing: every poll was closed already.
  */
@@ -510,14 +576,20 @@ static int httpc_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, 
     if (c->closing) {
         return 0;
     }
+    if (s == NULL) {
+        s = httpc_sock_find(c, fd); /* libcurl forgets a socket on REMOVE */
+    }
     if (what == CURL_POLL_REMOVE) {
         if (s != NULL) {
             curl_multi_assign(c->multi, fd, NULL);
-            httpc_sock_close(c, s);
+            s->want = 0; /* the poll stays as it is: see httpc_poll_cb */
         }
         return 0;
     }
     if (s == NULL) {
+        if (fd < 0 || httpc_sock_track(c, fd) != 0) {
+            return -1;
+        }
         s = calloc(1, sizeof(*s));
         if (s == NULL) {
             return -1;
@@ -534,7 +606,10 @@ static int httpc_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, 
             c->socks->prev = s;
         }
         c->socks = s;
+        c->by_fd[fd] = s;
         c->handles++;
+    }
+    if (socketp == NULL) {
         curl_multi_assign(c->multi, fd, s);
     }
     if (what & CURL_POLL_IN) {
@@ -543,11 +618,35 @@ static int httpc_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, 
     if (what & CURL_POLL_OUT) {
         events |= UV_WRITABLE;
     }
+    s->want = events;
+    if (events == s->watching) {
+        return 0; /* the usual case: a keep-alive connection's next request */
+    }
+    s->watching = 0;
     if (events == 0) {
         uv_poll_stop(&s->poll);
         return 0;
     }
-    return uv_poll_start(&s->poll, events, httpc_poll_cb) == 0 ? 0 : -1;
+    if (uv_poll_start(&s->poll, events, httpc_poll_cb) != 0) {
+        return -1;
+    }
+    s->watching = events;
+    return 0;
+}
+
+/*
+ * CURLOPT_CLOSESOCKETFUNCTION (clientp is the client): closes the socket's
+ * poll first, which takes it out of epoll while it is still open, then the
+ * socket.  Also called by curl_multi_cleanup() while the client closes.
+ */
+static int httpc_closesocket_cb(void *clientp, curl_socket_t fd) {
+    struct hub_httpc *c = clientp;
+    struct httpc_sock *s = httpc_sock_find(c, fd);
+
+    if (s != NULL) {
+        httpc_sock_close(c, s);
+    }
+    return close(fd);
 }
 
 static void httpc_timer_cb(uv_timer_t *t) {
@@ -770,6 +869,8 @@ static int httpc_setup(struct hub_httpc *c, struct httpc_req *r,
     HTTPC_SETOPT(e, CURLOPT_HEADERDATA, (void *)r);
     HTTPC_SETOPT(e, CURLOPT_OPENSOCKETFUNCTION, httpc_opensocket_cb);
     HTTPC_SETOPT(e, CURLOPT_OPENSOCKETDATA, (void *)r);
+    HTTPC_SETOPT(e, CURLOPT_CLOSESOCKETFUNCTION, httpc_closesocket_cb);
+    HTTPC_SETOPT(e, CURLOPT_CLOSESOCKETDATA, (void *)c);
     return 0;
 }
 

@@ -576,6 +576,159 @@ static void case_keepalive(struct probe *p) {
     hub_httpc_close(c);
 }
 
+/*
+ * A keep-alive connection the server closes while idle.  libcurl stops
+ * watching a connection between requests but the client leaves its poll
+ * in place (see src/httpc.c): the poll must stop when the server's FIN
+ * makes it readable, or the loop spins on it, and the next request must
+ * still get through on a new connection.  The server is a canned one in
+ * this process: it answers the first bytes of each connection with a fixed
+ * keep-alive 200 and closes the connection IDLE_CLOSE_MS later.
+ */
+#define IDLE_CLOSE_MS 50
+
+struct idle_server {
+    uv_tcp_t listener;
+    uv_check_t turns; /* counts the loop's turns */
+    long n_turns;
+    int accepted;
+    int closed; /* of listener and turns */
+};
+
+struct idle_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t wr;
+    int answered;
+    int open_handles;
+    char buf[4096];
+};
+
+static const char idle_answer[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                                  "Content-Length: 2\r\n\r\nok";
+
+static void idle_conn_closed(uv_handle_t *h) {
+    struct idle_conn *ic = h->data;
+    if (--ic->open_handles == 0) {
+        free(ic);
+    }
+}
+
+static void idle_conn_close(struct idle_conn *ic) {
+    if (!uv_is_closing((uv_handle_t *)&ic->tcp)) {
+        uv_close((uv_handle_t *)&ic->tcp, idle_conn_closed);
+        uv_close((uv_handle_t *)&ic->timer, idle_conn_closed);
+    }
+}
+
+static void idle_timer_cb(uv_timer_t *t) {
+    idle_conn_close(t->data);
+}
+
+static void idle_alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    struct idle_conn *ic = h->data;
+    (void)hint;
+    *buf = uv_buf_init(ic->buf, sizeof(ic->buf));
+}
+
+static void idle_read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+    struct idle_conn *ic = st->data;
+    (void)buf;
+    if (n < 0) {
+        idle_conn_close(ic);
+        return;
+    }
+    if (n > 0 && !ic->answered) {
+        /* one small request per connection: its first bytes are enough */
+        uv_buf_t b = uv_buf_init((char *)idle_answer, sizeof(idle_answer) - 1);
+        ic->answered = 1;
+        uv_write(&ic->wr, st, &b, 1, NULL);
+        uv_timer_start(&ic->timer, idle_timer_cb, IDLE_CLOSE_MS, 0);
+    }
+}
+
+static void idle_accept_cb(uv_stream_t *l, int status) {
+    struct idle_server *srv = l->data;
+    struct idle_conn *ic;
+
+    if (status < 0 || (ic = calloc(1, sizeof(*ic))) == NULL) {
+        return;
+    }
+    uv_tcp_init(l->loop, &ic->tcp);
+    uv_timer_init(l->loop, &ic->timer);
+    ic->tcp.data = ic->timer.data = ic;
+    ic->open_handles = 2;
+    if (uv_accept(l, (uv_stream_t *)&ic->tcp) != 0) {
+        idle_conn_close(ic);
+        return;
+    }
+    srv->accepted++;
+    uv_read_start((uv_stream_t *)&ic->tcp, idle_alloc_cb, idle_read_cb);
+}
+
+static void count_turn(uv_check_t *h) {
+    ((struct idle_server *)h->data)->n_turns++;
+}
+
+static void idle_server_closed(uv_handle_t *h) {
+    ((struct idle_server *)h->data)->closed++;
+}
+
+static void stop_loop(uv_timer_t *t) {
+    uv_stop(t->loop);
+}
+
+static void case_idle_close(struct probe *p) {
+    struct hub_httpc_options o = {.allow_private = 1, .user_agent = PROBE_UA};
+    struct idle_server srv;
+    struct sockaddr_in a;
+    int alen = sizeof(a);
+    struct hub_httpc *c;
+    struct call k[2];
+    char url[64];
+
+    memset(&srv, 0, sizeof(srv));
+    memset(k, 0, sizeof(k));
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    uv_tcp_init(&p->loop, &srv.listener);
+    uv_check_init(&p->loop, &srv.turns);
+    srv.listener.data = srv.turns.data = &srv;
+    if (uv_tcp_bind(&srv.listener, (const struct sockaddr *)&a, 0) != 0 ||
+        uv_listen((uv_stream_t *)&srv.listener, 16, idle_accept_cb) != 0 ||
+        uv_tcp_getsockname(&srv.listener, (struct sockaddr *)&a, &alen) != 0 ||
+        (c = hub_httpc_new(&p->loop, &o)) == NULL) {
+        check(p, 0, "idle close: set-up", "cannot listen or create the client");
+        c = NULL;
+        goto out;
+    }
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/idle", ntohs(a.sin_port));
+    run1(p, c, &k[0], url, NULL, "x", 1, 5000);
+    /* the server closes the idle connection; count the loop's turns meanwhile */
+    uv_check_start(&srv.turns, count_turn);
+    uv_timer_start(&p->tick, stop_loop, 4 * IDLE_CLOSE_MS, 0);
+    uv_run(&p->loop, UV_RUN_DEFAULT);
+    uv_check_stop(&srv.turns);
+    run1(p, c, &k[1], url, NULL, "x", 1, 5000);
+    check(p,
+          k[0].error == HUB_HTTPC_OK && k[0].status == 200 && k[1].error == HUB_HTTPC_OK &&
+              k[1].status == 200 && srv.accepted == 2,
+          "idle close: a request after the server closed the idle connection succeeds",
+          "first: %s %ld; second: %s; connections accepted %d", hub_httpc_error_str(k[0].error),
+          k[0].status, desc(&k[1]), srv.accepted);
+    /* a few turns: the FIN, the server's timer and close; a poll left
+     * readable would have made thousands */
+    check(p, srv.n_turns < 50, "idle close: the loop does not spin on a closed idle connection",
+          "%ld loop turns in %d ms", srv.n_turns, 4 * IDLE_CLOSE_MS);
+out:
+    hub_httpc_close(c);
+    /* srv is on this stack: its handles must be closed before it goes */
+    uv_close((uv_handle_t *)&srv.listener, idle_server_closed);
+    uv_close((uv_handle_t *)&srv.turns, idle_server_closed);
+    while (srv.closed < 2) {
+        uv_run(&p->loop, UV_RUN_ONCE);
+    }
+}
+
 static void case_guard(struct probe *p, struct hub_httpc *open) {
     struct hub_httpc_options o = {.allow_private = 0, .user_agent = PROBE_UA};
     struct hub_httpc *c = hub_httpc_new(&p->loop, &o);
@@ -751,6 +904,7 @@ int main(int argc, char **argv) {
     case_guard(&p, c);
     case_errors(&p, c);
     case_keepalive(&p);
+    case_idle_close(&p);
     case_waves(&p);
     case_parallel(&p);
     case_close(&p);
