@@ -22,22 +22,18 @@ static int64_t wall_ms(void) {
 
 #define RND_BYTES 10 /* per id: 6 bytes of counter seed, 4 of the low rand_b bits */
 
-/* The next RND_BYTES of g's pool, refilled from the CSPRNG when spent; each
- * byte is handed out once.  NULL when the CSPRNG fails. */
+/* The next RND_BYTES of g's pool, refilled from the CSPRNG when spent (a
+ * zeroed generator has none left); each byte is handed out once.  NULL when
+ * the CSPRNG fails. */
 static const unsigned char *pool_take(struct hub_uuid7_gen *g) {
-    const unsigned char *p;
-
-    if (!g->pool_valid || g->pool_used + RND_BYTES > (size_t)HUB_UUID7_POOL) {
+    if (g->pool_left < RND_BYTES) {
         if (RAND_bytes(g->pool, (int)sizeof(g->pool)) != 1) {
-            g->pool_valid = 0;
             return NULL;
         }
-        g->pool_valid = 1;
-        g->pool_used = 0;
+        g->pool_left = sizeof(g->pool);
     }
-    p = g->pool + g->pool_used;
-    g->pool_used += RND_BYTES;
-    return p;
+    g->pool_left -= RND_BYTES;
+    return g->pool + g->pool_left;
 }
 
 int hub_uuid7_next(struct hub_uuid7_gen *g, int64_t unix_ms, unsigned char out[HUB_UUID_BYTES]) {

@@ -37,8 +37,7 @@
 struct hub_uuid7_gen {
     int64_t last_ms;
     uint64_t counter; /* 42 bits */
-    size_t pool_used; /* bytes of pool handed out */
-    int pool_valid;   /* pool holds CSPRNG bytes */
+    size_t pool_left; /* CSPRNG bytes at the start of pool not handed out yet */
     unsigned char pool[HUB_UUID7_POOL];
 };
 
