@@ -22,7 +22,12 @@ nginx_start() {
 
 # ---------------------------------------------------------------------------
 # drain: one pre-filled-backlog run.  Needs TOPIC, PAYLOAD, HUB_ENV (array)
-# and RAW (assoc. array: concurrency → raw req/s).  The hub is started with
+# and RAW (assoc. array: concurrency → raw req/s), or RAW_AROUND set to a
+# function that measures the raw limit at a concurrency into RAW_LAST (req/s):
+# it then runs right before the drain and right after it, and the drain's
+# ratio is taken against the mean of the two (the machine's speed moves by up
+# to 1.7x within minutes: a limit measured once, at the start of the bench,
+# set a fast minute against a slow one).  The hub is started with
 # ROLE=ingest to store N events and their jobs, stopped, then started with
 # ROLE=delivery (plus DRAIN_ENV, an optional array) and the drain is timed.
 # Appends a result line to RESULTS and sets DRAIN_RATE (deliveries/s over the
@@ -50,6 +55,11 @@ drain() {
     hub_stop
     psql_q "CHECKPOINT" >/dev/null
     total=$(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0")
+    local raw_before=
+    if [[ -n ${RAW_AROUND:-} ]]; then
+        $RAW_AROUND "$w"
+        raw_before=$RAW_LAST
+    fi
     hub_start "${HUB_ENV[@]}" "${DRAIN_ENV[@]}" STREAMING_HUB_ROLE=delivery \
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
@@ -94,6 +104,10 @@ drain() {
             || ' full-page images' FROM pg_stat_wal" >&2
     errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
     hub_stop
+    if [[ -n ${RAW_AROUND:-} ]]; then
+        $RAW_AROUND "$w"
+        RAW[$w]=$(awk -v a="$raw_before" -v b="$RAW_LAST" 'BEGIN { printf "%.0f", (a + b) / 2 }')
+    fi
     read -r c s <<<"$(psql_q "SELECT count(*) * 0.8, extract(epoch FROM
                                 percentile_disc(0.9) WITHIN GROUP (ORDER BY a.started_at) -
                                 percentile_disc(0.1) WITHIN GROUP (ORDER BY a.started_at))
