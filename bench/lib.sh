@@ -20,6 +20,19 @@ nginx_start() {
     log "nginx sink at $SINK_URL (pid $NGINX_PID)"
 }
 
+# hub_deliveries OUTCOMES: deliveries of the running hub whose outcome label
+# matches the regular expression OUTCOMES (its streaming_hub_deliveries_total
+# counters): cheaper than counting jobs in the database, whose CPU the drain
+# being measured needs
+hub_deliveries() {
+    curl -s --max-time 10 "$HUB_URL/metrics" | awk -v want="^($1)\$" '
+        $1 ~ /^streaming_hub_deliveries_total\{outcome="/ {
+            o = $1; sub(/^[^"]*"/, "", o); sub(/".*$/, "", o)
+            if (o ~ want) n += $2
+        }
+        END { print n + 0 }'
+}
+
 # ---------------------------------------------------------------------------
 # drain: one pre-filled-backlog run.  Needs TOPIC, PAYLOAD, HUB_ENV (array)
 # and RAW (assoc. array: concurrency → raw req/s), or RAW_AROUND set to a
@@ -80,9 +93,7 @@ drain() {
     # every 200 ms, those took 4% of the machine's CPU during a drain).
     local deadline=$((SECONDS + 600)) ended
     while ((SECONDS < deadline)); do
-        ended=$(curl -s --max-time 10 "$HUB_URL/metrics" | awk '
-            $1 ~ /^streaming_hub_deliveries_total\{outcome="(succeeded|dead|poison)"\}$/ { n += $2 }
-            END { print n + 0 }')
+        ended=$(hub_deliveries 'succeeded|dead|poison')
         if ((ended >= total)) &&
             [[ $(psql_q "SELECT count(*) FROM delivery_jobs WHERE id > $job0 AND state IN ('pending', 'in_flight')") == 0 ]]; then
             break
