@@ -1,9 +1,10 @@
 /*
  * dispatch — claims, attempts and outcomes (see dispatch.h).
  *
- * The cycle: a claim query leases up to (free workers) due jobs and returns
- * everything an attempt needs (subscription, sealed secrets, the stored
- * event) in one round trip; each job becomes one httpc POST; each finished
+ * The cycle: a claim query leases a batch of due jobs; a load query reads
+ * what their attempts need (subscriptions, sealed secrets, the stored
+ * events) on another connection while the next claim runs; each job
+ * becomes one httpc POST; each finished
  * attempt becomes an outcome in a queue that is written in batches (one
  * transaction for many outcomes), so the dispatcher never waits on the
  * database between attempts.
@@ -13,6 +14,7 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,21 +197,42 @@ static const struct hub_sql sql_claim = {
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"
     "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"
     ")"
-    /* binary results: every column but the payload is text, whose binary
-     * form is its text, and the payload comes as its bytes (not hex) */
+    /* the claim leases and returns the jobs only: what an attempt needs
+     * besides is read by the load (sql_load_*) on a connection of its own,
+     * while the next claim runs (binary results: every column is text,
+     * whose binary form is its text) */
     " SELECT c.id::text, c.subscription_id::text, c.tenant_id, c.event_id, c.event_type,"
-    "        c.attempt_count::text, s.url, s.headers_sealed, s.secret_sealed,"
-    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
-    "        array_to_string(s.retry_schedule, ','), e.content_type, e.headers::text, e.payload,"
-    "        s.max_rate::text, e.schema_major::text, s.policy, c.fifo::text,"
-    "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text"
-    /* LIMIT 1 keeps these lookups by key: flattened, the subscriptions
-     * join became a hash join over the whole table */
-    "   FROM claimed c"
-    "   CROSS JOIN LATERAL (SELECT * FROM subscriptions s"
-    "                        WHERE s.id = c.subscription_id LIMIT 1) s"
-    "   CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
-    "                        WHERE e.seq = c.event_seq AND e.day = c.event_day LIMIT 1) e",
+    "        c.attempt_count::text, c.fifo::text,"
+    "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text,"
+    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text"
+    "   FROM claimed c",
+    0,
+};
+
+/*
+ * The load of a claim's jobs, two statements in one round trip on the load
+ * connection: each subscription once ($1, text[] of ids), then each job's
+ * stored event ($1 seqs, $2 days since 2000-01-01), numbered by ord
+ * (1-based, in the order given).  Both by key, one row at a time (LIMIT 1 keeps each
+ * lookup a nested index probe; a day is pruned to its partition).  Binary
+ * results: the payload comes as its bytes, every other column is text.
+ */
+static const struct hub_sql sql_load_subscriptions = {
+    "dispatch_load_subscriptions",
+    "SELECT s.id::text, s.url, s.headers_sealed, s.secret_sealed,"
+    "       CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
+    "       array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy"
+    "  FROM unnest($1::text[]) u(id)"
+    "  CROSS JOIN LATERAL (SELECT * FROM subscriptions s WHERE s.id = u.id::uuid LIMIT 1) s",
+    0,
+};
+
+static const struct hub_sql sql_load_events = {
+    "dispatch_load_events",
+    "SELECT u.ord::text, e.content_type, e.headers::text, e.payload, e.schema_major::text"
+    "  FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY u(seq, day, ord)"
+    "  CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
+    "                       WHERE e.seq = u.seq AND e.day = date '2000-01-01' + u.day LIMIT 1) e",
     0,
 };
 
@@ -419,6 +442,7 @@ struct rate_bucket {
 struct hub_dispatch {
     struct hub *hub;
     struct hub_pg *pg_claim; /* one connection: claims, one at a time */
+    struct hub_pg *pg_load;  /* one connection: the claimed jobs' loads */
     struct hub_pg *pg_out;   /* outcome batches */
     struct rate_bucket *rates;
     char owner[96];
@@ -440,6 +464,8 @@ struct hub_dispatch {
     int tenants_dirty;  /* new jobs or a short claim since */
     size_t claim_asked; /* the batch asked for by the claim in flight */
     size_t inflight;
+    size_t loading; /* claimed jobs being loaded ... */
+    int loads;      /* ... by this many load transactions */
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
      * that none waits on the database between attempts.  Popped round-robin
      * across tenants, so a tenant's queued backlog cannot hold another's job
@@ -920,17 +946,22 @@ static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
  * ("pending" after delay_ms: released, deferred, shed) or dropped by its
  * policy ("filtered").  Nothing is counted as an attempt or a failure.
  */
-static void job_unattempted(struct hub_dispatch *d, struct job *j, const char *state,
-                            int64_t delay_ms) {
+static void outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
+                                const char *state, int64_t delay_ms) {
     struct outcome *o = outcome_push(d);
     if (o != NULL) { /* else the lease expires and the job is reclaimed */
-        o->id = j->id;
+        o->id = id;
         o->state = state;
         o->delay_ms = delay_ms;
         o->started_unix_ms = unix_ms();
-        snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+        snprintf(o->sub_id, sizeof(o->sub_id), "%s", sub_id);
         schedule_flush(d);
     }
+}
+
+static void job_unattempted(struct hub_dispatch *d, struct job *j, const char *state,
+                            int64_t delay_ms) {
+    outcome_unattempted(d, j->id, j->sub_id, state, delay_ms);
     job_free(j);
 }
 
@@ -1323,60 +1354,232 @@ static void dispatch_pump(struct hub_dispatch *d) {
 
 /* --------------------------------------------------------------- claims -- */
 
+/* Where a job's columns come from: its row of the claim, its
+ * subscription's row and its event's row of the load (all binary). */
+enum { ROWS_CLAIM, ROWS_SUB, ROWS_EVENT, ROWS_N };
+struct job_rows {
+    PGresult *r[ROWS_N];
+    int i[ROWS_N];
+};
+
+/* The value of column col of source src. */
+static const char *rows_value(const struct job_rows *x, int src, int col, size_t *len) {
+    if (PQgetisnull(x->r[src], x->i[src], col)) {
+        return NULL;
+    }
+    *len = (size_t)PQgetlength(x->r[src], x->i[src], col);
+    return PQgetvalue(x->r[src], x->i[src], col);
+}
+
 /*
- * A job from row i of a claim's (binary) result, in one allocation with its
- * text columns and its payload: a dozen malloc and free calls per job were
- * 10% of the dispatcher's CPU.  NULL when out of memory.
+ * A job from its rows, in one allocation with its text columns and its
+ * payload: a dozen malloc and free calls per job were 10% of the
+ * dispatcher's CPU.  NULL when out of memory.
  */
-static struct job *job_from_row(struct hub_dispatch *d, PGresult *r, int i) {
-    enum { N_TEXT = 10, COL_PAYLOAD = 13 }; /* of sql_claim */
-    static const int cols[N_TEXT] = {2, 3, 4, 6, 7, 8, 9, 11, 12, 16};
-    size_t need = sizeof(struct job) + (size_t)PQgetlength(r, i, COL_PAYLOAD) + 1;
+static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *x,
+                                 int64_t claimed_ms) {
+    enum { N_TEXT = 10, EV_PAYLOAD = 3 };
+    /* columns of sql_claim, sql_load_subscriptions and sql_load_events */
+    static const struct {
+        int src, col;
+        size_t off;
+    } text[N_TEXT] = {
+        {ROWS_CLAIM, 2, offsetof(struct job, tenant)},
+        {ROWS_CLAIM, 3, offsetof(struct job, event_id)},
+        {ROWS_CLAIM, 4, offsetof(struct job, event_type)},
+        {ROWS_SUB, 1, offsetof(struct job, url)},
+        {ROWS_SUB, 2, offsetof(struct job, headers_sealed)},
+        {ROWS_SUB, 3, offsetof(struct job, secret_sealed)},
+        {ROWS_SUB, 4, offsetof(struct job, prev_secret_sealed)},
+        {ROWS_SUB, 7, offsetof(struct job, policy)},
+        {ROWS_EVENT, 1, offsetof(struct job, content_type)},
+        {ROWS_EVENT, 2, offsetof(struct job, attrs)},
+    };
+    size_t need = sizeof(struct job), len = 0;
+    const char *payload = rows_value(x, ROWS_EVENT, EV_PAYLOAD, &len);
+    const char *v;
     struct job *j;
     char *p;
 
+    need += len + 1;
     for (int k = 0; k < N_TEXT; k++) {
-        need += PQgetisnull(r, i, cols[k]) ? 0 : (size_t)PQgetlength(r, i, cols[k]) + 1;
+        need += rows_value(x, text[k].src, text[k].col, &len) ? len + 1 : 0;
     }
     if ((j = calloc(1, need)) == NULL) {
         return NULL;
     }
-    {
-        char **dst[N_TEXT] = {
-            &j->tenant,         &j->event_id,      &j->event_type,         &j->url,
-            &j->headers_sealed, &j->secret_sealed, &j->prev_secret_sealed, &j->content_type,
-            &j->attrs,          &j->policy,
-        };
-        p = (char *)(j + 1);
-        for (int k = 0; k < N_TEXT; k++) {
-            size_t len = (size_t)PQgetlength(r, i, cols[k]);
-            if (PQgetisnull(r, i, cols[k])) {
-                continue;
-            }
-            memcpy(p, PQgetvalue(r, i, cols[k]), len);
+    p = (char *)(j + 1);
+    for (int k = 0; k < N_TEXT; k++) {
+        if ((v = rows_value(x, text[k].src, text[k].col, &len)) != NULL) {
+            memcpy(p, v, len);
             p[len] = '\0';
-            *dst[k] = p;
+            *(char **)((char *)j + text[k].off) = p;
             p += len + 1;
         }
     }
     /* a bytea in binary: its bytes (in text format it came as hex, twice
      * its size, to be encoded by the server and decoded here) */
     j->payload = (unsigned char *)p;
-    j->payload_len = (size_t)PQgetlength(r, i, COL_PAYLOAD);
-    memcpy(p, PQgetvalue(r, i, COL_PAYLOAD), j->payload_len);
+    if (payload != NULL) {
+        rows_value(x, ROWS_EVENT, EV_PAYLOAD, &j->payload_len);
+        memcpy(p, payload, j->payload_len);
+    }
     j->d = d;
-    j->id = atoll(PQgetvalue(r, i, 0));
-    snprintf(j->sub_id, sizeof(j->sub_id), "%s", PQgetvalue(r, i, 1));
-    j->attempt_count = atoi(PQgetvalue(r, i, 5));
-    if (!PQgetisnull(r, i, 10)) {
-        int n = hub_duration_list_parse(PQgetvalue(r, i, 10), j->schedule, HUB_RETRY_MAX_STEPS);
+    j->id = atoll(PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 0));
+    snprintf(j->sub_id, sizeof(j->sub_id), "%s", PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 1));
+    j->attempt_count = atoi(PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 5));
+    if ((v = rows_value(x, ROWS_SUB, 5, &len)) != NULL) {
+        int n = hub_duration_list_parse(v, j->schedule, HUB_RETRY_MAX_STEPS);
         /* a malformed schedule falls back to the default curve (SPEC §7.4) */
         j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n) ? (size_t)n : 0;
     }
-    j->max_rate = PQgetisnull(r, i, 14) ? 0 : atof(PQgetvalue(r, i, 14));
-    j->schema_major = atoi(PQgetvalue(r, i, 15));
-    j->claimed_ms = unix_ms();
+    j->max_rate = (v = rows_value(x, ROWS_SUB, 6, &len)) != NULL ? atof(v) : 0;
+    j->schema_major = atoi(PQgetvalue(x->r[ROWS_EVENT], x->i[ROWS_EVENT], 4));
+    j->claimed_ms = claimed_ms;
     return j;
+}
+
+/* ---------------------------------------------------------------- loads -- */
+
+/* A claim's jobs between their lease and the queue. */
+struct load {
+    struct hub_dispatch *d;
+    PGresult *claim; /* a copy of the claim's result */
+    int64_t claimed_ms;
+};
+
+/* A subscription id and its row (of the claim or of the load). */
+struct sub_row {
+    const char *id;
+    int row;
+};
+
+static int sub_row_cmp(const void *a, const void *b) {
+    return strcmp(((const struct sub_row *)a)->id, ((const struct sub_row *)b)->id);
+}
+
+/* Rows of r by their subscription id (column col), sorted; NULL on OOM. */
+static struct sub_row *sub_rows_sorted(PGresult *r, int col) {
+    int n = PQntuples(r);
+    struct sub_row *s = malloc(sizeof(*s) * (size_t)(n > 0 ? n : 1));
+    if (s != NULL) {
+        for (int i = 0; i < n; i++) {
+            s[i].id = PQgetvalue(r, i, col);
+            s[i].row = i;
+        }
+        qsort(s, (size_t)n, sizeof(*s), sub_row_cmp);
+    }
+    return s;
+}
+
+/* Gives a claim's jobs back unattempted (no reclaim counted). */
+static void load_release(struct hub_dispatch *d, PGresult *claim) {
+    for (int i = 0; i < PQntuples(claim); i++) {
+        outcome_unattempted(d, atoll(PQgetvalue(claim, i, 0)), PQgetvalue(claim, i, 1), "pending",
+                            0);
+    }
+}
+
+static void load_done(void *arg, const struct hub_pg_outcome *out) {
+    struct load *l = arg;
+    struct hub_dispatch *d = l->d;
+    int rows = PQntuples(l->claim);
+    PGresult *subs = out->n_results == 2 ? out->results[0] : NULL;
+    PGresult *evs = out->n_results == 2 ? out->results[1] : NULL;
+    struct sub_row *by_id = NULL;
+
+    d->loading -= (size_t)rows;
+    d->loads--;
+    if (out->status != HUB_PG_OK || subs == NULL || evs == NULL ||
+        (by_id = sub_rows_sorted(subs, 0)) == NULL) {
+        hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
+                HUB_LS("error", out->status != HUB_PG_OK ? out->error : "out of memory"),
+                HUB_LI("jobs", rows));
+        load_release(d, l->claim);
+    } else {
+        /* a job whose event is gone (its partition dropped) has no row and
+         * stays leased: it is reclaimed, and dead as poison in the end; one
+         * whose subscription is gone went with it */
+        for (int e = 0; e < PQntuples(evs); e++) {
+            struct job_rows x = {{l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}};
+            struct sub_row key, *s;
+            struct job *j;
+            if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
+                continue;
+            }
+            key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], 1);
+            s = bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id), sub_row_cmp);
+            if (s == NULL) {
+                continue;
+            }
+            x.i[ROWS_SUB] = s->row;
+            if ((j = job_from_rows(d, &x, l->claimed_ms)) != NULL && queue_push(d, j) != 0) {
+                job_free(j); /* out of memory: the lease expires; reclaimed later */
+            }
+        }
+    }
+    free(by_id);
+    PQclear(l->claim);
+    free(l);
+    dispatch_pump(d); /* stopping: the loaded jobs go back at once */
+    dispatch_maybe_done(d);
+}
+
+/*
+ * Reads what the attempts of a claim's jobs need (sql_load_*) on the load
+ * connection.  The claim connection is free for the next claim meanwhile:
+ * the claim is the one step of the cycle that runs one at a time, and the
+ * lookups were a third of it.
+ */
+static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
+    struct load *l = calloc(1, sizeof(*l));
+    struct sub_row *by_id = sub_rows_sorted(r, 1);
+    struct hub_pgarr subs, seqs, days;
+    const char *params[3];
+    int lengths[3];
+    const int formats[2] = {1, 1};
+    struct hub_pg_txn *txn = NULL;
+
+    if (l == NULL || by_id == NULL ||
+        (l->claim = PQcopyResult(r, PG_COPYRES_ATTRS | PG_COPYRES_TUPLES)) == NULL) {
+        hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
+                HUB_LS("error", "out of memory"), HUB_LI("jobs", rows));
+        load_release(d, r);
+        free(l);
+        free(by_id);
+        return;
+    }
+    l->d = d;
+    l->claimed_ms = unix_ms();
+    hub_pgarr_init(&subs, HUB_OID_TEXT);
+    hub_pgarr_init(&seqs, HUB_OID_INT8);
+    hub_pgarr_init(&days, HUB_OID_INT4);
+    for (int i = 0; i < rows; i++) {
+        if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
+            hub_pgarr_add_text(&subs, by_id[i].id);
+        }
+        hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
+        hub_pgarr_add_i32(&days, atoi(PQgetvalue(r, i, 9)));
+    }
+    params[0] = hub_pgarr_finish(&subs, &lengths[0]);
+    params[1] = hub_pgarr_finish(&seqs, &lengths[1]);
+    params[2] = hub_pgarr_finish(&days, &lengths[2]);
+    if (params[0] != NULL && params[1] != NULL && params[2] != NULL &&
+        (txn = hub_pg_txn_new(d->pg_load, load_done, l)) != NULL) {
+        hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, params, lengths, formats);
+        hub_pg_txn_add_binary(txn, &sql_load_events, 2, params + 1, lengths + 1, formats);
+        d->loading += (size_t)rows;
+        d->loads++;
+        hub_pg_txn_submit(txn); /* load_done runs, whatever happens */
+    } else {
+        load_release(d, l->claim);
+        PQclear(l->claim);
+        free(l);
+    }
+    hub_pgarr_free(&subs);
+    hub_pgarr_free(&seqs);
+    hub_pgarr_free(&days);
+    free(by_id);
 }
 
 /* A claim or tenant sample failed (the database is away): try again soon. */
@@ -1396,7 +1599,7 @@ static int due_tenant_cmp(const void *key, const void *elem) {
  * unordered job this claim took from it (fifo heads come from their own
  * index and are not read from a floor). */
 static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
-    enum { COL_TENANT = 2, COL_FIFO = 17, COL_DUE_US = 18 }; /* of sql_claim */
+    enum { COL_TENANT = 2, COL_FIFO = 6, COL_DUE_US = 7 }; /* of sql_claim */
     /* pass 0 resets the tenants' scratch, 1 finds their oldest job, 2 moves
      * their floors */
     for (int pass = 0; pass < 3; pass++) {
@@ -1460,14 +1663,8 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     claim_floors(d, r, rows);
-    for (int i = 0; i < rows; i++) {
-        struct job *j = job_from_row(d, r, i);
-        if (j == NULL) {
-            continue; /* the lease expires; reclaimed later */
-        }
-        if (queue_push(d, j) != 0) {
-            job_free(j); /* out of memory: the lease expires; reclaimed later */
-        }
+    if (rows > 0) {
+        dispatch_load(d, r, rows);
     }
     dispatch_pump(d);
     /* rows (or a kick) mean more may be due: claim again at once */
@@ -1566,7 +1763,7 @@ static void dispatch_sample_tenants(struct hub_dispatch *d) {
 static void dispatch_claim(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
     size_t batch = (size_t)d->hub->cfg.dispatch_claim_batch;
-    size_t held = d->inflight + d->n_queue;
+    size_t held = d->inflight + d->n_queue + d->loading;
     size_t target = workers + 2 * batch;
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = unix_ms() - d->tenants_ms;
@@ -1743,11 +1940,16 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
      * and past the claim it follows. */
     d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim",
                              DISPATCH_PG_OPTIONS " -c synchronous_commit=off");
+    d->pg_load = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-load", DISPATCH_PG_OPTIONS);
     d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
                            DISPATCH_PG_OPTIONS);
-    if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_out == NULL) {
+    if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_load == NULL ||
+        d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);
+        }
+        if (d->pg_load != NULL) {
+            hub_pg_close(d->pg_load, NULL, NULL);
         }
         if (d->pg_out != NULL) {
             hub_pg_close(d->pg_out, NULL, NULL);
@@ -1800,8 +2002,8 @@ static void dispatch_handle_closed(uv_handle_t *h) {
 
 /* Once stopping: no attempt in flight, no claim, every outcome written. */
 static void dispatch_maybe_done(struct hub_dispatch *d) {
-    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->flushing ||
-        d->aux_inflight > 0 || d->open_handles < 4) {
+    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loads > 0 ||
+        d->flushing || d->aux_inflight > 0 || d->open_handles < 4) {
         return;
     }
     if (d->n_outcomes > 0) {
@@ -1809,8 +2011,9 @@ static void dispatch_maybe_done(struct hub_dispatch *d) {
         return;
     }
     hub_pg_close(d->pg_claim, NULL, NULL);
+    hub_pg_close(d->pg_load, NULL, NULL);
     hub_pg_close(d->pg_out, NULL, NULL);
-    d->pg_claim = d->pg_out = NULL;
+    d->pg_claim = d->pg_load = d->pg_out = NULL;
     uv_close((uv_handle_t *)&d->claim_timer, dispatch_handle_closed);
     uv_close((uv_handle_t *)&d->flush_timer, dispatch_handle_closed);
     uv_close((uv_handle_t *)&d->reclaim_timer, dispatch_handle_closed);
