@@ -147,7 +147,8 @@ static const struct hub_sql sql_due_tenants = {
  * of 16).
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]),
  * $6 their floors (timestamptz[], -infinity for none), $7 whether they had
- * open fifo jobs at the sample (bool[]; the fifo arm is skipped otherwise).
+ * open fifo jobs at the sample (bool[]; the fifo arm is skipped otherwise),
+ * $8 whether to look up what the attempts need (see the result below).
  */
 static const struct hub_sql sql_claim = {
     "dispatch_claim",
@@ -197,25 +198,39 @@ static const struct hub_sql sql_claim = {
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"
     "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"
     ")"
-    /* the claim leases and returns the jobs only: what an attempt needs
-     * besides is read by the load (sql_load_*) on a connection of its own,
-     * while the next claim runs (binary results: every column is text,
-     * whose binary form is its text) */
+    /* the jobs (columns 0-9), and with $8 what their attempts need: the
+     * subscription's columns of sql_load_subscriptions (from 10) and the
+     * event's of sql_load_events (from 18; the first is the event's seq
+     * here, NULL when it is gone).  Without $8 the lookups are skipped (a
+     * one-time filter) and left to the load, on a connection of its own,
+     * while the next claim runs.  LIMIT 1 keeps each lookup a probe by key
+     * (flattened, the subscriptions join became a hash join over the whole
+     * table).  Binary results: every column but the payload is text, whose
+     * binary form is its text, and the payload comes as its bytes. */
     " SELECT c.id::text, c.subscription_id::text, c.tenant_id, c.event_id, c.event_type,"
     "        c.attempt_count::text, c.fifo::text,"
     "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text,"
-    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text"
-    "   FROM claimed c",
+    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text,"
+    "        s.id::text, s.url, s.headers_sealed, s.secret_sealed,"
+    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
+    "        array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy,"
+    "        e.seq::text, e.content_type, e.headers::text, e.payload, e.schema_major::text"
+    "   FROM claimed c"
+    "   LEFT JOIN LATERAL (SELECT * FROM subscriptions s"
+    "                       WHERE $8::bool AND s.id = c.subscription_id LIMIT 1) s ON true"
+    "   LEFT JOIN LATERAL (SELECT * FROM event_inbox e"
+    "                       WHERE $8::bool AND e.seq = c.event_seq AND e.day = c.event_day"
+    "                       LIMIT 1) e ON true",
     0,
 };
 
 /*
- * The load of a claim's jobs, two statements in one round trip on the load
- * connection: each subscription once ($1, text[] of ids), then each job's
- * stored event ($1 seqs, $2 days since 2000-01-01), numbered by ord
- * (1-based, in the order given).  Both by key, one row at a time (LIMIT 1 keeps each
- * lookup a nested index probe; a day is pruned to its partition).  Binary
- * results: the payload comes as its bytes, every other column is text.
+ * The load of a claim's jobs that did not look them up ($8 of sql_claim),
+ * two statements in one round trip on the load connection: each subscription once ($1, text[] of
+ * ids), then each job's stored event ($1 seqs, $2 days since 2000-01-01), numbered by ord (1-based,
+ * in the order given).  Both by key, one row at a time (LIMIT 1 keeps each lookup a nested index
+ * probe; a day is pruned to its partition).  Binary results: the payload comes as its bytes, every
+ * other column is text.
  */
 static const struct hub_sql sql_load_subscriptions = {
     "dispatch_load_subscriptions",
@@ -463,6 +478,8 @@ struct hub_dispatch {
     int64_t tenants_ms; /* when they were sampled */
     int tenants_dirty;  /* new jobs or a short claim since */
     size_t claim_asked; /* the batch asked for by the claim in flight */
+    int claim_looked_up; /* the claim in flight reads what attempts need ($8) */
+    int claim_full;      /* the last claim came back full */
     size_t inflight;
     size_t loading; /* claimed jobs being loaded ... */
     int loads;      /* ... by this many load transactions */
@@ -1355,15 +1372,20 @@ static void dispatch_pump(struct hub_dispatch *d) {
 /* --------------------------------------------------------------- claims -- */
 
 /* Where a job's columns come from: its row of the claim, its
- * subscription's row and its event's row of the load (all binary). */
+ * subscription's row and its event's row, of the load or of the claim
+ * itself (all binary).  Column col of a source is column base + col of its
+ * result; the columns are those of sql_load_*. */
 enum { ROWS_CLAIM, ROWS_SUB, ROWS_EVENT, ROWS_N };
+enum { CLAIM_SUB_BASE = 10, CLAIM_EVENT_BASE = 18 }; /* of sql_claim */
 struct job_rows {
     PGresult *r[ROWS_N];
     int i[ROWS_N];
+    int base[ROWS_N];
 };
 
-/* The value of column col of source src. */
+/* The value of column col of source src (NULL for SQL NULL). */
 static const char *rows_value(const struct job_rows *x, int src, int col, size_t *len) {
+    col += x->base[src];
     if (PQgetisnull(x->r[src], x->i[src], col)) {
         return NULL;
     }
@@ -1425,16 +1447,16 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
         memcpy(p, payload, j->payload_len);
     }
     j->d = d;
-    j->id = atoll(PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 0));
-    snprintf(j->sub_id, sizeof(j->sub_id), "%s", PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 1));
-    j->attempt_count = atoi(PQgetvalue(x->r[ROWS_CLAIM], x->i[ROWS_CLAIM], 5));
+    j->id = atoll(rows_value(x, ROWS_CLAIM, 0, &len));
+    snprintf(j->sub_id, sizeof(j->sub_id), "%s", rows_value(x, ROWS_CLAIM, 1, &len));
+    j->attempt_count = atoi(rows_value(x, ROWS_CLAIM, 5, &len));
     if ((v = rows_value(x, ROWS_SUB, 5, &len)) != NULL) {
         int n = hub_duration_list_parse(v, j->schedule, HUB_RETRY_MAX_STEPS);
         /* a malformed schedule falls back to the default curve (SPEC §7.4) */
         j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n) ? (size_t)n : 0;
     }
     j->max_rate = (v = rows_value(x, ROWS_SUB, 6, &len)) != NULL ? atof(v) : 0;
-    j->schema_major = atoi(PQgetvalue(x->r[ROWS_EVENT], x->i[ROWS_EVENT], 4));
+    j->schema_major = (v = rows_value(x, ROWS_EVENT, 4, &len)) != NULL ? atoi(v) : 0;
     j->claimed_ms = claimed_ms;
     return j;
 }
@@ -1501,7 +1523,8 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
          * stays leased: it is reclaimed, and dead as poison in the end; one
          * whose subscription is gone went with it */
         for (int e = 0; e < PQntuples(evs); e++) {
-            struct job_rows x = {{l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}};
+            struct job_rows x = {
+                {l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}, {0, 0, 0}};
             struct sub_row key, *s;
             struct job *j;
             if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
@@ -1523,6 +1546,25 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
     free(l);
     dispatch_pump(d); /* stopping: the loaded jobs go back at once */
     dispatch_maybe_done(d);
+}
+
+/* Queues the jobs of a claim that looked up what their attempts need. */
+static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
+    int64_t now = unix_ms();
+    for (int i = 0; i < rows; i++) {
+        struct job_rows x = {{r, r, r}, {i, i, i}, {0, CLAIM_SUB_BASE, CLAIM_EVENT_BASE}};
+        struct job *j;
+        size_t len;
+        /* a job whose event is gone (its partition dropped) stays leased: it
+         * is reclaimed, and dead as poison in the end */
+        if (rows_value(&x, ROWS_EVENT, 0, &len) == NULL ||
+            rows_value(&x, ROWS_SUB, 0, &len) == NULL) {
+            continue;
+        }
+        if ((j = job_from_rows(d, &x, now)) != NULL && queue_push(d, j) != 0) {
+            job_free(j); /* out of memory: the lease expires; reclaimed later */
+        }
+    }
 }
 
 /*
@@ -1663,9 +1705,15 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     claim_floors(d, r, rows);
-    if (rows > 0) {
+    if (rows > 0 && d->claim_looked_up) {
+        claim_jobs(d, r, rows);
+    } else if (rows > 0) {
         dispatch_load(d, r, rows);
     }
+    /* a full batch means a backlog: the next claim leaves the lookups to
+     * the load, so that claims follow each other sooner; a short one means
+     * the dispatcher keeps up, and one round trip is the latency */
+    d->claim_full = (size_t)rows >= d->claim_asked;
     dispatch_pump(d);
     /* rows (or a kick) mean more may be due: claim again at once */
     if (!d->stopping) {
@@ -1768,9 +1816,9 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = unix_ms() - d->tenants_ms;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[7] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL};
-    int lengths[7] = {0, 0, 0, 0, 0, 0, 0};
-    const int formats[7] = {0, 0, 0, 0, 1, 1, 1};
+    const char *params[8] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL, NULL};
+    int lengths[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int formats[8] = {0, 0, 0, 0, 1, 1, 1, 0};
     struct hub_pgarr tenants, floors, fifo;
     int64_t now = unix_ms();
     size_t first = 0, window, share;
@@ -1837,7 +1885,9 @@ static void dispatch_claim(struct hub_dispatch *d) {
               ? hub_pg_txn_new(d->pg_claim, claim_done, d)
               : NULL;
     if (txn != NULL) {
-        hub_pg_txn_add_binary(txn, &sql_claim, 7, params, lengths, formats);
+        d->claim_looked_up = !d->claim_full;
+        params[7] = d->claim_looked_up ? "t" : "f";
+        hub_pg_txn_add_binary(txn, &sql_claim, 8, params, lengths, formats);
         d->claiming = 1;
         d->claim_asked = batch;
         hub_pg_txn_submit(txn);
