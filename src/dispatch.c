@@ -1,10 +1,10 @@
 /*
  * dispatch — claims, attempts and outcomes (see dispatch.h).
  *
- * The cycle: a claim query leases a batch of due jobs; a load query reads
- * what their attempts need (subscriptions, sealed secrets, the stored
- * events) on another connection while the next claim runs; each job
- * becomes one httpc POST; each finished
+ * The cycle: a claim query leases a batch of due jobs and reads what their
+ * attempts need (subscriptions, sealed secrets, the stored events), or, in
+ * a backlog, leaves that to a load query on another connection while the
+ * next claim runs; each job becomes one httpc POST; each finished
  * attempt becomes an outcome in a queue that is written in batches (one
  * transaction for many outcomes), so the dispatcher never waits on the
  * database between attempts.
@@ -122,6 +122,14 @@ static const struct hub_sql sql_due_tenants = {
     0,
 };
 
+/* What an attempt needs of its subscription (s) and of its stored event (e),
+ * read by the claim or by the load, in the order job_from_rows expects. */
+#define DISPATCH_SUB_COLUMNS                                                                       \
+    "s.id::text, s.url, s.headers_sealed, s.secret_sealed,"                                        \
+    " CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                        \
+    " array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy"
+#define DISPATCH_EVENT_COLUMNS "e.content_type, e.headers::text, e.payload, e.schema_major::text"
+
 /*
  * Claim: the tenants of the last sample, in rotation order (starting after
  * the one served last), each offering its oldest due jobs up to a share;
@@ -211,11 +219,7 @@ static const struct hub_sql sql_claim = {
     "        c.attempt_count::text, c.fifo::text,"
     "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text,"
     "        c.event_seq::text, (c.event_day - date '2000-01-01')::text,"
-    "        s.id::text, s.url, s.headers_sealed, s.secret_sealed,"
-    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
-    "        array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy,"
-    "        e.seq::text, e.content_type, e.headers::text, e.payload, e.schema_major::text"
-    "   FROM claimed c"
+    "        " DISPATCH_SUB_COLUMNS ", e.seq::text, " DISPATCH_EVENT_COLUMNS "   FROM claimed c"
     "   LEFT JOIN LATERAL (SELECT * FROM subscriptions s"
     "                       WHERE $8::bool AND s.id = c.subscription_id LIMIT 1) s ON true"
     "   LEFT JOIN LATERAL (SELECT * FROM event_inbox e"
@@ -226,25 +230,23 @@ static const struct hub_sql sql_claim = {
 
 /*
  * The load of a claim's jobs that did not look them up ($8 of sql_claim),
- * two statements in one round trip on the load connection: each subscription once ($1, text[] of
- * ids), then each job's stored event ($1 seqs, $2 days since 2000-01-01), numbered by ord (1-based,
- * in the order given).  Both by key, one row at a time (LIMIT 1 keeps each lookup a nested index
- * probe; a day is pruned to its partition).  Binary results: the payload comes as its bytes, every
- * other column is text.
+ * two statements in one round trip on the load connection: each
+ * subscription once ($1, text[] of ids), then each job's stored event ($1
+ * seqs, $2 days since 2000-01-01), numbered by ord (1-based, in the order
+ * given).  Both by key, one row at a time (LIMIT 1 keeps each lookup a
+ * nested index probe; a day is pruned to its partition).  Binary results:
+ * the payload comes as its bytes, every other column is text.
  */
 static const struct hub_sql sql_load_subscriptions = {
     "dispatch_load_subscriptions",
-    "SELECT s.id::text, s.url, s.headers_sealed, s.secret_sealed,"
-    "       CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"
-    "       array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy"
-    "  FROM unnest($1::text[]) u(id)"
+    "SELECT " DISPATCH_SUB_COLUMNS "  FROM unnest($1::text[]) u(id)"
     "  CROSS JOIN LATERAL (SELECT * FROM subscriptions s WHERE s.id = u.id::uuid LIMIT 1) s",
     0,
 };
 
 static const struct hub_sql sql_load_events = {
     "dispatch_load_events",
-    "SELECT u.ord::text, e.content_type, e.headers::text, e.payload, e.schema_major::text"
+    "SELECT u.ord::text, " DISPATCH_EVENT_COLUMNS
     "  FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY u(seq, day, ord)"
     "  CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
     "                       WHERE e.seq = u.seq AND e.day = date '2000-01-01' + u.day LIMIT 1) e",
@@ -481,8 +483,7 @@ struct hub_dispatch {
     int claim_looked_up; /* the claim in flight reads what attempts need ($8) */
     int claim_full;      /* the last claim came back full */
     size_t inflight;
-    size_t loading; /* claimed jobs being loaded ... */
-    int loads;      /* ... by this many load transactions */
+    size_t loading; /* claimed jobs whose load is in flight */
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
      * that none waits on the database between attempts.  Popped round-robin
      * across tenants, so a tenant's queued backlog cannot hold another's job
@@ -1511,7 +1512,6 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
     struct sub_row *by_id = NULL;
 
     d->loading -= (size_t)rows;
-    d->loads--;
     if (out->status != HUB_PG_OK || subs == NULL || evs == NULL ||
         (by_id = sub_rows_sorted(subs, 0)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
@@ -1611,7 +1611,6 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
         hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, params, lengths, formats);
         hub_pg_txn_add_binary(txn, &sql_load_events, 2, params + 1, lengths + 1, formats);
         d->loading += (size_t)rows;
-        d->loads++;
         hub_pg_txn_submit(txn); /* load_done runs, whatever happens */
     } else {
         load_release(d, l->claim);
@@ -2052,7 +2051,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
 
 /* Once stopping: no attempt in flight, no claim, every outcome written. */
 static void dispatch_maybe_done(struct hub_dispatch *d) {
-    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loads > 0 ||
+    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loading > 0 ||
         d->flushing || d->aux_inflight > 0 || d->open_handles < 4) {
         return;
     }
