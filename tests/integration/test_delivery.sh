@@ -128,6 +128,18 @@ resp=$(curl -s -H "Authorization: Bearer $ACME_KEY" "$HUB_URL/v1/deliveries/$job
 assert_contains "$resp" '"state":"dead"' "GET /v1/deliveries/{id} shows the dead job"
 assert_contains "$resp" '"attempts":[' "... with its attempts"
 
+# 6b. an attempt number already recorded (an operator lowered attempt_count by
+#     hand): the outcome batch fails once on the attempts' key, the dispatcher
+#     switches to the statement that probes for it, and the outcome lands
+psql_q "UPDATE delivery_jobs SET attempt_count = 2 WHERE id = $job" >/dev/null
+curl -s -o /dev/null -X POST -H "Authorization: Bearer $ACME_KEY" "$HUB_URL/v1/deliveries/$job/redeliver"
+wait_until 20 "grep -q 'outcomes now probe for it first' \"\$HUB_LOG\"" ||
+    fail "no switch to the probing outcome statement"
+wait_until 20 "[[ \$(psql_q \"SELECT state || '|' || attempt_count FROM delivery_jobs WHERE id = $job\") == 'dead|3' ]]" ||
+    fail "the outcome of the redelivered job did not land: $(psql_q "SELECT state, attempt_count FROM delivery_jobs WHERE id = $job")"
+assert_eq 3 "$(psql_q "SELECT count(*) FROM delivery_attempts WHERE job_id = $job")" \
+    "the duplicate attempt number is not recorded twice; the outcome still lands"
+
 # 7. 410 Gone disables the subscription
 wait_until 20 "[[ \$(psql_q \"SELECT disabled_reason FROM subscriptions WHERE id = '$GONE_ID'\") == gone ]]" ||
     fail "410 did not disable the subscription"
