@@ -477,6 +477,16 @@ struct outcome {
     char sub_id[40];
 };
 
+/* A destination URL as hub_url_parse() saw it (url_parse_cached). */
+#define URL_SLOTS 128
+
+struct url_slot {
+    char *text; /* owned; NULL = free */
+    int ok;     /* hub_url_parse() accepted it */
+    struct hub_url u;
+    long path_at; /* u.path is text + path_at, or static when -1 */
+};
+
 /* One token bucket per rate-limited subscription (SPEC §7.9).  A small
  * open-addressing table: probing is bounded, and when a probe window is full
  * its least recently used bucket is recycled (a forgotten bucket starts full,
@@ -496,6 +506,7 @@ struct hub_dispatch {
     struct hub_pg *pg_load;  /* one connection: the claimed jobs' loads */
     struct hub_pg *pg_out;   /* outcome batches */
     struct rate_bucket *rates;
+    struct url_slot *urls; /* URL_SLOTS, allocated at the first attempt */
     char owner[96];
     struct hub_breakers *breakers;
     uv_timer_t claim_timer;
@@ -1124,19 +1135,60 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     dispatch_maybe_done(d);
 }
 
+/* FNV-1a of a string: the slot of a small in-memory table. */
+static uint64_t fnv1a(const char *str) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        h = (h ^ *p) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/*
+ * hub_url_parse() of a destination, remembered by its text: a URL is parsed
+ * once, not for each attempt (libcurl's URL API and its copies were 2% of
+ * the dispatcher's CPU).  The result depends on the text alone.  On return
+ * out->path points into url, as if url had been parsed.
+ */
+static int url_parse_cached(struct hub_dispatch *d, const char *url, struct hub_url *out) {
+    struct url_slot *s;
+
+    if (d->urls == NULL && (d->urls = calloc(URL_SLOTS, sizeof(*d->urls))) == NULL) {
+        return hub_url_parse(url, out);
+    }
+    s = &d->urls[fnv1a(url) % URL_SLOTS];
+    if (s->text == NULL || strcmp(s->text, url) != 0) {
+        char *text = strdup(url);
+        if (text == NULL) {
+            return hub_url_parse(url, out);
+        }
+        free(s->text);
+        s->text = text;
+        s->ok = hub_url_parse(text, &s->u) == 0;
+        s->path_at = -1;
+        if (s->ok) {
+            /* the path is the URL's tail, or a static "/" when it has none */
+            size_t tl = strlen(text), pl = strlen(s->u.path);
+            s->path_at = pl <= tl && strcmp(text + tl - pl, s->u.path) == 0 ? (long)(tl - pl) : -1;
+        }
+    }
+    *out = s->u;
+    if (s->path_at >= 0) {
+        out->path = url + s->path_at;
+    }
+    return s->ok ? 0 : -1;
+}
+
 /*
  * Takes one token of the subscription's bucket.  Returns 0 when the attempt
  * may go, or the milliseconds to wait for the next token.
  */
 static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate) {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = fnv1a(sub_id);
     struct rate_bucket *b = NULL, *free_slot = NULL, *lru = NULL;
     int64_t now = unix_ms();
     double cap = rate > 1 ? rate : 1; /* a second's worth, at least one */
 
-    for (const unsigned char *p = (const unsigned char *)sub_id; *p; p++) {
-        h = (h ^ *p) * 1099511628211ULL;
-    }
     for (int i = 0; i < RATE_PROBE; i++) {
         struct rate_bucket *c = &d->rates[(h + (uint64_t)i) % RATE_SLOTS];
         if (strcmp(c->sub_id, sub_id) == 0) {
@@ -1222,7 +1274,7 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
     char err[512];
     int rc, url_ok;
 
-    if ((url_ok = hub_url_parse(j->url, &u) == 0)) {
+    if ((url_ok = url_parse_cached(d, j->url, &u) == 0)) {
         snprintf(j->origin, sizeof(j->origin), "%s", u.origin);
     } else {
         snprintf(j->origin, sizeof(j->origin), "%s", j->url);
@@ -2079,6 +2131,10 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     void *arg = d->done_arg;
     hub_breakers_free(d->breakers);
     free(d->rates);
+    for (size_t i = 0; d->urls != NULL && i < URL_SLOTS; i++) {
+        free(d->urls[i].text);
+    }
+    free(d->urls);
     for (size_t i = 0; i < d->n_outcomes; i++) {
         free(d->outcomes[i].excerpt);
     }
