@@ -155,8 +155,8 @@ static const struct hub_sql sql_due_tenants = {
  * of 16).
  * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]),
  * $6 their floors (timestamptz[], -infinity for none), $7 whether they had
- * open fifo jobs at the sample (bool[]; the fifo arm is skipped otherwise),
- * $8 whether to look up what the attempts need (see the result below).
+ * open fifo jobs at the sample (bool[]; the fifo arm is left out of the
+ * statement when none had, see sql_claim).
  */
 #define CLAIM_SQL_HEAD                                                                             \
     "WITH cand AS ("                                                                               \
@@ -198,17 +198,8 @@ static const struct hub_sql sql_due_tenants = {
  * the statistics lag behind a fast-growing backlog.  The update takes a list
  * of keys, not a join: a generic plan had merge-joined the locked rows
  * against the whole primary key from its first job.
- * The result: the jobs (columns 0-9), and with $8 what their attempts need:
- * the subscription's columns of sql_load_subscriptions (from 10) and the
- * event's of sql_load_events (from 18; the first is the event's seq here,
- * NULL when it is gone).  Without $8 the lookups are skipped (a one-time
- * filter) and left to the load, on a connection of its own, while the next
- * claim runs.  LIMIT 1 keeps each lookup a probe by key (flattened, the
- * subscriptions join became a hash join over the whole table).  Binary
- * results: every column but the payload is text, whose binary form is its
- * text, and the payload comes as its bytes.
  */
-#define CLAIM_SQL_TAIL                                                                             \
+#define CLAIM_SQL_CORE                                                                             \
     "   ) u ORDER BY u.next_attempt_at, u.id LIMIT $4::int) c"                                     \
     "  LIMIT $3::int"                                                                              \
     "), locked AS ("                                                                               \
@@ -221,29 +212,55 @@ static const struct hub_sql sql_due_tenants = {
     "   WHERE j.id = ANY (ARRAY(SELECT id FROM locked))"                                           \
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"      \
     "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"                         \
-    ")"                                                                                            \
+    ")"
+
+/* The claimed jobs, columns 0-9 of every claim's result. */
+#define CLAIM_SQL_JOBS                                                                             \
     " SELECT c.id::text, c.subscription_id::text, c.tenant_id, c.event_id, c.event_type,"          \
     "        c.attempt_count::text, c.fifo::text,"                                                 \
     "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text,"                     \
-    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text,"                          \
-    "        " DISPATCH_SUB_COLUMNS ", e.seq::text, " DISPATCH_EVENT_COLUMNS "   FROM claimed c"   \
-    "   LEFT JOIN LATERAL (SELECT * FROM subscriptions s"                                          \
-    "                       WHERE $8::bool AND s.id = c.subscription_id LIMIT 1) s ON true"        \
-    "   LEFT JOIN LATERAL (SELECT * FROM event_inbox e"                                            \
-    "                       WHERE $8::bool AND e.seq = c.event_seq AND e.day = c.event_day"        \
-    "                       LIMIT 1) e ON true"
-
-static const struct hub_sql sql_claim = {"dispatch_claim",
-                                         CLAIM_SQL_HEAD CLAIM_SQL_FIFO CLAIM_SQL_TAIL, 0};
-
-/* The claim when no tenant offered has open fifo jobs: an executor that
- * still sets up the fifo arm for every tenant, skipped or not, took 5-12%
- * longer per claim of 64 in a lab (pgbench, generic plans). */
-static const struct hub_sql sql_claim_unordered = {"dispatch_claim_unordered",
-                                                   CLAIM_SQL_HEAD CLAIM_SQL_TAIL, 0};
+    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text"
 
 /*
- * The load of a claim's jobs that did not look them up ($8 of sql_claim),
+ * The jobs and what their attempts need: the subscription's columns of
+ * sql_load_subscriptions (from 10) and the event's of sql_load_events (from
+ * 18; the first is the event's seq here, NULL when it is gone).  LIMIT 1
+ * keeps each lookup a probe by key (flattened, the subscriptions join became
+ * a hash join over the whole table).  Binary results: every column but the
+ * payload is text, whose binary form is its text, and the payload comes as
+ * its bytes.
+ */
+#define CLAIM_SQL_JOINS                                                                            \
+    "   FROM claimed c"                                                                            \
+    "   LEFT JOIN LATERAL (SELECT * FROM subscriptions s"                                          \
+    "                       WHERE s.id = c.subscription_id LIMIT 1) s ON true"                     \
+    "   LEFT JOIN LATERAL (SELECT * FROM event_inbox e"                                            \
+    "                       WHERE e.seq = c.event_seq AND e.day = c.event_day LIMIT 1) e ON true"
+#define CLAIM_SQL_LOOKUP                                                                           \
+    CLAIM_SQL_JOBS ", " DISPATCH_SUB_COLUMNS                                                       \
+                   ", e.seq::text, " DISPATCH_EVENT_COLUMNS CLAIM_SQL_JOINS
+
+/*
+ * The claim in four forms, by [fifo][lookup].  fifo: whether the fifo arm
+ * is in the statement; it is left out when no tenant offered has open fifo
+ * jobs (the arm yields rows only for those, but the executor still set it
+ * up for every tenant: 5-12% of a claim of 64 in a pgbench lab).  lookup:
+ * whether the claim reads what the attempts need, or returns the jobs only
+ * and leaves that to the load (see dispatch_claim); a form without the
+ * lookups has no plan nodes for them to set up (a claim of 16 took 10%
+ * less than one that skipped them by a parameter, same lab).
+ */
+#define CLAIM_SQL(fifo_arm, result) CLAIM_SQL_HEAD fifo_arm CLAIM_SQL_CORE result
+
+static const struct hub_sql sql_claim[2][2] = {
+    {{"dispatch_claim", CLAIM_SQL("", CLAIM_SQL_JOBS " FROM claimed c"), 0},
+     {"dispatch_claim_lookup", CLAIM_SQL("", CLAIM_SQL_LOOKUP), 0}},
+    {{"dispatch_claim_fifo", CLAIM_SQL(CLAIM_SQL_FIFO, CLAIM_SQL_JOBS " FROM claimed c"), 0},
+     {"dispatch_claim_fifo_lookup", CLAIM_SQL(CLAIM_SQL_FIFO, CLAIM_SQL_LOOKUP), 0}},
+};
+
+/*
+ * The load of a claim's jobs that did not look them up (sql_claim),
  * two statements in one round trip on the load connection: each
  * subscription once ($1, text[] of ids), then each job's stored event ($1
  * seqs, $2 days since 2000-01-01), numbered by ord (1-based, in the order
@@ -525,7 +542,7 @@ struct hub_dispatch {
     int64_t tenants_ms; /* when they were sampled */
     int tenants_dirty;  /* new jobs or a short claim since */
     size_t claim_asked; /* the batch asked for by the claim in flight */
-    int claim_looked_up; /* the claim in flight reads what attempts need ($8) */
+    int claim_looked_up; /* the claim in flight reads what attempts need */
     int claim_full;      /* the last claim came back full */
     size_t inflight;
     size_t loading; /* claimed jobs whose load is in flight */
@@ -1910,9 +1927,9 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = unix_ms() - d->tenants_ms;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[8] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL, NULL};
-    int lengths[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const int formats[8] = {0, 0, 0, 0, 1, 1, 1, 0};
+    const char *params[7] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL};
+    int lengths[7] = {0, 0, 0, 0, 0, 0, 0};
+    const int formats[7] = {0, 0, 0, 0, 1, 1, 1};
     struct hub_pgarr tenants, floors, fifo;
     int64_t now = unix_ms();
     size_t first = 0, window, share;
@@ -1982,8 +1999,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
               : NULL;
     if (txn != NULL) {
         d->claim_looked_up = !d->claim_full;
-        params[7] = d->claim_looked_up ? "t" : "f";
-        hub_pg_txn_add_binary(txn, any_fifo ? &sql_claim : &sql_claim_unordered, 8, params, lengths,
+        hub_pg_txn_add_binary(txn, &sql_claim[any_fifo][d->claim_looked_up], 7, params, lengths,
                               formats);
         d->claiming = 1;
         d->claim_asked = batch;
