@@ -260,13 +260,17 @@ static const struct hub_sql sql_claim[2][2] = {
 };
 
 /*
- * The load of a claim's jobs that did not look them up (sql_claim),
- * two statements in one round trip on the load connection: each
- * subscription once ($1, text[] of ids), then each job's stored event ($1
- * seqs, $2 days since 2000-01-01), numbered by ord (1-based, in the order
- * given).  Both by key, one row at a time (LIMIT 1 keeps each lookup a
- * nested index probe; a day is pruned to its partition).  Binary results:
- * the payload comes as its bytes, every other column is text.
+ * The load of a claim's jobs that did not look them up (sql_claim), in one
+ * round trip on the load connection: each subscription once ($1, text[] of
+ * ids), then the stored events, one statement per day of the batch (usually
+ * one): $1 seqs, $2 their ords (1-based rows of the claim), $3 the day (days
+ * since 2000-01-01).  The day is a parameter so that the executor prunes the
+ * inbox to that day's partition as it starts; a day per row was pruned only
+ * row by row, after every partition's scan had been set up (a load of 16
+ * took 0.31-0.40 ms with 32 partitions against 0.15-0.30 ms so, in a pgbench
+ * lab, and partitions grow with the retention).  Each lookup is by key, one
+ * row at a time (LIMIT 1 keeps it a nested index probe).  Binary results: the
+ * payload comes as its bytes, every other column is text.
  */
 static const struct hub_sql sql_load_subscriptions = {
     "dispatch_load_subscriptions",
@@ -278,9 +282,10 @@ static const struct hub_sql sql_load_subscriptions = {
 static const struct hub_sql sql_load_events = {
     "dispatch_load_events",
     "SELECT u.ord::text, " DISPATCH_EVENT_COLUMNS
-    "  FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY u(seq, day, ord)"
+    "  FROM unnest($1::int8[], $2::int4[]) u(seq, ord)"
     "  CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
-    "                       WHERE e.seq = u.seq AND e.day = date '2000-01-01' + u.day LIMIT 1) e",
+    "                       WHERE e.seq = u.seq AND e.day = date '2000-01-01' + $3::int4"
+    "                       LIMIT 1) e",
     0,
 };
 
@@ -1581,6 +1586,7 @@ struct load {
     struct hub_dispatch *d;
     PGresult *claim; /* a copy of the claim's result */
     int64_t claimed_ms;
+    int days; /* event statements: one per day of the batch */
 };
 
 /* A subscription id and its row (of the claim or of the load). */
@@ -1615,17 +1621,40 @@ static void load_release(struct hub_dispatch *d, PGresult *claim) {
     }
 }
 
+/* Queues the jobs of one day's events of a load (see load_done). */
+static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *subs,
+                        const struct sub_row *by_id, PGresult *evs) {
+    int rows = PQntuples(l->claim);
+
+    for (int e = 0; evs != NULL && e < PQntuples(evs); e++) {
+        struct job_rows x = {
+            {l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}, {0, 0, 0}};
+        struct sub_row key, *s;
+        struct job *j;
+        if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
+            continue;
+        }
+        key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], 1);
+        s = bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id), sub_row_cmp);
+        if (s == NULL) {
+            continue;
+        }
+        x.i[ROWS_SUB] = s->row;
+        if ((j = job_from_rows(d, &x, l->claimed_ms)) != NULL && queue_push(d, j) != 0) {
+            job_free(j); /* out of memory: the lease expires; reclaimed later */
+        }
+    }
+}
+
 static void load_done(void *arg, const struct hub_pg_outcome *out) {
     struct load *l = arg;
     struct hub_dispatch *d = l->d;
     int rows = PQntuples(l->claim);
-    PGresult *subs = out->n_results == 2 ? out->results[0] : NULL;
-    PGresult *evs = out->n_results == 2 ? out->results[1] : NULL;
+    PGresult *subs = out->n_results == 1 + l->days ? out->results[0] : NULL;
     struct sub_row *by_id = NULL;
 
     d->loading -= (size_t)rows;
-    if (out->status != HUB_PG_OK || subs == NULL || evs == NULL ||
-        (by_id = sub_rows_sorted(subs, 0)) == NULL) {
+    if (out->status != HUB_PG_OK || subs == NULL || (by_id = sub_rows_sorted(subs, 0)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", out->status != HUB_PG_OK ? out->error : "out of memory"),
                 HUB_LI("jobs", rows));
@@ -1634,23 +1663,8 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
         /* a job whose event is gone (its partition dropped) has no row and
          * stays leased: it is reclaimed, and dead as poison in the end; one
          * whose subscription is gone went with it */
-        for (int e = 0; e < PQntuples(evs); e++) {
-            struct job_rows x = {
-                {l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}, {0, 0, 0}};
-            struct sub_row key, *s;
-            struct job *j;
-            if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
-                continue;
-            }
-            key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], 1);
-            s = bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id), sub_row_cmp);
-            if (s == NULL) {
-                continue;
-            }
-            x.i[ROWS_SUB] = s->row;
-            if ((j = job_from_rows(d, &x, l->claimed_ms)) != NULL && queue_push(d, j) != 0) {
-                job_free(j); /* out of memory: the lease expires; reclaimed later */
-            }
+        for (int k = 1; k <= l->days; k++) {
+            load_events(d, l, subs, by_id, out->results[k]);
         }
     }
     free(by_id);
@@ -1688,51 +1702,79 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
 static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
     struct load *l = calloc(1, sizeof(*l));
     struct sub_row *by_id = sub_rows_sorted(r, 1);
-    struct hub_pgarr subs, seqs, days;
-    const char *params[3];
-    int lengths[3];
-    const int formats[2] = {1, 1};
+    int *days = malloc(sizeof(*days) * (size_t)(rows > 0 ? rows : 1));
+    struct hub_pgarr subs;
+    const char *sub_ids;
+    int sub_len, ok;
+    const int formats[3] = {1, 1, 0};
     struct hub_pg_txn *txn = NULL;
 
-    if (l == NULL || by_id == NULL ||
+    if (l == NULL || by_id == NULL || days == NULL ||
         (l->claim = PQcopyResult(r, PG_COPYRES_ATTRS | PG_COPYRES_TUPLES)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", "out of memory"), HUB_LI("jobs", rows));
         load_release(d, r);
         free(l);
         free(by_id);
+        free(days);
         return;
     }
     l->d = d;
     l->claimed_ms = unix_ms();
     hub_pgarr_init(&subs, HUB_OID_TEXT);
-    hub_pgarr_init(&seqs, HUB_OID_INT8);
-    hub_pgarr_init(&days, HUB_OID_INT4);
     for (int i = 0; i < rows; i++) {
         if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
             hub_pgarr_add_text(&subs, by_id[i].id);
         }
-        hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
-        hub_pgarr_add_i32(&days, atoi(PQgetvalue(r, i, 9)));
     }
-    params[0] = hub_pgarr_finish(&subs, &lengths[0]);
-    params[1] = hub_pgarr_finish(&seqs, &lengths[1]);
-    params[2] = hub_pgarr_finish(&days, &lengths[2]);
-    if (params[0] != NULL && params[1] != NULL && params[2] != NULL &&
-        (txn = hub_pg_txn_new(d->pg_load, load_done, l)) != NULL) {
-        hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, params, lengths, formats);
-        hub_pg_txn_add_binary(txn, &sql_load_events, 2, params + 1, lengths + 1, formats);
-        d->loading += (size_t)rows;
-        hub_pg_txn_submit(txn); /* load_done runs, whatever happens */
-    } else {
+    sub_ids = hub_pgarr_finish(&subs, &sub_len);
+    ok = sub_ids != NULL && (txn = hub_pg_txn_new(d->pg_load, load_done, l)) != NULL &&
+         hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, &sub_ids, &sub_len, formats) == 0;
+    /* the batch's days, each once, in the order first met */
+    for (int i = 0; ok && i < rows; i++) {
+        int day = atoi(PQgetvalue(r, i, 9)), seen = 0;
+        for (int k = 0; k < l->days && !seen; k++) {
+            seen = days[k] == day;
+        }
+        if (!seen) {
+            days[l->days++] = day;
+        }
+    }
+    for (int k = 0; ok && k < l->days; k++) {
+        struct hub_pgarr seqs, ords;
+        const char *params[3];
+        int lengths[3] = {0, 0, 0};
+        char day[16];
+        hub_pgarr_init(&seqs, HUB_OID_INT8);
+        hub_pgarr_init(&ords, HUB_OID_INT4);
+        for (int i = 0; i < rows; i++) {
+            if (atoi(PQgetvalue(r, i, 9)) == days[k]) {
+                hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
+                hub_pgarr_add_i32(&ords, i + 1);
+            }
+        }
+        snprintf(day, sizeof(day), "%d", days[k]);
+        params[0] = hub_pgarr_finish(&seqs, &lengths[0]);
+        params[1] = hub_pgarr_finish(&ords, &lengths[1]);
+        params[2] = day;
+        ok = params[0] != NULL && params[1] != NULL &&
+             hub_pg_txn_add_binary(txn, &sql_load_events, 3, params, lengths, formats) == 0;
+        hub_pgarr_free(&seqs);
+        hub_pgarr_free(&ords);
+    }
+    hub_pgarr_free(&subs);
+    free(by_id);
+    free(days);
+    if (txn == NULL) {
         load_release(d, l->claim);
         PQclear(l->claim);
         free(l);
+        return;
     }
-    hub_pgarr_free(&subs);
-    hub_pgarr_free(&seqs);
-    hub_pgarr_free(&days);
-    free(by_id);
+    /* a statement that could not be added fails the transaction at submit:
+     * load_done then releases the jobs */
+    d->loading += (size_t)rows;
+    hub_pg_txn_submit(txn); /* load_done runs, whatever happens */
 }
 
 /* A claim or tenant sample failed (the database is away): try again soon. */

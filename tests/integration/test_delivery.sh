@@ -172,7 +172,29 @@ assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="deferred"}')" 1 "de
 assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$RATE_ID' AND a.status <> 200")" \
     "deferral is not a failed attempt"
 
-# 10. metrics
+# 10. a backlog whose events are stored under two days: after a full claim
+#     the next one leaves its lookups to the load, which reads each day's
+#     partition with a statement of its own; every job is delivered
+produce --topic lerian.streaming.delivery --tenant acme --count 48 --id-prefix dy- \
+    --type studio.lerian.days.tested --payload-bytes 100 >/dev/null
+wait_until 20 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE event_id LIKE 'dy-%'\") == 48 ]]" ||
+    fail "the two-day events were not stored"
+psql_q "UPDATE event_inbox SET day = day - 1 WHERE event_id LIKE 'dy-%' AND seq % 2 = 0" >/dev/null
+DAYS_ID=$(mk /ok/days days.tested)
+activate "$DAYS_ID"
+psql_q "INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id, event_type)
+        SELECT '$DAYS_ID', tenant_id, seq, day, event_id, event_type FROM event_inbox
+         WHERE event_id LIKE 'dy-%'" >/dev/null
+assert_eq 2 "$(psql_q "SELECT count(DISTINCT event_day) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID'")" \
+    "the backlog's events are under two days"
+wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID' AND state = 'succeeded'\") == 48 ]]" ||
+    fail "jobs of a two-day backlog were not all delivered: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID' GROUP BY 1")"
+assert_eq 48 "$(grep '"path":"/ok/days"' "$SINK_LOG" | grep -o '"x-lerian-event-id":"dy-[0-9]*"' | sort -u | wc -l)" \
+    "the sink received each of the 48 events"
+assert_eq 0 "$(psql_q "SELECT sum(reclaims) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID'")" \
+    "none waited for its lease to expire (every loaded job went out)"
+
+# 11. metrics
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 21 "succeeded counted"
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="failed"}')" 5 "failed counted"
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="dead"}')" 1 "dead counted"
