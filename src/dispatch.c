@@ -298,87 +298,75 @@ static const struct hub_sql sql_load_events = {
  * $7 started_at, $8 duration ms, $9 status, $10 error, $11 excerpt,
  * $12 subscription id, $13 success, $14 owner.
  *
- * An attempt is numbered by the job's attempt count after this update.
- * Only the transaction that updated the job (j: our lease, held row lock)
- * records it, and the count only grows, so a number is recorded once: a
- * batch retried after a lost commit finds its leases cleared and records
- * nothing, and a key twice in one batch is written once (DISTINCT ON).  The
- * hub itself never writes a duplicate key.  A count lowered by hand (an
+ * j: a job whose subscription was disabled while it was in flight is parked
+ * rather than retried (SPEC §7.7): the disabling transaction parked it
+ * (d.state is the row as committed, re-read when that transaction wrote it
+ * first), or it committed before this snapshot.  The lease owner is set only
+ * while a job is in flight, so it is the whole fence; a "state =
+ * 'in_flight'" there would let the planner walk the partial lease index
+ * (all jobs in flight) instead of the primary key whenever its statistics
+ * think few are in flight: seconds per batch on a 1M backlog, and slower as
+ * the backlog of outcomes grows.
+ * f: a policy's match turned the job down: as if it had never matched.
+ * a: an attempt is numbered by the job's attempt count after j.  Only the
+ * transaction that updated the job (our lease, its row lock held) records
+ * it, and the count only grows, so a number is recorded once: a batch
+ * retried after a lost commit finds its leases cleared and records nothing,
+ * and a key twice in one batch is written once (DISTINCT ON).  The hub
+ * itself never writes a duplicate key.  A count lowered by hand (an
  * operator's SQL) could, and the batch would fail on the primary key and be
  * retried whole, holding every outcome back: after such a failure the
  * dispatcher switches to sql_outcomes_checked, which probes for the key
  * first.  The probe is not in the usual statement because it costs an index
  * descent per attempt (5-10% of this statement, measured in a lab), and ON
  * CONFLICT's speculative insertion costs more (one more WAL record a row).
+ * chg: only streaks that change; a success on a subscription without a
+ * streak writes nothing (no row version, no trigger, no lock).
+ * lk: two outcome batches may touch the same subscriptions: they lock them
+ * in one order, so that concurrent batches queue instead of deadlocking.
  */
-#define OUTCOMES_SQL(attempt_probe)                                                                                                                                     \
-    "WITH o AS ("                                                                                                                                                       \
-    "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"                                                                                \
-    "                       $6::text[], $7::timestamptz[], $8::int4[], $9::int4[], $10::text[],"                                                                        \
-    "                       $11::text[], $12::text[], $13::bool[])"                                                                                                     \
-    "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"                                                                            \
-    "         status, error, excerpt, subscription_id, success)"                                                                                                        \
-    "), j AS (" /* a job whose subscription was disabled while it was in flight is                                                                                      \
-                 * parked rather than retried (SPEC §7.7): the disabling transaction                                                                                   \
-                 * parked it (d.state is the row as committed, re-read when that                                                                                        \
-                 * transaction wrote it first), or it committed before this snapshot */                                                                                 \
-    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                                                                                          \
-    "             d.state = 'parked' OR NOT EXISTS ("                                                                                                                   \
-    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled))"                                                                         \
-    "             THEN 'parked' ELSE o.state END, reason = o.reason,"                                                                                                   \
-    "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"                                                                               \
-    "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                                                                                         \
-    "         lease_owner = NULL, lease_until = NULL, updated_at = now()" /* the lease owner is                                                                         \
-                                                                           * set only while a job                                                                       \
-                                                                           * is in flight, so it                                                                        \
-                                                                           * is the whole fence; a                                                                      \
-                                                                           * "state = 'in_flight'"                                                                      \
-                                                                           * here would let the                                                                         \
-                                                                           * planner walk the                                                                           \
-                                                                           * partial lease index                                                                        \
-                                                                           * (all jobs in flight)                                                                       \
-                                                                           * instead of the                                                                             \
-                                                                           * primary key whenever                                                                       \
-                                                                           * its statistics think                                                                       \
-                                                                           * few are in flight:                                                                         \
-                                                                           * seconds per batch on                                                                       \
-                                                                           * a 1M backlog, and                                                                          \
-                                                                           * slower as the backlog                                                                      \
-                                                                           * of outcomes grows */                                                                       \
-    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text"                                                                                                        \
-    "     AND o.state <> 'filtered'"                                                                                                                                    \
-    "  RETURNING d.id, d.attempt_count"                                                                                                                                 \
-    "), f AS (" /* a policy's match turned the job down: as if it had never matched */                                                                                  \
-    "  DELETE FROM delivery_jobs d USING o"                                                                                                                             \
-    "   WHERE d.id = o.id AND o.state = 'filtered' AND d.lease_owner = $14::text"                                                                                       \
-    "), a AS ("                                                                                                                                                         \
-    "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"                                                                       \
-    "                                 status, error, response_excerpt)"                                                                                                 \
-    "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"                                                                         \
-    "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"                                                                         \
-    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), last AS ("                                                                                   \
-    "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"                                                                          \
-    "         min(started_at) FILTER (WHERE NOT success)"                                                                                                               \
-    "             OVER (PARTITION BY subscription_id) AS first_fail"                                                                                                    \
-    "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC" /* only streaks that                                                                         \
-                                                                            * change: a success on                                                                      \
-                                                                            * a subscription                                                                            \
-                                                                            * without a streak                                                                          \
-                                                                            * writes nothing (no                                                                        \
-                                                                            * row version, no                                                                           \
-                                                                            * trigger, no lock) */                                                                      \
-    "), chg AS ("                                                                                                                                                       \
-    "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"                                                                                                  \
-    "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)" /* two outcome batches may touch the same subscriptions: lock them in    \
-                                                                                                * one order, so that concurrent batches queue instead of deadlocking */ \
-    "), lk AS ("                                                                                                                                                        \
-    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"                                                                                             \
-    "   ORDER BY s.id FOR UPDATE"                                                                                                                                       \
-    ")"                                                                                                                                                                 \
-    " UPDATE subscriptions s SET"                                                                                                                                       \
-    "        failure_first_at = CASE WHEN last.success THEN NULL"                                                                                                       \
-    "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"                                                                           \
-    "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"                                                                               \
+#define OUTCOMES_SQL(attempt_probe)                                                                \
+    "WITH o AS ("                                                                                  \
+    "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"           \
+    "                       $6::text[], $7::timestamptz[], $8::int4[], $9::int4[], $10::text[],"   \
+    "                       $11::text[], $12::text[], $13::bool[])"                                \
+    "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"       \
+    "         status, error, excerpt, subscription_id, success)"                                   \
+    "), j AS ("                                                                                    \
+    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
+    "             d.state = 'parked' OR NOT EXISTS ("                                              \
+    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled))"    \
+    "             THEN 'parked' ELSE o.state END, reason = o.reason,"                              \
+    "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"          \
+    "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                    \
+    "         lease_owner = NULL, lease_until = NULL, updated_at = now()"                          \
+    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text"                                   \
+    "     AND o.state <> 'filtered'"                                                               \
+    "  RETURNING d.id, d.attempt_count"                                                            \
+    "), f AS ("                                                                                    \
+    "  DELETE FROM delivery_jobs d USING o"                                                        \
+    "   WHERE d.id = o.id AND o.state = 'filtered' AND d.lease_owner = $14::text"                  \
+    "), a AS ("                                                                                    \
+    "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"  \
+    "                                 status, error, response_excerpt)"                            \
+    "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"    \
+    "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"    \
+    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), last AS ("              \
+    "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"     \
+    "         min(started_at) FILTER (WHERE NOT success)"                                          \
+    "             OVER (PARTITION BY subscription_id) AS first_fail"                               \
+    "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC"                         \
+    "), chg AS ("                                                                                  \
+    "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"                             \
+    "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)"     \
+    "), lk AS ("                                                                                   \
+    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"                        \
+    "   ORDER BY s.id FOR UPDATE"                                                                  \
+    ")"                                                                                            \
+    " UPDATE subscriptions s SET"                                                                  \
+    "        failure_first_at = CASE WHEN last.success THEN NULL"                                  \
+    "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"      \
+    "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"          \
     "   FROM chg last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)"
 
 static const struct hub_sql sql_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};
