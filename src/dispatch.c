@@ -535,8 +535,8 @@ struct hub_dispatch {
     int64_t tenants_ms; /* when they were sampled */
     int tenants_dirty;  /* new jobs or a short claim since */
     size_t claim_asked; /* the batch asked for by the claim in flight */
-    int claim_looked_up; /* the claim in flight reads what attempts need */
-    int claim_full;      /* the last claim came back full */
+    int claim_full;     /* the last claim came back full; the one after it leaves
+                         * its lookups to the load (see claim_done) */
     size_t inflight;
     size_t loading; /* claimed jobs whose load is in flight */
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
@@ -1609,6 +1609,15 @@ static void load_release(struct hub_dispatch *d, PGresult *claim) {
     }
 }
 
+/* Makes a job of x and queues it (out of memory, the lease expires and the
+ * job is reclaimed later). */
+static void queue_job(struct hub_dispatch *d, const struct job_rows *x, int64_t claimed_ms) {
+    struct job *j = job_from_rows(d, x, claimed_ms);
+    if (j != NULL && queue_push(d, j) != 0) {
+        job_free(j);
+    }
+}
+
 /* Queues the jobs of one day's events of a load (see load_done). */
 static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *subs,
                         const struct sub_row *by_id, PGresult *evs) {
@@ -1618,7 +1627,6 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
         struct job_rows x = {
             {l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}, {0, 0, 0}};
         struct sub_row key, *s;
-        struct job *j;
         if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
             continue;
         }
@@ -1628,9 +1636,7 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
             continue;
         }
         x.i[ROWS_SUB] = s->row;
-        if ((j = job_from_rows(d, &x, l->claimed_ms)) != NULL && queue_push(d, j) != 0) {
-            job_free(j); /* out of memory: the lease expires; reclaimed later */
-        }
+        queue_job(d, &x, l->claimed_ms);
     }
 }
 
@@ -1667,7 +1673,6 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
     int64_t now = unix_ms();
     for (int i = 0; i < rows; i++) {
         struct job_rows x = {{r, r, r}, {i, i, i}, {0, CLAIM_SUB_BASE, CLAIM_EVENT_BASE}};
-        struct job *j;
         size_t len;
         /* a job whose event is gone (its partition dropped) stays leased: it
          * is reclaimed, and dead as poison in the end */
@@ -1675,9 +1680,7 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
             rows_value(&x, ROWS_SUB, 0, &len) == NULL) {
             continue;
         }
-        if ((j = job_from_rows(d, &x, now)) != NULL && queue_push(d, j) != 0) {
-            job_free(j); /* out of memory: the lease expires; reclaimed later */
-        }
+        queue_job(d, &x, now);
     }
 }
 
@@ -1687,24 +1690,54 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
  * the claim is the one step of the cycle that runs one at a time, and the
  * lookups were a third of it.
  */
+/* Adds the event statement of the claim rows (r) whose day is day. */
+static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day, int rows,
+                        int day) {
+    static const int formats[3] = {1, 1, 0};
+    struct hub_pgarr seqs, ords;
+    const char *params[3];
+    int lengths[3] = {0, 0, 0};
+    char text[16];
+    int rc;
+
+    hub_pgarr_init(&seqs, HUB_OID_INT8);
+    hub_pgarr_init(&ords, HUB_OID_INT4);
+    for (int i = 0; i < rows; i++) {
+        if (row_day[i] == day) {
+            hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
+            hub_pgarr_add_i32(&ords, i + 1);
+        }
+    }
+    snprintf(text, sizeof(text), "%d", day);
+    params[0] = hub_pgarr_finish(&seqs, &lengths[0]);
+    params[1] = hub_pgarr_finish(&ords, &lengths[1]);
+    params[2] = text;
+    rc = params[0] != NULL && params[1] != NULL
+             ? hub_pg_txn_add_binary(txn, &sql_load_events, 3, params, lengths, formats)
+             : -1;
+    hub_pgarr_free(&seqs);
+    hub_pgarr_free(&ords);
+    return rc;
+}
+
 static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
+    static const int formats[1] = {1};
     struct load *l = calloc(1, sizeof(*l));
     struct sub_row *by_id = sub_rows_sorted(r, 1);
-    int *days = malloc(sizeof(*days) * (size_t)(rows > 0 ? rows : 1));
+    int *row_day = malloc(sizeof(*row_day) * (size_t)(rows > 0 ? rows : 1));
     struct hub_pgarr subs;
     const char *sub_ids;
     int sub_len, ok;
-    const int formats[3] = {1, 1, 0};
     struct hub_pg_txn *txn = NULL;
 
-    if (l == NULL || by_id == NULL || days == NULL ||
+    if (l == NULL || by_id == NULL || row_day == NULL ||
         (l->claim = PQcopyResult(r, PG_COPYRES_ATTRS | PG_COPYRES_TUPLES)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", "out of memory"), HUB_LI("jobs", rows));
         load_release(d, r);
         free(l);
         free(by_id);
-        free(days);
+        free(row_day);
         return;
     }
     l->d = d;
@@ -1714,53 +1747,35 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
         if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
             hub_pgarr_add_text(&subs, by_id[i].id);
         }
+        row_day[i] = atoi(PQgetvalue(r, i, 9));
     }
     sub_ids = hub_pgarr_finish(&subs, &sub_len);
     ok = sub_ids != NULL && (txn = hub_pg_txn_new(d->pg_load, load_done, l)) != NULL &&
          hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, &sub_ids, &sub_len, formats) == 0;
-    /* the batch's days, each once, in the order first met */
+    /* one statement per day, at the day's first row (a batch has one day,
+     * two around midnight: the scan back stops at once) */
     for (int i = 0; ok && i < rows; i++) {
-        int day = atoi(PQgetvalue(r, i, 9)), seen = 0;
-        for (int k = 0; k < l->days && !seen; k++) {
-            seen = days[k] == day;
+        int first = 1;
+        for (int k = 0; k < i && first; k++) {
+            first = row_day[k] != row_day[i];
         }
-        if (!seen) {
-            days[l->days++] = day;
+        if (first) {
+            ok = load_add_day(txn, r, row_day, rows, row_day[i]) == 0;
+            l->days++;
         }
-    }
-    for (int k = 0; ok && k < l->days; k++) {
-        struct hub_pgarr seqs, ords;
-        const char *params[3];
-        int lengths[3] = {0, 0, 0};
-        char day[16];
-        hub_pgarr_init(&seqs, HUB_OID_INT8);
-        hub_pgarr_init(&ords, HUB_OID_INT4);
-        for (int i = 0; i < rows; i++) {
-            if (atoi(PQgetvalue(r, i, 9)) == days[k]) {
-                hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
-                hub_pgarr_add_i32(&ords, i + 1);
-            }
-        }
-        snprintf(day, sizeof(day), "%d", days[k]);
-        params[0] = hub_pgarr_finish(&seqs, &lengths[0]);
-        params[1] = hub_pgarr_finish(&ords, &lengths[1]);
-        params[2] = day;
-        ok = params[0] != NULL && params[1] != NULL &&
-             hub_pg_txn_add_binary(txn, &sql_load_events, 3, params, lengths, formats) == 0;
-        hub_pgarr_free(&seqs);
-        hub_pgarr_free(&ords);
     }
     hub_pgarr_free(&subs);
     free(by_id);
-    free(days);
+    free(row_day);
     if (txn == NULL) {
         load_release(d, l->claim);
         PQclear(l->claim);
         free(l);
         return;
     }
-    /* a statement that could not be added fails the transaction at submit:
-     * load_done then releases the jobs */
+    /* a statement that could not be added fails the transaction at submit
+     * (or leaves it short of l->days results): load_done then releases the
+     * jobs */
     d->loading += (size_t)rows;
     hub_pg_txn_submit(txn); /* load_done runs, whatever happens */
 }
@@ -1846,7 +1861,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     claim_floors(d, r, rows);
-    if (rows > 0 && d->claim_looked_up) {
+    if (rows > 0 && !d->claim_full) { /* this claim did the lookups itself */
         claim_jobs(d, r, rows);
     } else if (rows > 0) {
         dispatch_load(d, r, rows);
@@ -2028,8 +2043,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
               ? hub_pg_txn_new(d->pg_claim, claim_done, d)
               : NULL;
     if (txn != NULL) {
-        d->claim_looked_up = !d->claim_full;
-        hub_pg_txn_add_binary(txn, &sql_claim[any_fifo][d->claim_looked_up], 7, params, lengths,
+        hub_pg_txn_add_binary(txn, &sql_claim[any_fifo][!d->claim_full], 7, params, lengths,
                               formats);
         d->claiming = 1;
         d->claim_asked = batch;
