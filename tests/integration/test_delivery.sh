@@ -8,7 +8,8 @@
 # 410 disabling the subscription, circuit-breaker shedding, the deliveries API
 # and the metrics.  Durations are shortened through the environment; the
 # breaker (per tenant and origin: every sink path shares one origin) is kept
-# out of the way here.
+# out of the way here.  A backlog of 1,200 jobs due at once is drained with
+# each job attempted, recorded and received once.
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/sink.sh"
@@ -193,6 +194,27 @@ assert_eq 48 "$(grep '"path":"/ok/days"' "$SINK_LOG" | grep -o '"x-lerian-event-
     "the sink received each of the 48 events"
 assert_eq 0 "$(psql_q "SELECT sum(reclaims) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID'")" \
     "none waited for its lease to expire (every loaded job went out)"
+
+# 10b. a backlog of 1,200 jobs due at once, drained by consecutive full
+#     claims (each leaving its lookups to the load, each tenant's next claim
+#     starting at its floor): no job is claimed twice, each goes out once
+produce --topic lerian.streaming.delivery --tenant acme --count 1200 --id-prefix bl- \
+    --type studio.lerian.backlog.tested --payload-bytes 64 >/dev/null
+wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE event_id LIKE 'bl-%'\") == 1200 ]]" ||
+    fail "the backlog's events were not stored"
+BACKLOG_ID=$(mk /ok/backlog backlog.tested)
+activate "$BACKLOG_ID"
+psql_q "INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id, event_type)
+        SELECT '$BACKLOG_ID', tenant_id, seq, day, event_id, event_type FROM event_inbox
+         WHERE event_id LIKE 'bl-%'" >/dev/null
+wait_until 60 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' AND state = 'succeeded'\") == 1200 ]]" ||
+    fail "the backlog was not delivered: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' GROUP BY 1")"
+assert_eq "1200×1" "$(psql_q "SELECT string_agg(n || '×' || attempt_count, ' ') FROM (SELECT attempt_count, count(*) n FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' GROUP BY 1) x")" \
+    "each backlog job was attempted once"
+assert_eq 1200 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$BACKLOG_ID'")" \
+    "one attempt recorded per backlog job"
+assert_eq "1200 1200" "$(grep '"path":"/ok/backlog"' "$SINK_LOG" | grep -o '"x-lerian-event-id":"bl-[0-9]*"' | sort | uniq -c | awk '{n++; t+=$1} END {print n, t}')" \
+    "the sink received each of the 1,200 events once"
 
 # 11. metrics
 assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 21 "succeeded counted"
