@@ -173,24 +173,42 @@ assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="deferred"}')" 1 "de
 assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$RATE_ID' AND a.status <> 200")" \
     "deferral is not a failed attempt"
 
+# stored_events PREFIX COUNT TYPE BYTES: produces COUNT events of acme with
+# ids PREFIX-n and waits until they are stored
+stored_events() {
+    produce --topic lerian.streaming.delivery --tenant acme --count "$2" --id-prefix "$1-" \
+        --type "studio.lerian.$3" --payload-bytes "$4" >/dev/null
+    wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE event_id LIKE '$1-%'\") == $2 ]]"
+}
+# backlog_jobs SUB PREFIX: a due job of SUB for each stored event PREFIX-n, all
+# at once (a backlog, not matching as events arrive)
+backlog_jobs() {
+    psql_q "INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id, event_type)
+            SELECT '$1', tenant_id, seq, day, event_id, event_type FROM event_inbox
+             WHERE event_id LIKE '$2-%'" >/dev/null
+}
+# backlog_delivered SUB COUNT: waits until COUNT jobs of SUB succeeded
+backlog_delivered() {
+    wait_until 60 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$1' AND state = 'succeeded'\") == $2 ]]"
+}
+job_states() { psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$1' GROUP BY 1"; }
+# sink_event_ids PATH PREFIX: the event id of each request the sink got at PATH
+# whose id starts with PREFIX-
+sink_event_ids() { sink_header "$1" X-Lerian-Event-Id | grep "^$2-"; }
+
 # 10. a backlog whose events are stored under two days: after a full claim
 #     the next one leaves its lookups to the load, which reads each day's
 #     partition with a statement of its own; every job is delivered
-produce --topic lerian.streaming.delivery --tenant acme --count 48 --id-prefix dy- \
-    --type studio.lerian.days.tested --payload-bytes 100 >/dev/null
-wait_until 20 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE event_id LIKE 'dy-%'\") == 48 ]]" ||
-    fail "the two-day events were not stored"
+stored_events dy 48 days.tested 100 || fail "the two-day events were not stored"
 psql_q "UPDATE event_inbox SET day = day - 1 WHERE event_id LIKE 'dy-%' AND seq % 2 = 0" >/dev/null
 DAYS_ID=$(mk /ok/days days.tested)
 activate "$DAYS_ID"
-psql_q "INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id, event_type)
-        SELECT '$DAYS_ID', tenant_id, seq, day, event_id, event_type FROM event_inbox
-         WHERE event_id LIKE 'dy-%'" >/dev/null
+backlog_jobs "$DAYS_ID" dy
 assert_eq 2 "$(psql_q "SELECT count(DISTINCT event_day) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID'")" \
     "the backlog's events are under two days"
-wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID' AND state = 'succeeded'\") == 48 ]]" ||
-    fail "jobs of a two-day backlog were not all delivered: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID' GROUP BY 1")"
-assert_eq 48 "$(grep '"path":"/ok/days"' "$SINK_LOG" | grep -o '"x-lerian-event-id":"dy-[0-9]*"' | sort -u | wc -l)" \
+backlog_delivered "$DAYS_ID" 48 ||
+    fail "jobs of a two-day backlog were not all delivered: $(job_states "$DAYS_ID")"
+assert_eq 48 "$(sink_event_ids /ok/days dy | sort -u | wc -l)" \
     "the sink received each of the 48 events"
 assert_eq 0 "$(psql_q "SELECT sum(reclaims) FROM delivery_jobs WHERE subscription_id = '$DAYS_ID'")" \
     "none waited for its lease to expire (every loaded job went out)"
@@ -198,22 +216,17 @@ assert_eq 0 "$(psql_q "SELECT sum(reclaims) FROM delivery_jobs WHERE subscriptio
 # 10b. a backlog of 1,200 jobs due at once, drained by consecutive full
 #     claims (each leaving its lookups to the load, each tenant's next claim
 #     starting at its floor): no job is claimed twice, each goes out once
-produce --topic lerian.streaming.delivery --tenant acme --count 1200 --id-prefix bl- \
-    --type studio.lerian.backlog.tested --payload-bytes 64 >/dev/null
-wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE event_id LIKE 'bl-%'\") == 1200 ]]" ||
-    fail "the backlog's events were not stored"
+stored_events bl 1200 backlog.tested 64 || fail "the backlog's events were not stored"
 BACKLOG_ID=$(mk /ok/backlog backlog.tested)
 activate "$BACKLOG_ID"
-psql_q "INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id, event_type)
-        SELECT '$BACKLOG_ID', tenant_id, seq, day, event_id, event_type FROM event_inbox
-         WHERE event_id LIKE 'bl-%'" >/dev/null
-wait_until 60 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' AND state = 'succeeded'\") == 1200 ]]" ||
-    fail "the backlog was not delivered: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' GROUP BY 1")"
+backlog_jobs "$BACKLOG_ID" bl
+backlog_delivered "$BACKLOG_ID" 1200 ||
+    fail "the backlog was not delivered: $(job_states "$BACKLOG_ID")"
 assert_eq "1200×1" "$(psql_q "SELECT string_agg(n || '×' || attempt_count, ' ') FROM (SELECT attempt_count, count(*) n FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' GROUP BY 1) x")" \
     "each backlog job was attempted once"
 assert_eq 1200 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$BACKLOG_ID'")" \
     "one attempt recorded per backlog job"
-assert_eq "1200 1200" "$(grep '"path":"/ok/backlog"' "$SINK_LOG" | grep -o '"x-lerian-event-id":"bl-[0-9]*"' | sort | uniq -c | awk '{n++; t+=$1} END {print n, t}')" \
+assert_eq "1200 1200" "$(sink_event_ids /ok/backlog bl | sort | uniq -c | awk '{n++; t+=$1} END {print n, t}')" \
     "the sink received each of the 1,200 events once"
 
 # 11. metrics
