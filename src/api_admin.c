@@ -39,7 +39,6 @@
 #define ADMIN_SCOPE "admin"
 #define ADMIN_PREFIX "/admin"
 #define ADMIN_MAX_SEGMENTS 4
-#define IDEM_KEY_MAX 255
 #define API_KEY_RAW 32
 #define API_KEY_TEXT 48 /* "shk_" + 43 + NUL */
 
@@ -102,31 +101,6 @@ static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum a
 }
 
 /* strdup of a path segment or NULL-able string; sets *oom on failure. */
-static char *dup_n(const char *s, size_t len, int *oom) {
-    char *d;
-    if (s == NULL) {
-        return NULL;
-    }
-    d = strndup(s, len);
-    if (d == NULL) {
-        *oom = 1;
-    }
-    return d;
-}
-
-static char *dup_s(const char *s, int *oom) {
-    return s != NULL ? dup_n(s, strlen(s), oom) : NULL;
-}
-
-static int seg_is(h2o_iovec_t seg, const char *s) {
-    return h2o_memis(seg.base, seg.len, s, strlen(s));
-}
-
-/* GET routes also answer HEAD (h2o leaves the body out). */
-static int method_get(const h2o_req_t *req) {
-    return hub_api_method_is(req, "GET") || hub_api_method_is(req, "HEAD");
-}
-
 static void send_not_found(h2o_req_t *req, const char *what) {
     hub_api_send_problem(req, 404, what, NULL);
 }
@@ -154,14 +128,9 @@ static void send_pg_object(h2o_req_t *req, int status, const char *text, size_t 
 static void send_one_row(struct admin_call *a, const struct hub_pg_outcome *out, int index,
                          const char *missing) {
     h2o_req_t *req = a->call.req;
-    PGresult *r = out->results[index];
+    PGresult *r = hub_api_found(req, out, index, missing);
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        send_not_found(req, missing);
+    if (r == NULL) {
         return;
     }
     send_pg_object(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), NULL);
@@ -266,25 +235,12 @@ static void tenant_list(struct hub *hub, h2o_req_t *req) {
         return;
     }
     a->limit = page.limit;
-    a->after = dup_s(page.after, &oom);
+    a->after = hub_api_strdup(page.after, &oom);
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     run_list(a, &hub_sql_admin_tenant_list, tenant_list_done, 1, (const char *[]){a->after});
-}
-
-/* Positive decimal int64 ("1".."999999999999999999"). */
-static int positive_id(const char *s, size_t len) {
-    if (len == 0 || len > 18 || s[0] == '0') {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') {
-            return 0;
-        }
-    }
-    return 1;
 }
 
 static int quarantine_reason_valid(const char *s) {
@@ -301,7 +257,7 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
     int r;
 
     hub_api_page_parse(req, "quarantine", &page, &errors);
-    if (page.after != NULL && !positive_id(page.after, strlen(page.after))) {
+    if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
         hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
     }
     /* Quarantined records may carry tenant ids that never passed validation,
@@ -330,11 +286,11 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
         return;
     }
     a->limit = page.limit;
-    a->tenant_id = dup_s(tenant, &oom);
-    a->reason = dup_s(reason, &oom);
-    a->after = dup_s(page.after, &oom);
+    a->tenant_id = hub_api_strdup(tenant, &oom);
+    a->reason = hub_api_strdup(reason, &oom);
+    a->after = hub_api_strdup(page.after, &oom);
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     run_list(a, &hub_sql_admin_quarantine_list, quarantine_list_done, 3,
@@ -361,9 +317,9 @@ static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const str
     if (a == NULL) {
         return;
     }
-    a->object_id = dup_n(id.base, id.len, &oom);
+    a->object_id = hub_api_strndup(id.base, id.len, &oom);
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     txn = hub_api_call_txn(&a->call, cb);
@@ -433,13 +389,13 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
     if (audit == NULL || json_object_update(audit, body) != 0) {
         oom = 1;
     }
-    a->tenant_id = dup_n(id.base, id.len, &oom);
-    a->status = dup_s(json_string_value(status), &oom);
+    a->tenant_id = hub_api_strndup(id.base, id.len, &oom);
+    a->status = hub_api_strdup(json_string_value(status), &oom);
     a->quotas_set = quotas != NULL;
     a->quotas = json_param(quotas, &oom);
     a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         goto done;
     }
     txn = hub_api_call_txn(&a->call, tenant_patch_done);
@@ -459,17 +415,10 @@ done:
 
 static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     h2o_req_t *req = call->req;
-    PGresult *r = out->results[0];
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(req, out);
-        return;
+    if (hub_api_found(req, out, 0, "API key not found for this tenant") != NULL) {
+        hub_api_send_no_content(req);
     }
-    if (r == NULL || PQntuples(r) == 0) {
-        send_not_found(req, "API key not found for this tenant");
-        return;
-    }
-    hub_api_send_no_content(req);
 }
 
 static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_iovec_t key_id) {
@@ -486,10 +435,10 @@ static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_
     if (a == NULL) {
         return;
     }
-    a->tenant_id = dup_n(tenant.base, tenant.len, &oom);
-    a->object_id = dup_n(key_id.base, key_id.len, &oom);
+    a->tenant_id = hub_api_strndup(tenant.base, tenant.len, &oom);
+    a->object_id = hub_api_strndup(key_id.base, key_id.len, &oom);
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     txn = hub_api_call_txn(&a->call, key_revoke_done);
@@ -652,28 +601,6 @@ static void post_execute(struct admin_call *a) {
     hub_api_call_submit(&a->call, txn);
 }
 
-/* Reads the Idempotency-Key header: 1..255 visible ASCII characters.
- * Returns 0 (with *key NULL when absent) or -1 after adding an error. */
-static int read_idem_key(h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
-    if (!hub_api_header(req, "idempotency-key", key)) {
-        key->base = NULL;
-        key->len = 0;
-        return 0;
-    }
-    if (key->len == 0 || key->len > IDEM_KEY_MAX) {
-        goto bad;
-    }
-    for (size_t i = 0; i < key->len; i++) {
-        if (key->base[i] < 0x21 || key->base[i] > 0x7e) {
-            goto bad;
-        }
-    }
-    return 0;
-bad:
-    hub_api_errors_add(errors, "Idempotency-Key", "must be 1 to 255 visible ASCII characters");
-    return -1;
-}
-
 static void tenant_create(struct hub *hub, h2o_req_t *req) {
     static const char *const allowed[] = {"id", "status", "quotas", NULL};
     json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
@@ -701,7 +628,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
     if (quotas != NULL && !json_is_object(quotas) && !json_is_null(quotas)) {
         hub_api_errors_add(&errors, "quotas", "must be an object or null");
     }
-    read_idem_key(req, &idem, &errors);
+    hub_api_idempotency_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         goto done;
@@ -710,14 +637,14 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
     if (a == NULL) {
         goto done;
     }
-    a->tenant_id = dup_s(json_string_value(id), &oom);
-    a->status = dup_s(status_valid(status) ? json_string_value(status) : "active", &oom);
+    a->tenant_id = hub_api_strdup(json_string_value(id), &oom);
+    a->status = hub_api_strdup(status_valid(status) ? json_string_value(status) : "active", &oom);
     a->quotas = json_param(quotas, &oom);
-    a->idem_key = dup_n(idem.base, idem.len, &oom);
+    a->idem_key = hub_api_strndup(idem.base, idem.len, &oom);
     audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas", quotas);
     a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
     if (oom || audit == NULL) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         goto done;
     }
     if (a->idem_key != NULL) {
@@ -752,7 +679,7 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
         hub_api_reject_unknown_members(body, allowed, &errors);
         json_decref(body);
     }
-    read_idem_key(req, &idem, &errors);
+    hub_api_idempotency_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         return;
@@ -761,10 +688,10 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
     if (a == NULL) {
         return;
     }
-    a->tenant_id = dup_n(tenant.base, tenant.len, &oom);
-    a->idem_key = dup_n(idem.base, idem.len, &oom);
+    a->tenant_id = hub_api_strndup(tenant.base, tenant.len, &oom);
+    a->idem_key = hub_api_strndup(idem.base, idem.len, &oom);
     if (oom) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     if (a->idem_key != NULL) {
@@ -776,31 +703,9 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
 
 /* -------------------------------------------------------------- routing -- */
 
-/* Splits the path after "/admin" into segments.  Returns the count, or -1
- * when there are too many or one is empty ("//"); a trailing "/" is allowed. */
-static int split_path(h2o_iovec_t path, h2o_iovec_t *segs) {
-    size_t i = sizeof(ADMIN_PREFIX) - 1;
-    int n = 0;
-
-    if (i < path.len && path.base[i] == '/') {
-        i++;
-    }
-    while (i < path.len) {
-        const char *start = path.base + i;
-        const char *slash = memchr(start, '/', path.len - i);
-        size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
-        if (len == 0 || n == ADMIN_MAX_SEGMENTS) {
-            return -1;
-        }
-        segs[n++] = h2o_iovec_init(start, len);
-        i += len + 1;
-    }
-    return n;
-}
-
 static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
     if (n == 1) {
-        if (method_get(req)) {
+        if (hub_api_method_get(req)) {
             tenant_list(hub, req);
         } else if (hub_api_method_is(req, "POST")) {
             tenant_create(hub, req);
@@ -810,7 +715,7 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
         return;
     }
     if (n == 2) {
-        if (method_get(req)) {
+        if (hub_api_method_get(req)) {
             if (!hub_api_tenant_id_valid(s[1].base, s[1].len)) {
                 send_not_found(req, "tenant not found");
                 return;
@@ -827,7 +732,7 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
         }
         return;
     }
-    if (n == 3 && seg_is(s[2], "api-keys")) {
+    if (n == 3 && hub_api_segment_is(s[2], "api-keys")) {
         if (hub_api_method_is(req, "POST")) {
             key_create(hub, req, s[1]);
         } else {
@@ -835,7 +740,7 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
         }
         return;
     }
-    if (n == 4 && seg_is(s[2], "api-keys")) {
+    if (n == 4 && hub_api_segment_is(s[2], "api-keys")) {
         if (hub_api_method_is(req, "DELETE")) {
             key_revoke(hub, req, s[1], s[3]);
         } else {
@@ -851,7 +756,7 @@ static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, in
         send_not_found(req, "no such admin resource");
         return;
     }
-    if (!method_get(req)) {
+    if (!hub_api_method_get(req)) {
         hub_api_send_method_not_allowed(req, "GET, HEAD");
         return;
     }
@@ -859,7 +764,7 @@ static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, in
         quarantine_list(hub, req);
         return;
     }
-    if (!positive_id(s[1].base, s[1].len)) {
+    if (!hub_api_positive_id(s[1].base, s[1].len)) {
         send_not_found(req, "quarantined record not found");
         return;
     }
@@ -880,13 +785,13 @@ static void route_breakers(struct hub *hub, h2o_req_t *req) {
     }
     items = hub_dispatch_breakers_json(hub->dispatch);
     if (items == NULL) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     len = asprintf(&body, "{\"items\":%s}", items);
     free(items);
     if (len < 0) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     hub_api_send_json_text(req, 200, body, (size_t)len);
@@ -897,7 +802,7 @@ static void route_breakers(struct hub *hub, h2o_req_t *req) {
 static void policies_list(struct hub *hub, h2o_req_t *req) {
     char *text = hub_policies_json(hub->policies);
     if (text == NULL) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return;
     }
     hub_api_send_json_text(req, 200, text, strlen(text));
@@ -949,14 +854,14 @@ static void policies_reload(struct hub *hub, h2o_req_t *req) {
 
 static void route_policies(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
     if (n == 1) {
-        if (!method_get(req)) {
+        if (!hub_api_method_get(req)) {
             hub_api_send_method_not_allowed(req, "GET, HEAD");
             return;
         }
         policies_list(hub, req);
         return;
     }
-    if (n == 2 && seg_is(s[1], "reload")) {
+    if (n == 2 && hub_api_segment_is(s[1], "reload")) {
         if (!hub_api_method_is(req, "POST")) {
             hub_api_send_method_not_allowed(req, "POST");
             return;
@@ -984,24 +889,25 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
         hub_api_send_unauthorized(req, "a valid admin bearer token is required");
         return;
     }
-    n = split_path(req->path_normalized, segs);
+    n = hub_api_split_path(req->path_normalized, sizeof(ADMIN_PREFIX) - 1, segs,
+                           ADMIN_MAX_SEGMENTS);
     if (n <= 0) {
         send_not_found(req, "no such admin resource");
         return;
     }
-    if (seg_is(segs[0], "tenants")) {
+    if (hub_api_segment_is(segs[0], "tenants")) {
         route_tenants(hub, req, segs, n);
         return;
     }
-    if (seg_is(segs[0], "quarantine")) {
+    if (hub_api_segment_is(segs[0], "quarantine")) {
         route_quarantine(hub, req, segs, n);
         return;
     }
-    if (seg_is(segs[0], "breakers") && n == 1) {
+    if (hub_api_segment_is(segs[0], "breakers") && n == 1) {
         route_breakers(hub, req);
         return;
     }
-    if (seg_is(segs[0], "policies")) {
+    if (hub_api_segment_is(segs[0], "policies")) {
         route_policies(hub, req, segs, n);
         return;
     }

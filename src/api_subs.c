@@ -63,7 +63,6 @@
 #define SUBS_PATH "/v1/subscriptions"
 #define DELIV_PATH "/v1/deliveries"
 #define MAX_SEGMENTS 4
-#define IDEM_KEY_MAX 255
 #define IDEM_SCOPE_PREFIX "tenant:"
 
 #define EVENT_TYPES_MAX 64
@@ -78,7 +77,6 @@
 #define REPLAY_INTERVAL_MS 5000  /* between two replays of one subscription */
 #define CHALLENGE_RAW 24
 #define CHALLENGE_TEXT 33 /* base64url of 24 bytes = 32 characters + NUL */
-#define JOB_ID_DIGITS_MAX 18
 
 #define PROBE_EVENT_TYPE "subscription.verification"
 #define PROBE_CE_TYPE "studio.lerian.subscription.verification"
@@ -567,34 +565,6 @@ static void subs_call_free(struct hub_api_call *call) {
     c->after = c->state = c->secret_sealed = NULL;
 }
 
-static char *dup_n(const char *s, size_t len, int *oom) {
-    char *d;
-    if (s == NULL) {
-        return NULL;
-    }
-    d = strndup(s, len);
-    if (d == NULL) {
-        *oom = 1;
-    }
-    return d;
-}
-
-static char *dup_s(const char *s, int *oom) {
-    return s != NULL ? dup_n(s, strlen(s), oom) : NULL;
-}
-
-static int seg_is(h2o_iovec_t seg, const char *s) {
-    return h2o_memis(seg.base, seg.len, s, strlen(s));
-}
-
-static int method_get(const h2o_req_t *req) {
-    return hub_api_method_is(req, "GET") || hub_api_method_is(req, "HEAD");
-}
-
-static void send_oom(h2o_req_t *req) {
-    hub_api_send_problem(req, 500, "out of memory", NULL);
-}
-
 static int kek_missing(struct subs_call *c) {
     if (c->call.hub->has_kek) {
         return 0;
@@ -607,23 +577,10 @@ static int env_production(const struct hub *hub) {
     return hub->cfg.env != NULL && strcmp(hub->cfg.env, "production") == 0;
 }
 
-/* Positive decimal int64 ("1".."999999999999999999"). */
-static int positive_id(const char *s, size_t len) {
-    if (len == 0 || len > JOB_ID_DIGITS_MAX || s[0] == '0') {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9') {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Lower-case copy of a uuid from the path: sealed texts are bound to the
  * id as PostgreSQL prints it. */
 static char *dup_uuid_lower(h2o_iovec_t s, int *oom) {
-    char *d = dup_n(s.base, s.len, oom);
+    char *d = hub_api_strndup(s.base, s.len, oom);
     for (char *p = d; p != NULL && *p != '\0'; p++) {
         if (*p >= 'A' && *p <= 'F') {
             *p = (char)(*p - 'A' + 'a');
@@ -868,7 +825,7 @@ static void check_schema_major(json_t *v, struct subs_input *in, json_t **errors
         return;
     }
     snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
-    in->schema_major = dup_s(num, oom);
+    in->schema_major = hub_api_strdup(num, oom);
 }
 
 static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t **errors,
@@ -887,7 +844,7 @@ static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t 
         hub_api_errors_add(errors, "destination.url", "must use https in production");
         return;
     }
-    in->url = dup_s(s, oom);
+    in->url = hub_api_strdup(s, oom);
 }
 
 static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
@@ -1051,7 +1008,7 @@ static void check_policy(struct hub *hub, json_t *v, struct subs_input *in, json
         hub_api_errors_add(errors, "policy", msg);
         return;
     }
-    in->policy = dup_s(json_string_value(v), oom);
+    in->policy = hub_api_strdup(json_string_value(v), oom);
 }
 
 static void check_max_rate(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
@@ -1073,7 +1030,7 @@ static void check_max_rate(json_t *v, struct subs_input *in, json_t **errors, in
     } else {
         snprintf(num, sizeof(num), "%.17g", d);
     }
-    in->max_rate = dup_s(num, oom);
+    in->max_rate = hub_api_strdup(num, oom);
 }
 
 /*
@@ -1106,7 +1063,7 @@ static void check_input(struct hub *hub, json_t *body, int create, struct subs_i
     if ((v = json_object_get(body, "schema_major")) != NULL) {
         check_schema_major(v, in, errors, oom);
     } else if (create) {
-        in->schema_major = dup_s("1", oom);
+        in->schema_major = hub_api_strdup("1", oom);
     }
     if ((v = json_object_get(body, "destination")) != NULL) {
         check_destination(hub, v, in, create, errors, oom);
@@ -1124,10 +1081,10 @@ static void check_input(struct hub *hub, json_t *body, int create, struct subs_i
         if (s == NULL || (strcmp(s, "unordered") != 0 && strcmp(s, "fifo") != 0)) {
             hub_api_errors_add(errors, "ordering", "must be \"unordered\" or \"fifo\"");
         } else {
-            in->ordering = dup_s(s, oom);
+            in->ordering = hub_api_strdup(s, oom);
         }
     } else if (create) {
-        in->ordering = dup_s("unordered", oom);
+        in->ordering = hub_api_strdup("unordered", oom);
     }
     if ((v = json_object_get(body, "max_rate")) != NULL) {
         check_max_rate(v, in, errors, oom);
@@ -1141,28 +1098,6 @@ static void check_input(struct hub *hub, json_t *body, int create, struct subs_i
     } else if (create) {
         in->enabled = 1;
     }
-}
-
-/* Reads the Idempotency-Key header: 1..255 visible ASCII characters.
- * Returns 0 (key->base NULL when absent) or -1 after adding an error. */
-static int read_idem_key(h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
-    if (!hub_api_header(req, "idempotency-key", key)) {
-        key->base = NULL;
-        key->len = 0;
-        return 0;
-    }
-    if (key->len == 0 || key->len > IDEM_KEY_MAX) {
-        goto bad;
-    }
-    for (size_t i = 0; i < key->len; i++) {
-        if (key->base[i] < 0x21 || key->base[i] > 0x7e) {
-            goto bad;
-        }
-    }
-    return 0;
-bad:
-    hub_api_errors_add(errors, "Idempotency-Key", "must be 1 to 255 visible ASCII characters");
-    return -1;
 }
 
 /* Sets up the Idempotency-Key state: scope "tenant:<id>" and the request
@@ -1183,7 +1118,7 @@ static int idem_prepare(struct subs_call *c, h2o_iovec_t key, const char *op) {
         return -1;
     }
     hub_hex(digest, sizeof(digest), hex);
-    c->idem_key = dup_n(key.base, key.len, &oom);
+    c->idem_key = hub_api_strndup(key.base, key.len, &oom);
     need = sizeof(IDEM_SCOPE_PREFIX) + strlen(c->tenant_id);
     c->idem_scope = malloc(need);
     if (c->idem_scope != NULL) {
@@ -1295,7 +1230,7 @@ static void vet_destination(struct subs_call *c, const char *url, subs_step next
     }
     rs = calloc(1, sizeof(*rs));
     if (rs == NULL) {
-        send_oom(c->call.req);
+        hub_api_send_oom(c->call.req);
         return;
     }
     memset(&hints, 0, sizeof(hints));
@@ -1512,9 +1447,9 @@ static int probe_start(struct hub *hub, const struct probe_args *a) {
     }
     p->hub = hub;
     p->mode = a->mode;
-    p->tenant_id = dup_s(a->tenant_id, &oom);
-    p->url = dup_s(a->url, &oom);
-    p->headers_sealed = dup_s(a->headers_sealed, &oom);
+    p->tenant_id = hub_api_strdup(a->tenant_id, &oom);
+    p->url = hub_api_strdup(a->url, &oom);
+    p->headers_sealed = hub_api_strdup(a->headers_sealed, &oom);
     snprintf(p->sub_id, sizeof(p->sub_id), "%s", a->sub_id);
     if (oom || RAND_bytes(raw, sizeof(raw)) != 1 || hub_uuid7_text(p->delivery_id) != 0 ||
         hub_uuid7_text(event_uuid) != 0) {
@@ -1580,7 +1515,7 @@ fail:
     hub_log(HUB_ERROR, "cannot build a verification probe", HUB_LS("subscription", a->sub_id));
     if (a->owner != NULL && a->owner->call.req != NULL) {
         a->owner->probe = NULL;
-        send_oom(a->owner->call.req);
+        hub_api_send_oom(a->owner->call.req);
     }
     return -1;
 }
@@ -1793,7 +1728,7 @@ static void create_execute(struct subs_call *c) {
         hub_api_send_problem(c->call.req, 500, "cannot generate a secret", NULL);
         return;
     }
-    c->object_id = dup_s(id, &oom);
+    c->object_id = hub_api_strdup(id, &oom);
     if (oom || (c->secret_sealed = seal_text(hub, c->secret, id)) == NULL || seal_headers(c) != 0) {
         hub_log(HUB_ERROR, "cannot seal a subscription secret");
         hub_api_send_problem(c->call.req, 500, "cannot seal the secret", NULL);
@@ -1836,20 +1771,20 @@ static void sub_create(struct subs_call *c) {
     }
     check_input(hub, body, 1, &c->in, &errors, &oom);
     json_decref(body);
-    read_idem_key(req, &idem, &errors);
+    hub_api_idempotency_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         return;
     }
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     if (kek_missing(c)) {
         return;
     }
     if (idem_prepare(c, idem, "create") != 0) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     if (c->idem_key != NULL) {
@@ -1862,14 +1797,9 @@ static void sub_create(struct subs_call *c) {
 /* ====================================================== get / list ========= */
 
 static void sub_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    PGresult *r = out->results[0];
+    PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+    if (r == NULL) {
         return;
     }
     send_subscription((struct subs_call *)call, 200, r, NULL);
@@ -1911,9 +1841,9 @@ static void sub_list(struct subs_call *c) {
         return;
     }
     c->limit = page.limit;
-    c->after = dup_s(page.after, &oom);
+    c->after = hub_api_strdup(page.after, &oom);
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     txn = hub_api_call_txn(&c->call, sub_list_done);
@@ -1930,14 +1860,9 @@ static void sub_list(struct subs_call *c) {
 
 static void sub_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = out->results[0];
+    PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+    if (r == NULL) {
         return;
     }
     hub_log(HUB_INFO, "subscription updated", HUB_LS("tenant", c->tenant_id),
@@ -2027,7 +1952,7 @@ static void sub_patch(struct subs_call *c) {
         return;
     }
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     /* new headers are sealed; a new url is probed with the opened secrets */
@@ -2045,14 +1970,9 @@ static void sub_patch(struct subs_call *c) {
 
 static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = out->results[0];
+    PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+    if (r == NULL) {
         return;
     }
     hub_log(HUB_INFO, "subscription deleted", HUB_LS("tenant", c->tenant_id),
@@ -2065,19 +1985,14 @@ static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outco
 static void verify_loaded(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     struct hub *hub = call->hub;
-    PGresult *r = out->results[0];
     struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
     size_t nkeys = 0;
     json_t *headers = NULL;
     const char *hs, *prev;
     struct probe_args a;
+    PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+    if (r == NULL) {
         return;
     }
     hs = PQgetisnull(r, 0, 2) ? NULL : PQgetvalue(r, 0, 2);
@@ -2216,7 +2131,7 @@ static void sub_rotate(struct subs_call *c) {
         }
         json_decref(body);
     }
-    read_idem_key(req, &idem, &errors);
+    hub_api_idempotency_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         return;
@@ -2225,7 +2140,7 @@ static void sub_rotate(struct subs_call *c) {
         return;
     }
     if (idem_prepare(c, idem, "rotate") != 0) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     if (c->idem_key != NULL) {
@@ -2264,7 +2179,7 @@ static void deliv_list(struct subs_call *c) {
     int oom = 0, r;
 
     hub_api_page_parse(req, "deliveries", &page, &errors);
-    if (page.after != NULL && !positive_id(page.after, strlen(page.after))) {
+    if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
         hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
     }
     r = hub_api_query_param(req, "state", &state);
@@ -2286,10 +2201,10 @@ static void deliv_list(struct subs_call *c) {
         return;
     }
     c->limit = page.limit;
-    c->after = dup_s(page.after, &oom);
-    c->state = r == 1 ? dup_s(state, &oom) : NULL;
+    c->after = hub_api_strdup(page.after, &oom);
+    c->state = r == 1 ? hub_api_strdup(state, &oom) : NULL;
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     txn = hub_api_call_txn(&c->call, deliv_list_done);
@@ -2306,14 +2221,9 @@ static void deliv_list(struct subs_call *c) {
 }
 
 static void deliv_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    PGresult *r = out->results[0];
+    PGresult *r = hub_api_found(call->req, out, 0, "delivery not found");
 
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "delivery not found", NULL);
+    if (r == NULL) {
         return;
     }
     send_pg_object(call->req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
@@ -2407,7 +2317,7 @@ static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *
         events >= REPLAY_MAX_EVENTS && !PQgetisnull(r, 0, 5) ? json_string(PQgetvalue(r, 0, 5))
                                                              : json_null());
     if (body == NULL) {
-        send_oom(call->req);
+        hub_api_send_oom(call->req);
         return;
     }
     hub_api_send_json(call->req, 202, body);
@@ -2462,7 +2372,7 @@ static void sub_replay(struct subs_call *c) {
         return;
     }
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     hub_rfc3339(since_us, 6, c->since, sizeof(c->since));
@@ -2511,9 +2421,9 @@ static void subs_authed(struct hub_api_call *call, const char *tenant_id, int st
                              NULL);
         return;
     }
-    c->tenant_id = dup_s(tenant_id, &oom);
+    c->tenant_id = hub_api_strdup(tenant_id, &oom);
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return;
     }
     switch (c->op) {
@@ -2556,33 +2466,11 @@ static void subs_authed(struct hub_api_call *call, const char *tenant_id, int st
     }
 }
 
-/* Splits the path after "/v1" into segments.  Returns the count, or -1
- * when there are too many or one is empty ("//"); a trailing "/" is allowed. */
-static int split_path(h2o_iovec_t path, h2o_iovec_t *segs) {
-    size_t i = sizeof(V1_PREFIX) - 1;
-    int n = 0;
-
-    if (i < path.len && path.base[i] == '/') {
-        i++;
-    }
-    while (i < path.len) {
-        const char *start = path.base + i;
-        const char *slash = memchr(start, '/', path.len - i);
-        size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
-        if (len == 0 || n == MAX_SEGMENTS) {
-            return -1;
-        }
-        segs[n++] = h2o_iovec_init(start, len);
-        i += len + 1;
-    }
-    return n;
-}
-
 /* Decides the operation from the method and path segments (s[0] is
  * "subscriptions" or "deliveries"); sets route_status 404/405 otherwise. */
 static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
     h2o_req_t *req = c->call.req;
-    int subs = seg_is(s[0], "subscriptions");
+    int subs = hub_api_segment_is(s[0], "subscriptions");
 
 #define ROUTE_405(allow_text)                                                                      \
     do {                                                                                           \
@@ -2594,7 +2482,7 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
     c->route_status = 404;
     if (subs && n == 1) {
         c->route_status = 0;
-        if (method_get(req)) {
+        if (hub_api_method_get(req)) {
             c->op = OP_SUB_LIST;
         } else if (hub_api_method_is(req, "POST")) {
             c->op = OP_SUB_CREATE;
@@ -2610,22 +2498,22 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
         const char *allow;
         if (n == 2) {
             allow = "GET, HEAD, PATCH, DELETE";
-            c->op = method_get(req)                    ? OP_SUB_GET
+            c->op = hub_api_method_get(req)            ? OP_SUB_GET
                     : hub_api_method_is(req, "PATCH")  ? OP_SUB_PATCH
                     : hub_api_method_is(req, "DELETE") ? OP_SUB_DELETE
                                                        : OP_NONE;
-        } else if (seg_is(s[2], "verify")) {
+        } else if (hub_api_segment_is(s[2], "verify")) {
             allow = "POST";
             c->op = hub_api_method_is(req, "POST") ? OP_SUB_VERIFY : OP_NONE;
-        } else if (seg_is(s[2], "rotate-secret")) {
+        } else if (hub_api_segment_is(s[2], "rotate-secret")) {
             allow = "POST";
             c->op = hub_api_method_is(req, "POST") ? OP_SUB_ROTATE : OP_NONE;
-        } else if (seg_is(s[2], "replay")) {
+        } else if (hub_api_segment_is(s[2], "replay")) {
             allow = "POST";
             c->op = hub_api_method_is(req, "POST") ? OP_SUB_REPLAY : OP_NONE;
-        } else if (seg_is(s[2], "deliveries")) {
+        } else if (hub_api_segment_is(s[2], "deliveries")) {
             allow = "GET, HEAD";
-            c->op = method_get(req) ? OP_DELIV_LIST : OP_NONE;
+            c->op = hub_api_method_get(req) ? OP_DELIV_LIST : OP_NONE;
         } else {
             return;
         }
@@ -2641,11 +2529,11 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
     }
     /* deliveries */
     if (n == 2) {
-        if (!method_get(req)) {
+        if (!hub_api_method_get(req)) {
             ROUTE_405("GET, HEAD");
         }
         c->op = OP_DELIV_GET;
-    } else if (seg_is(s[2], "redeliver")) {
+    } else if (hub_api_segment_is(s[2], "redeliver")) {
         if (!hub_api_method_is(req, "POST")) {
             ROUTE_405("POST");
         }
@@ -2653,10 +2541,10 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
     } else {
         return;
     }
-    if (!positive_id(s[1].base, s[1].len)) {
+    if (!hub_api_positive_id(s[1].base, s[1].len)) {
         return; /* job ids are bigint: anything else is not found */
     }
-    c->object_id = dup_n(s[1].base, s[1].len, oom);
+    c->object_id = hub_api_strndup(s[1].base, s[1].len, oom);
     c->route_status = 0;
 #undef ROUTE_405
 }
@@ -2681,14 +2569,14 @@ int hub_api_subs_handle(struct hub *hub, h2o_req_t *req) {
     if (c == NULL) {
         return 1;
     }
-    n = split_path(req->path_normalized, segs);
+    n = hub_api_split_path(req->path_normalized, sizeof(V1_PREFIX) - 1, segs, MAX_SEGMENTS);
     if (n > 0) {
         route(c, segs, n, &oom);
     } else {
         c->route_status = 404; /* "//", or too deep */
     }
     if (oom) {
-        send_oom(req);
+        hub_api_send_oom(req);
         return 1;
     }
     /* the key first: without it nothing about these resources is revealed */

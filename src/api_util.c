@@ -187,6 +187,10 @@ void hub_api_send_invalid(h2o_req_t *req, json_t *errors) {
     hub_api_send_problem(req, 400, n > 0 ? detail : "invalid request", errors);
 }
 
+void hub_api_send_oom(h2o_req_t *req) {
+    hub_api_send_problem(req, 500, "out of memory", NULL);
+}
+
 void hub_api_send_unauthorized(h2o_req_t *req, const char *detail) {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                    H2O_STRLIT("Bearer"));
@@ -238,10 +242,85 @@ void hub_api_errors_add(json_t **errors, const char *field, const char *message)
     json_array_append_new(*errors, e);
 }
 
+PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int index,
+                        const char *missing) {
+    PGresult *r = out->results[index];
+
+    if (out->status != HUB_PG_OK) {
+        hub_api_send_db_error(req, out);
+        return NULL;
+    }
+    if (r == NULL || PQntuples(r) == 0) {
+        hub_api_send_problem(req, 404, missing, NULL);
+        return NULL;
+    }
+    return r;
+}
+
 /* ------------------------------------------------------------- requests -- */
 
 int hub_api_method_is(const h2o_req_t *req, const char *method) {
     return h2o_memis(req->method.base, req->method.len, method, strlen(method));
+}
+
+int hub_api_method_get(const h2o_req_t *req) {
+    return hub_api_method_is(req, "GET") || hub_api_method_is(req, "HEAD");
+}
+
+int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, int max) {
+    size_t i = prefix_len;
+    int n = 0;
+
+    if (i < path.len && path.base[i] == '/') {
+        i++;
+    }
+    while (i < path.len) {
+        const char *start = path.base + i;
+        const char *slash = memchr(start, '/', path.len - i);
+        size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
+        if (len == 0 || n == max) {
+            return -1;
+        }
+        segs[n++] = h2o_iovec_init(start, len);
+        i += len + 1;
+    }
+    return n;
+}
+
+int hub_api_segment_is(h2o_iovec_t seg, const char *s) {
+    return h2o_memis(seg.base, seg.len, s, strlen(s));
+}
+
+int hub_api_idempotency_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
+    if (!hub_api_header(req, "idempotency-key", key)) {
+        key->base = NULL;
+        key->len = 0;
+        return 0;
+    }
+    if (key->len == 0 || key->len > HUB_API_IDEM_KEY_MAX) {
+        goto bad;
+    }
+    for (size_t i = 0; i < key->len; i++) {
+        if (key->base[i] < 0x21 || key->base[i] > 0x7e) {
+            goto bad;
+        }
+    }
+    return 0;
+bad:
+    hub_api_errors_add(errors, "Idempotency-Key", "must be 1 to 255 visible ASCII characters");
+    return -1;
+}
+
+int hub_api_positive_id(const char *s, size_t len) {
+    if (len == 0 || len > 18 || s[0] == '0') {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 int hub_api_header(const h2o_req_t *req, const char *name, h2o_iovec_t *value) {
@@ -407,6 +486,23 @@ int hub_api_uuid_valid(const char *s, size_t len) {
         }
     }
     return 1;
+}
+
+char *hub_api_strndup(const char *s, size_t len, int *oom) {
+    char *d;
+
+    if (s == NULL) {
+        return NULL;
+    }
+    d = strndup(s, len);
+    if (d == NULL) {
+        *oom = 1;
+    }
+    return d;
+}
+
+char *hub_api_strdup(const char *s, int *oom) {
+    return s != NULL ? hub_api_strndup(s, strlen(s), oom) : NULL;
 }
 
 /* -------------------------------------------------------------- paging -- */
@@ -620,7 +716,7 @@ void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
     struct call_slot *slot;
 
     if (call == NULL) {
-        hub_api_send_problem(req, 500, "out of memory", NULL);
+        hub_api_send_oom(req);
         return NULL;
     }
     /* h2o_mem_alloc_shared aborts rather than returning NULL, like all of h2o */

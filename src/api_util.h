@@ -32,6 +32,8 @@ struct hub_http;
 #define HUB_API_LIMIT_MAX 500
 /* Longest tenant id (SPEC §5). */
 #define HUB_API_TENANT_ID_MAX 256
+/* Longest Idempotency-Key header value. */
+#define HUB_API_IDEM_KEY_MAX 255
 
 /* How the API writes JSON: compact, and reals with 15 significant digits
  * (DBL_DIG) — every decimal a human typed with up to 15 digits comes back
@@ -67,6 +69,9 @@ void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t
  * errors (taken).  errors must hold at least one entry. */
 void hub_api_send_invalid(h2o_req_t *req, json_t *errors);
 
+/* 500 "out of memory". */
+void hub_api_send_oom(h2o_req_t *req);
+
 /* 401 with "WWW-Authenticate: Bearer". */
 void hub_api_send_unauthorized(h2o_req_t *req, const char *detail);
 
@@ -85,6 +90,15 @@ void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out);
  * Out of memory only loses the entry. */
 void hub_api_errors_add(json_t **errors, const char *field, const char *message);
 
+/*
+ * The row a single-object route asked for: returns out->results[index] when
+ * the transaction succeeded and that statement returned a row, else answers
+ * (hub_api_send_db_error, or 404 with `missing` as the detail) and returns
+ * NULL.
+ */
+PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int index,
+                        const char *missing);
+
 /* Adds a response header (name in lower case); the value is copied. */
 void hub_api_add_header(h2o_req_t *req, const char *name, const char *value);
 
@@ -92,6 +106,31 @@ void hub_api_add_header(h2o_req_t *req, const char *name, const char *value);
 
 /* 1 when the request method is `method` (exact, e.g. "GET"). */
 int hub_api_method_is(const h2o_req_t *req, const char *method);
+
+/* 1 for GET and HEAD: GET routes also answer HEAD (h2o leaves the body out). */
+int hub_api_method_get(const h2o_req_t *req);
+
+/*
+ * Splits req->path after its first prefix_len bytes (the route's prefix,
+ * e.g. "/v1") into at most max segments.  Returns the count, or -1 when
+ * there are more or one is empty ("//"); a trailing "/" is allowed.  The
+ * segments point into the path (borrowed).
+ */
+int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, int max);
+
+/* 1 when path segment seg is exactly s. */
+int hub_api_segment_is(h2o_iovec_t seg, const char *s);
+
+/*
+ * Reads the Idempotency-Key header (SPEC §9): 1..HUB_API_IDEM_KEY_MAX visible
+ * ASCII characters.  Returns 0 (key->base NULL when absent), or -1 after
+ * adding an "Idempotency-Key" entry to *errors.
+ */
+int hub_api_idempotency_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors);
+
+/* 1 when s[0..len) is a positive decimal int64 without a leading zero and
+ * with at most 18 digits ("1".."999999999999999999"): a job or record id. */
+int hub_api_positive_id(const char *s, size_t len);
 
 /* Finds request header `name` (lower case).  Returns 1 and points *value
  * into the request (borrowed, not NUL-terminated), or 0 when absent. */
@@ -123,6 +162,14 @@ int hub_api_tenant_id_valid(const char *s, size_t len);
 
 /* 1 when s[0..len) is a canonical textual UUID (8-4-4-4-12 hex digits). */
 int hub_api_uuid_valid(const char *s, size_t len);
+
+/*
+ * Copies of request text for a route's state: strndup/strdup that leave NULL
+ * as NULL and set *oom when memory runs out, so that a route copies all it
+ * needs and checks once.
+ */
+char *hub_api_strndup(const char *s, size_t len, int *oom);
+char *hub_api_strdup(const char *s, int *oom);
 
 /* -------------------------------------------------------------- paging -- */
 

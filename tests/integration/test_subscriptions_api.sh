@@ -342,6 +342,10 @@ api "$KEY" GET "/v1/subscriptions/$ID1/verify" >/dev/null
 assert_eq "405 POST" "$(http_status) $(header allow)" "GET …/verify → 405"
 api "$KEY" GET "/v1/subscriptions/$ID1/nothing" >/dev/null
 assert_eq 404 "$(http_status)" "unknown sub-resource → 404"
+api "$KEY" GET "/v1/subscriptions/$ID1/deliveries/x/y" >/dev/null
+assert_eq 404 "$(http_status)" "a path of five segments → 404"
+api "$KEY" GET "/v1/subscriptions//deliveries" >/dev/null
+assert_eq 404 "$(http_status)" "an empty path segment → 404"
 
 # ---------------------------------------------------------------------------
 # patch
@@ -493,6 +497,9 @@ assert_eq "t|t" "$(psql_q "SELECT body::json->>'secret' IS NULL, body::json->>'_
     "the stored response holds the secret sealed only"
 assert_eq 0 "$(psql_q "SELECT count(*) FROM idempotency_keys WHERE position('${SECI#whsec_}' IN body) > 0")" \
     "the secret is nowhere in the idempotency store"
+body=$(api "$KEY" POST /v1/subscriptions "$IDEM_BODY" -H 'Idempotency-Key: two words')
+assert_eq 400 "$(http_status)" "an Idempotency-Key with a space → 400"
+assert_contains "$body" '"field":"Idempotency-Key"' "the header is named"
 
 api "$KEY" POST "/v1/subscriptions/$IDI/rotate-secret" '{"grace":"1m"}' -H 'Idempotency-Key: rot-1' >/dev/null
 assert_eq 200 "$(http_status)" "rotate with Idempotency-Key → 200"
@@ -519,6 +526,10 @@ api "$KEY" GET /v1/deliveries/987654321 >/dev/null
 assert_eq 404 "$(http_status)" "unknown delivery → 404"
 api "$KEY" GET /v1/deliveries/abc >/dev/null
 assert_eq 404 "$(http_status)" "non-numeric delivery id → 404"
+for id in 0 007 1234567890123456789; do
+    api "$KEY" GET "/v1/deliveries/$id" >/dev/null
+    assert_eq 404 "$(http_status)" "delivery id $id (not 1..18 digits without a leading zero) → 404"
+done
 api "$KEY" POST /v1/deliveries/987654321/redeliver >/dev/null
 assert_eq 404 "$(http_status)" "redeliver an unknown delivery → 404"
 
