@@ -1533,38 +1533,56 @@ static void probe_background(struct hub *hub, const struct probe_args *a) {
     probe_start(hub, a);
 }
 
-/* Starts the background probe after a url change, opening the row's
- * sealed secrets and headers (row: patch statement, columns 3..6). */
-static void probe_after_patch(struct subs_call *c, PGresult *r) {
+/*
+ * Opens the sealed secrets and headers of a subscription row (columns col to
+ * col + 4: url, sealed headers, sealed secret, previous sealed secret, whether
+ * the previous one still signs) and sends the probe of the given mode.
+ * Returns 0, or -1 when they do not open (no KEK, or another one sealed
+ * them): then nothing is sent.
+ */
+static int probe_row(struct subs_call *c, PGresult *r, int col, enum probe_mode mode) {
     struct hub *hub = c->call.hub;
     struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
     size_t nkeys = 0;
     json_t *headers = NULL;
-    const char *hs = PQgetisnull(r, 0, 3) ? NULL : PQgetvalue(r, 0, 3);
-    const char *prev = PQgetisnull(r, 0, 5) ? NULL : PQgetvalue(r, 0, 5);
+    const char *hs = PQgetisnull(r, 0, col + 1) ? NULL : PQgetvalue(r, 0, col + 1);
+    const char *prev = PQgetisnull(r, 0, col + 3) ? NULL : PQgetvalue(r, 0, col + 3);
     struct probe_args a;
 
     if (!hub->has_kek ||
-        hub_subs_open_keys(&hub->kek, c->object_id, PQgetvalue(r, 0, 4), prev,
-                           PQgetvalue(r, 0, 6)[0] == 't', keys, &nkeys) != 0 ||
+        hub_subs_open_keys(&hub->kek, c->object_id, PQgetvalue(r, 0, col + 2), prev,
+                           PQgetvalue(r, 0, col + 4)[0] == 't', keys, &nkeys) != 0 ||
         hub_subs_open_headers(&hub->kek, c->object_id, hs, &headers) != 0) {
-        hub_log(HUB_ERROR, "cannot open a subscription's secrets to probe it (KEK?)",
-                HUB_LS("tenant", c->tenant_id), HUB_LS("subscription", c->object_id));
         OPENSSL_cleanse(keys, sizeof(keys));
-        return;
+        return -1;
     }
     memset(&a, 0, sizeof(a));
-    a.mode = PROBE_BACKGROUND;
+    a.mode = mode;
+    a.owner = mode == PROBE_VERIFY ? c : NULL;
     a.tenant_id = c->tenant_id;
     a.sub_id = c->object_id;
-    a.url = PQgetvalue(r, 0, 2);
+    a.url = PQgetvalue(r, 0, col);
     a.headers_sealed = hs;
     a.headers = headers;
     a.keys = keys;
     a.nkeys = nkeys;
-    probe_background(hub, &a);
+    if (mode == PROBE_VERIFY) {
+        probe_start(hub, &a);
+    } else {
+        probe_background(hub, &a);
+    }
     hub_subs_headers_free(headers);
     OPENSSL_cleanse(keys, sizeof(keys));
+    return 0;
+}
+
+/* Starts the background probe after a url change (row: patch statement,
+ * url in column 2). */
+static void probe_after_patch(struct subs_call *c, PGresult *r) {
+    if (probe_row(c, r, 2, PROBE_BACKGROUND) != 0) {
+        hub_log(HUB_ERROR, "cannot open a subscription's secrets to probe it (KEK?)",
+                HUB_LS("tenant", c->tenant_id), HUB_LS("subscription", c->object_id));
+    }
 }
 
 /* ======================================================== idempotency ====== */
@@ -1579,6 +1597,19 @@ static void idem_proceed(struct subs_call *c) {
         create_vet(c);
     } else {
         rotate_execute(c);
+    }
+}
+
+/* Runs a create or a rotation (op names it in the idempotency record): after
+ * the lookup of its Idempotency-Key when the request has one, at once
+ * otherwise. */
+static void idem_start(struct subs_call *c, h2o_iovec_t key, const char *op) {
+    if (idem_prepare(c, key, op) != 0) {
+        hub_api_send_oom(c->call.req);
+    } else if (c->idem_key != NULL) {
+        idem_lookup(c);
+    } else {
+        idem_proceed(c);
     }
 }
 
@@ -1657,20 +1688,36 @@ static int idem_collided(struct subs_call *c, const struct hub_pg_outcome *out) 
 
 /* ============================================================ create ======= */
 
-static void create_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    struct subs_call *c = (struct subs_call *)call;
+/*
+ * The subscription row a create or a rotation returned (the statement after
+ * the idempotency record's when there is one).  Returns NULL after having
+ * answered: a collision on the Idempotency-Key replays the other request's
+ * answer, a failure is a database error, no row is `status` with `missing`.
+ */
+static PGresult *idem_written(struct subs_call *c, const struct hub_pg_outcome *out, int status,
+                              const char *missing) {
     PGresult *r = out->results[c->idem_key != NULL ? 1 : 0];
-    struct hub_sign_key key;
-    char location[sizeof(SUBS_PATH) + HUB_UUID_TEXT_SIZE + 1];
 
     if (out->status != HUB_PG_OK) {
         if (!idem_collided(c, out)) {
-            hub_api_send_db_error(call->req, out);
+            hub_api_send_db_error(c->call.req, out);
         }
-        return;
+        return NULL;
     }
     if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 500, "the subscription was not stored", NULL);
+        hub_api_send_problem(c->call.req, status, missing, NULL);
+        return NULL;
+    }
+    return r;
+}
+
+static void create_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct subs_call *c = (struct subs_call *)call;
+    PGresult *r = idem_written(c, out, 500, "the subscription was not stored");
+    struct hub_sign_key key;
+    char location[sizeof(SUBS_PATH) + HUB_UUID_TEXT_SIZE + 1];
+
+    if (r == NULL) {
         return;
     }
     hub_log(HUB_INFO, "subscription created", HUB_LS("tenant", c->tenant_id),
@@ -1780,17 +1827,8 @@ static void sub_create(struct subs_call *c) {
         hub_api_send_oom(req);
         return;
     }
-    if (kek_missing(c)) {
-        return;
-    }
-    if (idem_prepare(c, idem, "create") != 0) {
-        hub_api_send_oom(req);
-        return;
-    }
-    if (c->idem_key != NULL) {
-        idem_lookup(c);
-    } else {
-        create_vet(c);
+    if (!kek_missing(c)) {
+        idem_start(c, idem, "create");
     }
 }
 
@@ -1984,61 +2022,44 @@ static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outco
 
 static void verify_loaded(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    struct hub *hub = call->hub;
-    struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
-    size_t nkeys = 0;
-    json_t *headers = NULL;
-    const char *hs, *prev;
-    struct probe_args a;
     PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
-    if (r == NULL) {
-        return;
-    }
-    hs = PQgetisnull(r, 0, 2) ? NULL : PQgetvalue(r, 0, 2);
-    prev = PQgetisnull(r, 0, 4) ? NULL : PQgetvalue(r, 0, 4);
-    if (hub_subs_open_keys(&hub->kek, c->object_id, PQgetvalue(r, 0, 3), prev,
-                           PQgetvalue(r, 0, 5)[0] == 't', keys, &nkeys) != 0 ||
-        hub_subs_open_headers(&hub->kek, c->object_id, hs, &headers) != 0) {
-        OPENSSL_cleanse(keys, sizeof(keys));
+    if (r != NULL && probe_row(c, r, 1, PROBE_VERIFY) != 0) {
         hub_log(HUB_ERROR, "cannot open a subscription's secrets (was the KEK changed?)",
                 HUB_LS("tenant", c->tenant_id), HUB_LS("subscription", c->object_id));
         hub_api_send_problem(call->req, 500,
                              "the subscription's secrets do not open with the configured "
                              "STREAMING_HUB_KEK",
                              NULL);
-        return;
     }
-    memset(&a, 0, sizeof(a));
-    a.mode = PROBE_VERIFY;
-    a.owner = c;
-    a.tenant_id = c->tenant_id;
-    a.sub_id = c->object_id;
-    a.url = PQgetvalue(r, 0, 1);
-    a.headers_sealed = hs;
-    a.headers = headers;
-    a.keys = keys;
-    a.nkeys = nkeys;
-    probe_start(hub, &a);
-    hub_subs_headers_free(headers);
-    OPENSSL_cleanse(keys, sizeof(keys));
+}
+
+/* An action that takes no input accepts no body or an empty JSON object.
+ * Returns 1, or 0 after having answered 400 (or 413). */
+static int body_absent_or_empty(h2o_req_t *req) {
+    static const char *const allowed[] = {NULL};
+    json_t *errors = NULL;
+    json_t *body;
+
+    if (req->entity.len == 0) {
+        return 1;
+    }
+    body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    if (body == NULL) {
+        return 0;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    json_decref(body);
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return 0;
+    }
+    return 1;
 }
 
 static void sub_verify(struct subs_call *c) {
-    /* a body, if any, must be an (empty) JSON object */
-    if (c->call.req->entity.len > 0) {
-        static const char *const allowed[] = {NULL};
-        json_t *errors = NULL;
-        json_t *body = hub_api_read_json_object(c->call.req, HUB_API_MAX_BODY);
-        if (body == NULL) {
-            return;
-        }
-        hub_api_reject_unknown_members(body, allowed, &errors);
-        json_decref(body);
-        if (errors != NULL) {
-            hub_api_send_invalid(c->call.req, errors);
-            return;
-        }
+    if (!body_absent_or_empty(c->call.req)) {
+        return;
     }
     if (kek_missing(c)) {
         return;
@@ -2054,16 +2075,9 @@ static void sub_verify(struct subs_call *c) {
 
 static void rotate_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = out->results[c->idem_key != NULL ? 1 : 0];
+    PGresult *r = idem_written(c, out, 404, "subscription not found");
 
-    if (out->status != HUB_PG_OK) {
-        if (!idem_collided(c, out)) {
-            hub_api_send_db_error(call->req, out);
-        }
-        return;
-    }
-    if (r == NULL || PQntuples(r) == 0) {
-        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+    if (r == NULL) {
         return;
     }
     hub_log(HUB_INFO, "subscription secret rotated", HUB_LS("tenant", c->tenant_id),
@@ -2136,17 +2150,8 @@ static void sub_rotate(struct subs_call *c) {
         hub_api_send_invalid(req, errors);
         return;
     }
-    if (kek_missing(c)) {
-        return;
-    }
-    if (idem_prepare(c, idem, "rotate") != 0) {
-        hub_api_send_oom(req);
-        return;
-    }
-    if (c->idem_key != NULL) {
-        idem_lookup(c);
-    } else {
-        rotate_execute(c);
+    if (!kek_missing(c)) {
+        idem_start(c, idem, "rotate");
     }
 }
 
@@ -2256,19 +2261,8 @@ static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcom
 static void deliv_redeliver(struct subs_call *c) {
     struct hub_pg_txn *txn;
 
-    if (c->call.req->entity.len > 0) {
-        static const char *const allowed[] = {NULL};
-        json_t *errors = NULL;
-        json_t *body = hub_api_read_json_object(c->call.req, HUB_API_MAX_BODY);
-        if (body == NULL) {
-            return;
-        }
-        hub_api_reject_unknown_members(body, allowed, &errors);
-        json_decref(body);
-        if (errors != NULL) {
-            hub_api_send_invalid(c->call.req, errors);
-            return;
-        }
+    if (!body_absent_or_empty(c->call.req)) {
+        return;
     }
     txn = hub_api_call_txn(&c->call, redeliver_done);
     if (txn == NULL) {
