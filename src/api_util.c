@@ -571,65 +571,17 @@ char *hub_api_cursor_encode(const char *kind, const char *value) {
 const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor) {
     unsigned char raw[CURSOR_MAX];
     size_t klen = strlen(kind);
-    long n = hub_api_b64url_decode(cursor, strlen(cursor), raw, sizeof(raw));
+    size_t n;
 
-    if (n < 0 || (size_t)n <= klen || memcmp(raw, kind, klen) != 0 || raw[klen] != ':') {
+    if (hub_base64_decode(cursor, strlen(cursor), HUB_B64_URL, raw, sizeof(raw), &n) != 0 ||
+        n <= klen || memcmp(raw, kind, klen) != 0 || raw[klen] != ':') {
         return NULL;
     }
     /* the value goes to the database as text: UTF-8 without NUL only */
-    if (!hub_utf8_valid(raw + klen + 1, (size_t)n - klen - 1)) {
+    if (!hub_utf8_valid(raw + klen + 1, n - klen - 1)) {
         return NULL;
     }
-    return h2o_strdup(&req->pool, (const char *)raw + klen + 1, (size_t)n - klen - 1).base;
-}
-
-static int b64url_value(char c) {
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    if (c == '-') {
-        return 62;
-    }
-    if (c == '_') {
-        return 63;
-    }
-    return -1;
-}
-
-long hub_api_b64url_decode(const char *in, size_t len, unsigned char *out, size_t outsz) {
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t o = 0;
-
-    while (len > 0 && in[len - 1] == '=') {
-        len--;
-    }
-    if (len % 4 == 1) {
-        return -1;
-    }
-    for (size_t i = 0; i < len; i++) {
-        int v = b64url_value(in[i]);
-        if (v < 0) {
-            return -1;
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o == outsz) {
-                return -1;
-            }
-            out[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    return (long)o;
+    return h2o_strdup(&req->pool, (const char *)raw + klen + 1, n - klen - 1).base;
 }
 
 /* --------------------------------------------------------------- auth -- */
@@ -794,7 +746,7 @@ static int api_key_well_formed(h2o_iovec_t key) {
         return 0;
     }
     for (size_t i = 4; i < key.len; i++) {
-        if (b64url_value(key.base[i]) < 0) {
+        if (!hub_base64url_char(key.base[i])) {
             return 0;
         }
     }

@@ -198,10 +198,6 @@ char *hub_api_cursor_encode(const char *kind, const char *value);
  * when the cursor is malformed or of another kind. */
 const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor);
 
-/* Decodes base64url (padding optional) into out.  Returns the length, or -1
- * when malformed or longer than outsz. */
-long hub_api_b64url_decode(const char *in, size_t len, unsigned char *out, size_t outsz);
-
 /* --------------------------------------------------------------- auth -- */
 
 /*

@@ -38,7 +38,8 @@ int hub_kek_parse(const char *base64, struct hub_kek *out) {
     }
     /* decode into out->key directly: no stray copy of the KEK to wipe */
     if (base64 == NULL ||
-        hub_base64_decode(base64, strlen(base64), out->key, sizeof(out->key), &n) != 0 ||
+        hub_base64_decode(base64, strlen(base64), HUB_B64_STRICT, out->key, sizeof(out->key), &n) !=
+            0 ||
         n != HUB_KEK_BYTES) {
         goto fail;
     }
@@ -195,7 +196,7 @@ int hub_open(const struct hub_kek *keks, size_t nkeks, const char *sealed, const
     if (raw == NULL) {
         goto fail_raw;
     }
-    if (hub_base64_decode(b64, b64len, raw, rawcap, &rawlen) != 0 ||
+    if (hub_base64_decode(b64, b64len, HUB_B64_STRICT, raw, rawcap, &rawlen) != 0 ||
         rawlen < NONCE_BYTES + TAG_BYTES) {
         goto fail_out;
     }

@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* SPEC §2.2 default of STREAMING_HUB_MAX_EVENT_BYTES, used when limits is NULL. */
 #define ENVELOPE_DEFAULT_MAX_EVENT_BYTES ((size_t)1048576)
 
@@ -1182,26 +1184,6 @@ static int locate_data_span(const char *text, size_t len, size_t *start, size_t 
     return found ? 0 : -1;
 }
 
-/* Value of one base64 character (RFC 4648 §4 alphabet), -1 otherwise. */
-static int b64_value(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (is_digit(c)) {
-        return c - '0' + 52;
-    }
-    if (c == '+') {
-        return 62;
-    }
-    if (c == '/') {
-        return 63;
-    }
-    return -1;
-}
-
 /*
  * Decodes RFC 4648 base64 (padding optional, no whitespace).  Checks the
  * size against the limit before allocating.  Stores the bytes in the arena.
@@ -1226,22 +1208,10 @@ static int take_data_base64(struct parse_ctx *ctx, const char *s, size_t len) {
     if (out == NULL) {
         return fail_nomem(ctx);
     }
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value((unsigned char)s[i]);
-        if (v < 0) {
-            return fail(ctx->err, HUB_ENVELOPE_INVALID, "data_base64", 11,
-                        "data_base64 is not valid base64");
-        }
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[n++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
+    size_t n;
+    if (hub_base64_decode(s, len, 0, out, out_len, &n) != 0) {
+        return fail(ctx->err, HUB_ENVELOPE_INVALID, "data_base64", 11,
+                    "data_base64 is not valid base64");
     }
     out[n] = '\0';
     ctx->payload = out;

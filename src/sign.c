@@ -168,7 +168,8 @@ int hub_secret_key(const char *secret, unsigned char *key, size_t *keylen) {
     if (strncmp(secret, HUB_SECRET_PREFIX, plen) == 0) {
         secret += plen;
     }
-    if (hub_base64_decode(secret, strlen(secret), key, HUB_SIGN_KEY_MAX, &n) != 0 || n == 0) {
+    if (hub_base64_decode(secret, strlen(secret), HUB_B64_STRICT, key, HUB_SIGN_KEY_MAX, &n) != 0 ||
+        n == 0) {
         /* a partial decode may have left key bytes behind */
         OPENSSL_cleanse(key, HUB_SIGN_KEY_MAX);
         return -1;

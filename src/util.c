@@ -93,8 +93,9 @@ size_t hub_base64url(const unsigned char *in, size_t len, char *out) {
     return n;
 }
 
-/* Value of one character of the standard base64 alphabet, -1 for anything else. */
-static int b64_value(unsigned char c) {
+/* Value of one base64 character of the alphabet flags name, -1 for
+ * anything else. */
+static int b64_value(unsigned char c, unsigned flags) {
     if (c >= 'A' && c <= 'Z') {
         return c - 'A';
     }
@@ -104,23 +105,21 @@ static int b64_value(unsigned char c) {
     if (c >= '0' && c <= '9') {
         return c - '0' + 52;
     }
-    if (c == '+') {
+    if (c == ((flags & HUB_B64_URL) ? '-' : '+')) {
         return 62;
     }
-    if (c == '/') {
+    if (c == ((flags & HUB_B64_URL) ? '_' : '/')) {
         return 63;
     }
     return -1;
 }
 
-/*
- * Strict standard base64 decode of in[0..inlen) into out[0..outsz): optional
- * but exact padding, no whitespace, zero unused bits (one spelling per value,
- * so a mangled KEK is refused instead of becoming a different key).  Returns
- * 0 with *outlen set, or -1.
- */
-int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
-                      size_t *outlen) {
+int hub_base64url_char(char c) {
+    return b64_value((unsigned char)c, HUB_B64_URL) >= 0;
+}
+
+int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned char *out,
+                      size_t outsz, size_t *outlen) {
     size_t n = inlen;
     size_t o = 0;
     uint32_t acc = 0;
@@ -137,7 +136,7 @@ int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t o
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        int v = b64_value((unsigned char)in[i]);
+        int v = b64_value((unsigned char)in[i], flags);
         if (v < 0) {
             return -1;
         }
@@ -149,9 +148,10 @@ int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t o
                 return -1;
             }
             out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1u;
         }
     }
-    if ((acc & ((1u << bits) - 1u)) != 0) {
+    if ((flags & HUB_B64_STRICT) && acc != 0) {
         return -1;
     }
     *outlen = o;

@@ -20,14 +20,25 @@ char *hub_base64(const void *in, size_t len);
 /* base64url without padding into out (4*ceil(len/3)+1 bytes); returns length. */
 size_t hub_base64url(const unsigned char *in, size_t len, char *out);
 
+/* How hub_base64_decode reads its input (flags, or'ed). */
+enum {
+    HUB_B64_URL = 1,    /* the RFC 4648 §5 alphabet ('-', '_') instead of §4's ('+', '/') */
+    HUB_B64_STRICT = 2, /* the last character's unused bits must be zero: one spelling
+                         * per value, so a mangled key is refused instead of becoming
+                         * a different key */
+};
+
 /*
- * Strict standard base64 decode of in[0..inlen) into out[0..outsz): optional
- * but exact padding, no whitespace, zero unused bits (one spelling per value,
- * so a mangled key is refused instead of becoming a different key).  Returns
- * 0 with *outlen set, or -1.
+ * Decodes base64 in[0..inlen) into out[0..outsz): padding optional but
+ * exact when present (only with a length that is a multiple of 4), no
+ * whitespace.  Returns 0 with *outlen set, or -1 (malformed, or longer than
+ * outsz).
  */
-int hub_base64_decode(const char *in, size_t inlen, unsigned char *out, size_t outsz,
-                      size_t *outlen);
+int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned char *out,
+                      size_t outsz, size_t *outlen);
+
+/* 1 when c belongs to the base64url alphabet (no padding). */
+int hub_base64url_char(char c);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t hub_now_ns(void);
