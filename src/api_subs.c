@@ -2327,6 +2327,16 @@ static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *
  * ("truncated" and "next_since" say where to continue), one call per
  * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
  */
+/* A replay bound: an RFC 3339 string PostgreSQL can read back as text once
+ * formatted, so not before 0001-01-01 (RFC 3339 allows year 0000, which
+ * PostgreSQL's text input refuses).  Returns 1 with *us set, or 0. */
+static int replay_time(const json_t *v, int64_t *us) {
+    static const int64_t year1_us = INT64_C(-62135596800000000); /* 0001-01-01T00:00:00Z */
+    return json_is_string(v) &&
+           hub_rfc3339_parse(json_string_value(v), json_string_length(v), us) == 0 &&
+           *us >= year1_us;
+}
+
 static void sub_replay(struct subs_call *c) {
     static const char *const allowed[] = {"since", "until", "event_types", NULL};
     h2o_req_t *req = c->call.req;
@@ -2342,16 +2352,14 @@ static void sub_replay(struct subs_call *c) {
     }
     hub_api_reject_unknown_members(body, allowed, &errors);
     v = json_object_get(body, "since");
-    if (!json_is_string(v) ||
-        hub_rfc3339_parse(json_string_value(v), json_string_length(v), &since_us) != 0) {
-        hub_api_errors_add(&errors, "since", "required: an RFC 3339 time");
+    if (!replay_time(v, &since_us)) {
+        hub_api_errors_add(&errors, "since", "required: an RFC 3339 time from year 1 on");
     }
     v = json_object_get(body, "until");
     if (v == NULL || json_is_null(v)) {
         until_us = hub_unix_us();
-    } else if (!json_is_string(v) ||
-               hub_rfc3339_parse(json_string_value(v), json_string_length(v), &until_us) != 0) {
-        hub_api_errors_add(&errors, "until", "must be an RFC 3339 time");
+    } else if (!replay_time(v, &until_us)) {
+        hub_api_errors_add(&errors, "until", "must be an RFC 3339 time from year 1 on");
     }
     if (errors == NULL && since_us >= until_us) {
         hub_api_errors_add(&errors, "until", "must be after since");

@@ -222,20 +222,30 @@ const struct hub_sql hub_sql_delivery_redeliver = {
 
 /*
  * Replay (SPEC §9).  $1 tenant, $2 subscription id, $3 since, $4 until,
- * $5 event type patterns (JSON array text, NULL = the subscription's), $6
+ * $5 event type patterns (JSON array text, or NULL), $6
  * minimum interval between replays of one subscription (ms), $7 most events.
+ * The events replayed are those the subscription matches (its event types
+ * and schema major) and, when $5 is given, that $5 matches too: a replay
+ * narrows what the subscription receives, never widens it.
  * One row: subscription found (0/1), seconds to wait when rate-limited (else
  * NULL), events matched, jobs created, jobs re-armed, received_at of the last
  * event taken (where a truncated replay continues).
  */
+/* An event of type e.event_type matches one of the patterns pats (a text[]
+ * expression): the type itself, "<resource>.*" or "*" (SPEC §6). */
+#define REPLAY_MATCHES(pats)                                                                       \
+    "(e.event_type = ANY (" pats ") OR split_part(e.event_type, '.', 1) || '.*' = ANY (" pats ")"  \
+    " OR '*' = ANY (" pats "))"
+
 const struct hub_sql hub_sql_subs_replay = {
     "subs_replay",
     "WITH s AS ("
     "  SELECT id, schema_major, event_types, ordering FROM subscriptions"
     "   WHERE tenant_id = $1::text AND id = $2::uuid"
     "), p AS ("
-    "  SELECT CASE WHEN $5::jsonb IS NULL THEN (SELECT event_types FROM s)"
-    "              ELSE ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END AS pats"
+    "  SELECT (SELECT event_types FROM s) AS pats,"
+    "         CASE WHEN $5::jsonb IS NOT NULL"
+    "              THEN ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END AS asked"
     "), recent AS ("
     "  SELECT max(at) AS at FROM audit_log"
     "   WHERE tenant_id = $1::text AND action = 'subscription.replay' AND object_id = $2::text"
@@ -247,8 +257,8 @@ const struct hub_sql hub_sql_subs_replay = {
     "                   AND ($4::timestamptz AT TIME ZONE 'UTC')::date"
     "     AND e.received_at >= $3::timestamptz AND e.received_at < $4::timestamptz"
     "     AND e.schema_major = s.schema_major"
-    "     AND (e.event_type = ANY (p.pats) OR split_part(e.event_type, '.', 1) || '.*' = ANY (p.pats)"
-    "          OR '*' = ANY (p.pats))"
+    "     AND " REPLAY_MATCHES("p.pats")
+    "     AND (p.asked IS NULL OR " REPLAY_MATCHES("p.asked") ")"
     "   ORDER BY e.received_at, e.seq LIMIT $7::int"
     "), j AS ("
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"
@@ -264,7 +274,7 @@ const struct hub_sql hub_sql_subs_replay = {
     "  INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
     "  SELECT $1::text, 'tenant', 'subscription.replay', $2::text,"
     "         jsonb_build_object('since', $3::timestamptz, 'until', $4::timestamptz,"
-    "                            'event_types', (SELECT to_jsonb(pats) FROM p),"
+    "                            'event_types', (SELECT to_jsonb(coalesce(asked, pats)) FROM p),"
     "                            'events', (SELECT count(*) FROM ev),"
     "                            'created', (SELECT count(*) FROM j WHERE created),"
     "                            'rearmed', (SELECT count(*) FROM j WHERE NOT created))"

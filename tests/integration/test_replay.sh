@@ -57,6 +57,9 @@ assert_eq 400 "$(http_status)" "no since → 400"
 assert_contains "$(cat "$WORK/last_http_body")" '"field":"since"' "the 400 names since"
 replay "$KEY" "$SUB" '{"since":"yesterday"}' >/dev/null
 assert_eq 400 "$(http_status)" "a malformed since → 400"
+replay "$KEY" "$SUB" '{"since":"0000-01-01T00:00:00Z"}' >/dev/null
+assert_eq 400 "$(http_status)" "since in year 0000 (RFC 3339 has it, PostgreSQL does not) → 400"
+assert_contains "$(cat "$WORK/last_http_body")" '"field":"since"' "the 400 names since"
 replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T1")\",\"until\":\"$(rfc3339 "$T0")\"}" >/dev/null
 assert_eq 400 "$(http_status)" "until before since → 400"
 assert_contains "$(cat "$WORK/last_http_body")" '"field":"until"' "the 400 names until"
@@ -103,5 +106,15 @@ assert_eq 2 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscripti
     "each accepted replay is in the audit log"
 assert_eq 10 "$(psql_q "SELECT (detail->>'events')::int FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB' ORDER BY id DESC LIMIT 1")" \
     "the audit entry counts the events"
+
+# 7. a replay narrows what the subscription receives, never widens it: back
+# to transaction.* only, a replay asking for every type takes the six
+# transaction events of the window and not the four balance ones
+psql_q "UPDATE subscriptions SET event_types = '{transaction.*}' WHERE id = '$SUB'" >/dev/null
+sleep 5.5
+body=$(replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"until\":\"$(rfc3339 "$T1")\",\"event_types\":[\"*\"]}")
+assert_eq 202 "$(http_status)" "replay asking for every type → 202"
+assert_contains "$body" '"events":6' "only the six events the subscription itself matches"
+assert_contains "$body" '"created":0' "no job for a type the subscription does not take"
 
 hub_test_done
