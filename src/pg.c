@@ -34,6 +34,7 @@ struct hub_pg_txn {
     struct pg_stmt *stmts;
     int n_stmts;
     int cap_stmts;
+    int n_added; /* statements the caller added, also those that failed to be */
     int oom;
     PGresult **results;
     PGresult *error_result; /* the failing result, owned via results[] or here */
@@ -121,6 +122,10 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     size_t total = 0;
     char *p;
 
+    if (txn->n_added++ >= HUB_PG_TXN_MAX_STMTS) {
+        txn->oom = 1;
+        return -1;
+    }
     if (txn->n_stmts == txn->cap_stmts) {
         int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
         struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
@@ -177,6 +182,9 @@ int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int 
     struct pg_stmt *st;
     char *p;
 
+    if (txn->n_added++ >= HUB_PG_TXN_MAX_STMTS) {
+        goto fail;
+    }
     if (txn->n_stmts == txn->cap_stmts) {
         int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
         struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
@@ -247,7 +255,9 @@ static void txn_free(struct hub_pg_txn *txn) {
 static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, const char *error) {
     struct hub_pg_outcome out;
     const char *sqlstate = "";
-    static PGresult *const no_results[1] = {NULL};
+    /* a transaction that never ran still has a (NULL) result per statement
+     * added, which callers may read before they look at the status */
+    static PGresult *const no_results[HUB_PG_TXN_MAX_STMTS] = {NULL};
 
     if (status == HUB_PG_OK && txn->error_result != NULL) {
         status = HUB_PG_ESTMT;
