@@ -1080,8 +1080,11 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
         } else if (!success) {
             snprintf(o->error, sizeof(o->error), "status");
         }
-        if (res->excerpt_len > 0 && hub_utf8_valid(res->excerpt, res->excerpt_len)) {
-            o->excerpt = strndup(res->excerpt, res->excerpt_len);
+        if (res->excerpt_len > 0) {
+            /* the text part of the excerpt: it may end inside a character
+             * cut at the byte limit, or the body may not be text at all */
+            size_t n = hub_utf8_prefix(res->excerpt, res->excerpt_len);
+            o->excerpt = n > 0 ? strndup(res->excerpt, n) : NULL;
         }
         hub_histogram_observe(&d->hub->metrics.delivery_attempt_seconds,
                               (double)res->duration_ms / 1000.0);
@@ -1239,7 +1242,9 @@ static void job_filtered(struct hub_dispatch *d, struct job *j) {
  * as any failure); the message goes where a response excerpt would. */
 static void job_policy_error(struct hub_dispatch *d, struct job *j, const char *err) {
     j->local_error = "policy_error";
-    j->local_excerpt = strndup(err, DISPATCH_EXCERPT);
+    /* a Lua message may hold any bytes (error(ev.body)), or be cut inside
+     * a character: keep what the attempts table can store */
+    j->local_excerpt = strndup(err, hub_utf8_prefix(err, strnlen(err, DISPATCH_EXCERPT)));
     job_outcome(d, j, NULL);
     job_free(j);
 }

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int hub_utf8_valid(const void *p, size_t len) {
+size_t hub_utf8_prefix(const void *p, size_t len) {
     const unsigned char *s = p;
     size_t i = 0;
 
@@ -22,7 +22,7 @@ int hub_utf8_valid(const void *p, size_t len) {
         size_t n;
         uint32_t cp;
         if (c == 0) {
-            return 0;
+            return i;
         }
         if (c < 0x80) {
             i++;
@@ -38,25 +38,29 @@ int hub_utf8_valid(const void *p, size_t len) {
             n = 3;
             cp = c & 0x07;
         } else {
-            return 0;
+            return i;
         }
         if (i + n >= len) {
-            return 0;
+            return i;
         }
         for (size_t k = 1; k <= n; k++) {
             if ((s[i + k] & 0xC0) != 0x80) {
-                return 0;
+                return i;
             }
             cp = (cp << 6) | (s[i + k] & 0x3F);
         }
         /* reject overlong forms, surrogates and code points past U+10FFFF */
         if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
             (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-            return 0;
+            return i;
         }
         i += n + 1;
     }
-    return 1;
+    return len;
+}
+
+int hub_utf8_valid(const void *p, size_t len) {
+    return hub_utf8_prefix(p, len) == len;
 }
 
 void hub_hex(const unsigned char *in, size_t len, char *out) {

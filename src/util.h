@@ -11,6 +11,10 @@
 /* 1 when p[0..len) is valid UTF-8 without NUL bytes (storable as PG text). */
 int hub_utf8_valid(const void *p, size_t len);
 
+/* Length of the longest prefix of p[0..len) that hub_utf8_valid accepts: where
+ * text cut at a byte limit, or holding a stray byte, stops being storable. */
+size_t hub_utf8_prefix(const void *p, size_t len);
+
 /* Lower-case hex of len bytes into out (2*len+1 bytes, NUL-terminated). */
 void hub_hex(const unsigned char *in, size_t len, char *out);
 

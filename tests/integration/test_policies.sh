@@ -94,6 +94,13 @@ return {
   shape = function(ev) error("shape exploded") end,
 }
 EOF
+# a message of bytes that are not UTF-8 (Lua strings are bytes): the attempt
+# table stores text, so the excerpt keeps the valid prefix
+put_policy shape_bytes <<'EOF'
+return {
+  shape = function(ev) error("bytes \255\254 end", 0) end,
+}
+EOF
 put_policy shape_loop <<'EOF'
 return {
   shape = function(ev)
@@ -156,8 +163,8 @@ hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
 pols=$(admin_curl GET /admin/policies)
 assert_eq 200 "$(http_status)" "GET /admin/policies"
 assert_eq "$POL" "$(jq -r .dir <<<"$pols")" "policies come from the test's directory"
-assert_eq 15 "$(jq '[.policies[] | select(.hash != null and .last_error == null)] | length' <<<"$pols")" \
-    "all 15 policy files loaded at start"
+assert_eq 16 "$(jq '[.policies[] | select(.hash != null and .last_error == null)] | length' <<<"$pols")" \
+    "all 16 policy files loaded at start"
 assert_eq '["match"]' "$(jq -c '.policies[] | select(.name == "filter_amount") | .functions' <<<"$pols")" \
     "functions lists what a file defines"
 hub_curl POST /admin/policies/reload >/dev/null
@@ -205,6 +212,7 @@ mk schednil /status/500/schednil sched.nil ",\"policy\":\"retry_nil\",\"retry_sc
 mk shaped /ok/shaped shape.table ',"policy":"shape_table"'
 mk plain /ok/plain shape.table # control: same events, no policy
 mk broken /ok/broken shape.broken ",\"policy\":\"shape_broken\",\"retry_schedule\":$TWO_S"
+mk bytes /ok/bytes shape.bytes ',"policy":"shape_bytes","retry_schedule":["100ms"]'
 mk loop /ok/loop shape.loop ",\"policy\":\"shape_loop\",\"retry_schedule\":$FAST"
 mk nomem /ok/nomem shape.nomem ',"policy":"shape_nomem","retry_schedule":["100ms"]'
 mk neighbour /ok/neighbour neighbour.tick
@@ -261,6 +269,7 @@ ev sched.nil 1 sn-
 # datacontenttype text/plain: so the shaped Content-Type is visibly the policy's
 ev shape.table 3 st- --extra-header ce-datacontenttype=text/plain
 ev shape.broken 1 sb-
+ev shape.bytes 1 sy-
 ev sandbox.probe 1 sp-
 ev versioned.tick 1 v1a-
 
@@ -390,6 +399,13 @@ assert_eq "200|" "$(tail -n1 <<<"$att" | cut -d'|' -f2,3)" "the last attempt suc
 assert_eq 0 "$(head -n -1 <<<"$att" | grep -vc '||policy_error$')" \
     "every earlier attempt failed with policy_error and no HTTP status"
 assert_ge "$(perr shape_broken shape error)" 1 'streaming_hub_policy_errors_total{policy="shape_broken",function="shape",kind="error"}'
+
+# an error message that is not UTF-8 is recorded (its valid prefix), and does
+# not hold the outcome batches back (every later check needs them)
+wait_until 20 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '${SUB[bytes]}'\") == dead ]]" ||
+    fail "non-UTF-8 policy error: the job did not reach dead after its one retry"
+assert_eq "2 policy_error|shape: shape_bytes.lua: bytes " "$(psql_q "SELECT count(*) || ' ' || min(a.error) || '|' || min(a.response_excerpt) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[bytes]}'")" \
+    "non-UTF-8 policy error: both attempts recorded, the excerpt cut before the first bad byte"
 
 # ---------------------------------------------------------------------------
 # 4. limits: an infinite loop and a memory bomb, beside a healthy subscription
