@@ -407,6 +407,21 @@ void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *
     }
 }
 
+void hub_breaker_release(struct hub_breakers *b, const char *tenant, const char *origin,
+                         int64_t now_ms) {
+    struct breaker *e;
+
+    if (b == NULL || tenant == NULL || origin == NULL) {
+        return;
+    }
+    e = find(b, tenant, origin);
+    if (e != NULL && e->state == ST_HALF_OPEN) {
+        set_state(b, e, ST_OPEN);
+        e->retry_at_ms = now_ms;
+        e->last_ms = now_ms;
+    }
+}
+
 size_t hub_breakers_list(struct hub_breakers *b, int64_t now_ms, hub_breakers_list_cb cb,
                          void *arg) {
     size_t n = 0;

@@ -104,6 +104,15 @@ void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *
                         int64_t now_ms);
 
 /*
+ * Gives back a PROBE whose attempt never reached the destination (a policy
+ * error, secrets that do not open, a request the HTTP client refused): the
+ * destination told nothing, so the breaker goes back to open with its probe
+ * due at once, and the next due job probes.  Anything else is left alone.
+ */
+void hub_breaker_release(struct hub_breakers *b, const char *tenant, const char *origin,
+                         int64_t now_ms);
+
+/*
  * Calls cb for every open and half-open breaker (for GET /admin/breakers),
  * in no particular order, and returns how many there were.  Before listing
  * it forgets breakers that hold no information (closed, no failure streak,

@@ -469,6 +469,7 @@ struct job {
     int64_t claimed_ms;
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
+    int breaker_probe; /* the breaker let this attempt through as its probe */
 };
 
 struct outcome {
@@ -1090,6 +1091,9 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
                               (double)res->duration_ms / 1000.0);
     } else {
         /* failed before any HTTP: a policy error, or secrets that do not open */
+        if (j->breaker_probe) {
+            hub_breaker_release(d->breakers, j->tenant, j->origin, unix_ms());
+        }
         snprintf(o->error, sizeof(o->error), "%s", j->local_error ? j->local_error : "signing");
         o->excerpt = j->local_excerpt;
         j->local_excerpt = NULL;
@@ -1326,11 +1330,16 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
             return;
         }
     }
-    if (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at) ==
-        HUB_BREAKER_SHED) {
+    switch (hub_breaker_check(d->breakers, j->tenant, j->origin, unix_ms(), &retry_at)) {
+    case HUB_BREAKER_SHED:
         json_decref(attrs);
         job_postpone(d, j, HUB_D_SHED, retry_at);
         return;
+    case HUB_BREAKER_PROBE:
+        j->breaker_probe = 1;
+        break;
+    case HUB_BREAKER_ALLOW:
+        break;
     }
     if (hub_uuid7_text(j->delivery_id) != 0) {
         snprintf(j->delivery_id, sizeof(j->delivery_id), "00000000-0000-7000-8000-000000000000");
@@ -1386,6 +1395,9 @@ static void job_start(struct hub_dispatch *d, struct job *j) {
         struct hub_httpc_response res = {.error = HUB_HTTPC_PROTOCOL,
                                          .error_text = "request refused"};
         d->inflight--;
+        if (j->breaker_probe) {
+            hub_breaker_release(d->breakers, j->tenant, j->origin, unix_ms());
+        }
         job_outcome(d, j, &res);
         job_free(j);
     }

@@ -256,6 +256,31 @@ static void test_lost_probe_is_replaced(void **state) {
     hub_breakers_free(b);
 }
 
+static void test_released_probe(void **state) {
+    (void)state;
+    struct hub_breakers *b = new_default();
+    int64_t at = 0, t = T0 + 30 * SEC;
+
+    trip_at(b, T0);
+    assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
+    /* the probe failed before reaching the destination: the next due job
+     * probes at once, and the open time did not double */
+    hub_breaker_release(b, "acme", ORIGIN, t + 5);
+    assert_int_equal(hub_breakers_open_count(b, t + 5), 1);
+    assert_int_equal(check(b, "acme", t + 6, NULL), HUB_BREAKER_PROBE);
+    assert_int_equal(check(b, "acme", t + 7, NULL), HUB_BREAKER_SHED);
+    hub_breaker_report(b, "acme", ORIGIN, 0, t + 8);
+    assert_int_equal(check(b, "acme", t + 9, &at), HUB_BREAKER_SHED);
+    assert_int_equal(at, t + 8 + 60 * SEC);
+    /* releasing a closed, an open or an unknown pair changes nothing */
+    hub_breaker_release(b, "acme", ORIGIN, t + 10);
+    assert_int_equal(check(b, "acme", t + 11, &at), HUB_BREAKER_SHED);
+    assert_int_equal(at, t + 8 + 60 * SEC);
+    hub_breaker_release(b, "nobody", ORIGIN, t + 10);
+    assert_int_equal(check(b, "nobody", t + 11, NULL), HUB_BREAKER_ALLOW);
+    hub_breakers_free(b);
+}
+
 static void test_straggler_reports_while_open(void **state) {
     (void)state;
     struct hub_breakers *b = new_default();
@@ -463,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_close_forgets_the_window),
         cmocka_unit_test(test_probe_failure_doubles_up_to_max),
         cmocka_unit_test(test_lost_probe_is_replaced),
+        cmocka_unit_test(test_released_probe),
         cmocka_unit_test(test_straggler_reports_while_open),
         cmocka_unit_test(test_pairs_are_independent),
         cmocka_unit_test(test_many_pairs),
