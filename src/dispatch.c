@@ -293,7 +293,8 @@ static const struct hub_sql sql_load_events = {
  * Outcomes, one row per finished (shed, deferred or filtered) job.  The job update is fenced by
  * our lease so that a job reclaimed by another dispatcher after our lease
  * expired keeps its new owner's state.  Failure streaks (SPEC §7.7) take the
- * newest outcome per subscription in the batch.
+ * newest outcome per subscription in the batch; a success anywhere in the
+ * batch ends the streak before it, so failures after it start a new one.
  * $1 id, $2 state, $3 reason, $4 delay ms, $5 attempted, $6 delivery id,
  * $7 started_at, $8 duration ms, $9 status, $10 error, $11 excerpt,
  * $12 subscription id, $13 success, $14 owner.
@@ -351,11 +352,17 @@ static const struct hub_sql sql_load_events = {
     "                                 status, error, response_excerpt)"                            \
     "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"    \
     "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"    \
-    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), last AS ("              \
+    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), b AS ("                 \
+    "  SELECT subscription_id, success, started_at,"                                               \
+    "         max(started_at) FILTER (WHERE success)"                                              \
+    "             OVER (PARTITION BY subscription_id) AS ok_at"                                    \
+    "    FROM o WHERE attempted"                                                                   \
+    "), last AS ("                                                                                 \
     "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"     \
-    "         min(started_at) FILTER (WHERE NOT success)"                                          \
+    "         ok_at, min(started_at) FILTER (WHERE NOT success"                                    \
+    "                                          AND started_at > coalesce(ok_at, '-infinity'))"     \
     "             OVER (PARTITION BY subscription_id) AS first_fail"                               \
-    "    FROM o WHERE attempted ORDER BY subscription_id, started_at DESC"                         \
+    "    FROM b ORDER BY subscription_id, started_at DESC"                                         \
     "), chg AS ("                                                                                  \
     "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"                             \
     "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)"     \
@@ -365,6 +372,7 @@ static const struct hub_sql sql_load_events = {
     ")"                                                                                            \
     " UPDATE subscriptions s SET"                                                                  \
     "        failure_first_at = CASE WHEN last.success THEN NULL"                                  \
+    "                                WHEN last.ok_at IS NOT NULL THEN last.first_fail"             \
     "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"      \
     "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"          \
     "   FROM chg last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)"
