@@ -11,6 +11,7 @@
  */
 #include "dispatch.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -560,8 +561,7 @@ struct hub_dispatch {
     size_t n_outcomes;
     size_t cap_outcomes;
     int outcomes_checked; /* sql_outcomes_checked since a duplicate attempt key */
-    char **gone; /* subscription ids answered 410 since the last flush */
-    size_t n_gone;
+    size_t flush_single;  /* outcomes to write one per transaction (after a batch failed) */
     uint64_t ev_serial;   /* numbers each job's policy event (hub_policy_event.serial) */
     int64_t policy_log_s; /* policy failure log lines: the current second ... */
     int policy_log_n;     /* ... and how many were written in it */
@@ -669,11 +669,36 @@ static void flush_requeue(struct hub_dispatch *d, struct flush *f) {
     d->cap_outcomes = d->n_outcomes;
 }
 
+/* 1 for a statement error that says nothing about the rows: a deadlock, a
+ * serialization failure, a lock or statement timeout, resources or the
+ * connection running out, an operator's cancel.  Retried as they are. */
+static int sqlstate_transient(const char *s) {
+    return strncmp(s, "40", 2) == 0 || strncmp(s, "53", 2) == 0 || strncmp(s, "08", 2) == 0 ||
+           strncmp(s, "57", 2) == 0 || strcmp(s, "55P03") == 0 || s[0] == '\0';
+}
+
 static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     struct flush *f = arg;
     struct hub_dispatch *d = f->d;
 
     d->flushing--;
+    if (out->status == HUB_PG_ESTMT && f->n == 1 && !sqlstate_transient(out->sqlstate) &&
+        !(strcmp(out->sqlstate, "23505") == 0 && !d->outcomes_checked)) {
+        /* The one outcome the statement refuses: dropped, or it would be
+         * retried forever with every outcome queued behind it.  Its job
+         * keeps our lease until that expires; then it is reclaimed and
+         * attempted again (at least once still holds). */
+        hub_log(HUB_ERROR, "a delivery outcome cannot be recorded; its job will be reclaimed",
+                HUB_LI("job", f->o[0].id), HUB_LS("subscription", f->o[0].sub_id),
+                HUB_LS("state", f->o[0].state), HUB_LS("error", out->error));
+        d->flush_single -= d->flush_single > 0;
+        free(f->o[0].excerpt);
+        free(f->o);
+        free(f);
+        schedule_flush(d);
+        dispatch_maybe_done(d);
+        return;
+    }
     if (out->status != HUB_PG_OK) {
         /* keep them and try again; leases protect the jobs meanwhile */
         hub_log(HUB_WARN, "delivery outcomes not recorded, retrying", HUB_LS("error", out->error),
@@ -684,6 +709,10 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
             d->outcomes_checked = 1;
             hub_log(HUB_WARN, "an attempt was already recorded under its number (was a job's "
                               "attempt_count lowered by hand?); outcomes now probe for it first");
+        } else if (out->status == HUB_PG_ESTMT && !sqlstate_transient(out->sqlstate)) {
+            /* one of them (or its subscription) makes the statement fail:
+             * write them one at a time, so that only that one is held back */
+            d->flush_single = d->flush_single > f->n ? d->flush_single : f->n;
         }
         flush_requeue(d, f);
         free(f->o);
@@ -692,6 +721,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
         uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
         return;
     }
+    d->flush_single -= d->flush_single < f->n ? d->flush_single : f->n;
     /* auto-disabled subscriptions come back from the last statement */
     if (out->n_results >= 1) {
         PGresult *r = out->results[out->n_results - 1];
@@ -717,6 +747,59 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     dispatch_maybe_done(d);
 }
 
+static int outcome_gone(const struct outcome *o) {
+    return o->attempted && o->status == 410;
+}
+
+static int outcome_failed(const struct outcome *o) {
+    return o->attempted && !o->success;
+}
+
+/* Parses a canonical textual uuid into 16 bytes; -1 when it is not one. */
+static int uuid_bytes(const char *text, unsigned char u[16]) {
+    static const char *const hex = "0123456789abcdef";
+    const char *p = text;
+
+    for (int k = 0; k < 16; k++) {
+        const char *hi, *lo;
+        if (k == 4 || k == 6 || k == 8 || k == 10) {
+            if (*p++ != '-') {
+                return -1;
+            }
+        }
+        hi = p[0] != '\0' ? strchr(hex, tolower((unsigned char)p[0])) : NULL;
+        lo = hi != NULL && p[1] != '\0' ? strchr(hex, tolower((unsigned char)p[1])) : NULL;
+        if (lo == NULL) {
+            return -1;
+        }
+        u[k] = (unsigned char)((hi - hex) << 4 | (lo - hex));
+        p += 2;
+    }
+    return *p == '\0' ? 0 : -1;
+}
+
+/*
+ * The subscription ids of the batch's outcomes that pick() selects, as a
+ * binary uuid[] parameter in *value (malloc'd, or NULL on OOM) of *len
+ * bytes; repeats are harmless to "= ANY".  Returns how many it holds.
+ */
+static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outcome *),
+                            char **value, int *len) {
+    struct hub_pgarr a;
+    size_t n = 0;
+
+    hub_pgarr_init(&a, 2950 /* uuid */);
+    for (size_t i = 0; i < f->n; i++) {
+        unsigned char u[16];
+        if (pick(&f->o[i]) && uuid_bytes(f->o[i].sub_id, u) == 0) {
+            hub_pgarr_add(&a, u, 16);
+            n++;
+        }
+    }
+    *value = hub_pgarr_take(&a, len);
+    return *value != NULL ? n : 0;
+}
+
 /* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction; up to
  * DISPATCH_OUT_CONNECTIONS such transactions run at once. */
 static void dispatch_flush(struct hub_dispatch *d) {
@@ -736,7 +819,8 @@ static void dispatch_flush(struct hub_dispatch *d) {
     struct hub_pgarr a[13];
     char *values[13];
     int lengths[13];
-    size_t n = d->n_outcomes < DISPATCH_FLUSH_MAX ? d->n_outcomes : DISPATCH_FLUSH_MAX;
+    size_t max = d->flush_single > 0 ? 1 : DISPATCH_FLUSH_MAX;
+    size_t n = d->n_outcomes < max ? d->n_outcomes : max;
     struct hub_pg_txn *txn;
     struct flush *f;
     int rc = 0;
@@ -804,58 +888,27 @@ static void dispatch_flush(struct hub_dispatch *d) {
         hub_pg_txn_add_owned(txn, d->outcomes_checked ? &sql_outcomes_checked : &sql_outcomes, 14,
                              v, l);
     }
-    if (d->n_gone > 0 && d->hub->cfg.autodisable_enabled) {
+    if (d->hub->cfg.autodisable_enabled) {
         /* 410 disables at once, but only while auto-disable is allowed */
-        struct hub_pgarr g;
         char *gv[1];
         int gl[1];
-        hub_pgarr_init(&g, 2950 /* uuid */);
-        for (size_t i = 0; i < d->n_gone; i++) {
-            unsigned char u[16];
-            const char *p = d->gone[i];
-            for (int k = 0; k < 16; k++) {
-                while (*p == '-') {
-                    p++;
-                }
-                unsigned int byte = 0;
-                sscanf(p, "%2x", &byte);
-                u[k] = (unsigned char)byte;
-                p += 2;
-            }
-            hub_pgarr_add(&g, u, 16);
-        }
-        gv[0] = hub_pgarr_take(&g, &gl[0]);
-        if (gv[0] != NULL) {
+        if (batch_sub_ids(f, outcome_gone, &gv[0], &gl[0]) > 0) {
             hub_pg_txn_add_owned(txn, &sql_gone, 1, gv, gl);
+        } else {
+            free(gv[0]);
         }
-    }
-    for (size_t i = 0; i < d->n_gone; i++) {
-        free(d->gone[i]);
-    }
-    d->n_gone = 0;
-    if (d->hub->cfg.autodisable_enabled) {
         /* the gates are checked at every recorded failure (SPEC §7.7) */
-        char window[32], spread[32], ids[64 * 40 + 3];
-        size_t pos = 0;
-        int any = 0;
-        ids[pos++] = '{';
-        for (size_t i = 0; i < n && pos + 40 < sizeof(ids) - 2; i++) {
-            if (f->o[i].attempted && !f->o[i].success) {
-                pos += (size_t)snprintf(ids + pos, sizeof(ids) - pos, "%s%s", any ? "," : "",
-                                        f->o[i].sub_id);
-                any = 1;
-            }
-        }
-        ids[pos++] = '}';
-        ids[pos] = '\0';
-        if (any) {
-            const char *params[3] = {window, spread, ids};
+        if (batch_sub_ids(f, outcome_failed, &gv[0], &gl[0]) > 0) {
+            char window[32], spread[32];
+            const char *params[3] = {window, spread, gv[0]};
+            const int plen[3] = {0, 0, gl[0]}, pfmt[3] = {0, 0, 1};
             snprintf(window, sizeof(window), "%lld",
                      (long long)d->hub->cfg.autodisable_failure_window_ms);
             snprintf(spread, sizeof(spread), "%lld",
                      (long long)d->hub->cfg.autodisable_failure_spread_ms);
-            hub_pg_txn_add(txn, &sql_autodisable, 3, params, NULL, NULL);
+            hub_pg_txn_add(txn, &sql_autodisable, 3, params, plen, pfmt);
         }
+        free(gv[0]);
     }
     d->flushing++;
     hub_pg_txn_submit(txn);
@@ -1129,13 +1182,6 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
         }
         if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled) {
             queue_drop_subscription(d, j->sub_id); /* it is being disabled */
-        }
-        if (res != NULL && res->status == 410 && d->n_gone < 1024) {
-            char **g = realloc(d->gone, sizeof(*g) * (d->n_gone + 1));
-            if (g != NULL) {
-                d->gone = g;
-                d->gone[d->n_gone++] = strdup(j->sub_id);
-            }
         }
     }
     schedule_flush(d);
@@ -2223,10 +2269,6 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     for (size_t i = 0; i < d->n_outcomes; i++) {
         free(d->outcomes[i].excerpt);
     }
-    for (size_t i = 0; i < d->n_gone; i++) {
-        free(d->gone[i]);
-    }
-    free(d->gone);
     tenants_free(d);
     free(d->queue);
     free(d->outcomes);

@@ -141,6 +141,41 @@ wait_until 20 "[[ \$(psql_q \"SELECT state || '|' || attempt_count FROM delivery
 assert_eq 3 "$(psql_q "SELECT count(*) FROM delivery_attempts WHERE job_id = $job")" \
     "the duplicate attempt number is not recorded twice; the outcome still lands"
 
+# 6c. an outcome the database refuses (here a trigger refuses the attempts of
+#     one subscription) is written alone and dropped; the outcomes beside it
+#     land, and once the refusal is gone the job, reclaimed, succeeds
+REFUSED_ID=$(mk /ok/refused refused.tested)
+BESIDE_ID=$(mk /ok/beside beside.tested)
+activate "$REFUSED_ID"
+activate "$BESIDE_ID"
+psql_q "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM delivery_jobs WHERE id = NEW.job_id
+                                                     AND subscription_id = '$REFUSED_ID') THEN
+                RAISE EXCEPTION 'refused by the test';
+            END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER test_refuse BEFORE INSERT ON delivery_attempts
+            FOR EACH ROW EXECUTE FUNCTION test_refuse()" >/dev/null
+produce --topic lerian.streaming.delivery --tenant acme --count 1 --id-prefix rf- \
+    --type studio.lerian.refused.tested >/dev/null &
+refused_producer=$!
+produce --topic lerian.streaming.delivery --tenant acme --count 40 --id-prefix bs- \
+    --type studio.lerian.beside.tested >/dev/null
+wait "$refused_producer"
+wait_until 20 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$BESIDE_ID' AND state = 'succeeded'\") == 40 ]]" ||
+    fail "outcomes beside a refused one did not land: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id = '$BESIDE_ID' GROUP BY 1")"
+wait_until 20 "grep -q 'a delivery outcome cannot be recorded' \"\$HUB_LOG\"" ||
+    fail "the refused outcome was not reported"
+assert_eq "0 false" "$(psql_q "SELECT j.attempt_count || ' ' || (j.state = 'succeeded') FROM delivery_jobs j WHERE j.subscription_id = '$REFUSED_ID'")" \
+    "the refused outcome's job is not settled meanwhile"
+psql_q "DROP TRIGGER test_refuse ON delivery_attempts; DROP FUNCTION test_refuse()" >/dev/null
+wait_until 30 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$REFUSED_ID'\") == succeeded ]]" ||
+    fail "the refused job did not succeed once the refusal was gone"
+assert_ge "$(psql_q "SELECT reclaims FROM delivery_jobs WHERE subscription_id = '$REFUSED_ID'")" 1 \
+    "it came back through a reclaim of its expired lease"
+
 # 7. 410 Gone disables the subscription
 wait_until 20 "[[ \$(psql_q \"SELECT disabled_reason FROM subscriptions WHERE id = '$GONE_ID'\") == gone ]]" ||
     fail "410 did not disable the subscription"
