@@ -57,6 +57,10 @@
 #define DISPATCH_FLUSH_MS 5    /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256 /* outcomes per transaction */
 #define DISPATCH_OUT_CONNECTIONS 2
+/* The longest a job is put off without an attempt (max_rate deferral), and
+ * the longest delay an outcome carries to the database: the longest step a
+ * retry schedule may have (SPEC §7.4). */
+#define DISPATCH_DEFER_MAX_MS (10LL * 3600 * 1000)
 /* The claim and outcome pools.  Every statement there reaches its rows by
  * key.  A generic plan is made once, from the statistics of that moment: one
  * made while the planner thought a predicate common kept reading whole
@@ -849,7 +853,8 @@ static void dispatch_flush(struct hub_dispatch *d) {
         hub_pgarr_add_i64(&a[0], o->id);
         hub_pgarr_add_text(&a[1], o->state);
         hub_pgarr_add_text(&a[2], o->reason);
-        hub_pgarr_add_i64(&a[3], o->delay_ms);
+        hub_pgarr_add_i64(&a[3], o->delay_ms < DISPATCH_DEFER_MAX_MS ? o->delay_ms
+                                                                     : DISPATCH_DEFER_MAX_MS);
         hub_pgarr_add(&a[4], &t, 1);
         hub_pgarr_add_text(&a[5], o->attempted ? o->delivery_id : NULL);
         hub_pgarr_add_ts(&a[6], o->started_unix_ms * 1000);
@@ -1287,7 +1292,10 @@ static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate
         b->tokens -= 1.0;
         return 0;
     }
-    return (int64_t)((1.0 - b->tokens) * 1000.0 / rate) + 1;
+    /* a rate far below one a day would wait longer than any timestamp can
+     * say: no later than the longest retry step */
+    double wait_ms = (1.0 - b->tokens) * 1000.0 / rate;
+    return wait_ms < (double)DISPATCH_DEFER_MAX_MS ? (int64_t)wait_ms + 1 : DISPATCH_DEFER_MAX_MS;
 }
 
 /* A job whose policy's match turned it down: deleted, never attempted. */

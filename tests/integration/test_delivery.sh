@@ -208,6 +208,19 @@ assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="deferred"}')" 1 "de
 assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '$RATE_ID' AND a.status <> 200")" \
     "deferral is not a failed attempt"
 
+# 9b. a rate far below one a day: the first job goes, the next waits no
+# longer than the longest retry step (10 h) instead of a delay no timestamp
+# holds, which made every outcome batch carrying it fail (the later
+# sections need the outcomes to flow)
+SLOW_ID=$(mk /ok/slowrate slowrate.tested ',"max_rate":1e-13')
+activate "$SLOW_ID"
+produce --topic lerian.streaming.delivery --tenant acme --count 2 --id-prefix sr- \
+    --type studio.lerian.slowrate.tested --partitions 1 >/dev/null
+wait_until 20 "[[ \$(psql_q \"SELECT count(*) FILTER (WHERE state = 'succeeded') || '/' || count(*) FILTER (WHERE state = 'pending' AND attempt_count = 0 AND next_attempt_at > now() + interval '9 hours') FROM delivery_jobs WHERE subscription_id = '$SLOW_ID'\") == 1/1 ]]" ||
+    fail "max_rate 1e-13: not one job delivered and one deferred"
+assert_eq t "$(psql_q "SELECT max(next_attempt_at) <= now() + interval '10 hours' FROM delivery_jobs WHERE subscription_id = '$SLOW_ID'")" \
+    "max_rate 1e-13: deferred by 10 h at most"
+
 # stored_events PREFIX COUNT TYPE BYTES: produces COUNT events of acme with
 # ids PREFIX-n and waits until they are stored
 stored_events() {
