@@ -61,6 +61,8 @@
  * the longest delay an outcome carries to the database: the longest step a
  * retry schedule may have (SPEC §7.4). */
 #define DISPATCH_DEFER_MAX_MS (10LL * 3600 * 1000)
+/* What a lease must leave after an attempt's timeout for its outcome's write. */
+#define DISPATCH_OUTCOME_MARGIN_MS 2000
 /* The claim and outcome pools.  Every statement there reaches its rows by
  * key.  A generic plan is made once, from the statistics of that moment: one
  * made while the planner thought a predicate common kept reading whole
@@ -1526,15 +1528,24 @@ static struct job *queue_pop(struct hub_dispatch *d) {
     return j;
 }
 
+/* How long a claimed job may wait in the queue and still start: its lease
+ * must cover the whole attempt and the outcome's write after it.  A lease
+ * not longer than the attempt timeout plus that margin cannot (the start
+ * warns); then half the lease, as the attempt may outlive it anyway. */
+static int64_t dispatch_start_budget_ms(const struct hub_config *cfg) {
+    int64_t budget = cfg->dispatch_lease_ms - cfg->delivery_timeout_ms - DISPATCH_OUTCOME_MARGIN_MS;
+    return budget > 0 ? budget : cfg->dispatch_lease_ms / 2;
+}
+
 /*
  * Starts queued jobs while workers are free, then claims more.  A job that
- * waited in the queue for half its lease is given back rather than started:
- * its lease must not run out during the attempt (another dispatcher would
- * take it, and the expiry would count as a reclaim).
+ * waited in the queue past dispatch_start_budget_ms() is given back rather
+ * than started: its lease must not run out during the attempt (another
+ * dispatcher would take it, and the expiry would count as a reclaim).
  */
 static void dispatch_pump(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
-    int64_t stale_ms = d->hub->cfg.dispatch_lease_ms / 2;
+    int64_t stale_ms = dispatch_start_budget_ms(&d->hub->cfg);
 
     if (d->stopping) {
         /* a claim that was in flight when the stop came: give it all back */
@@ -2254,6 +2265,14 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     uv_timer_start(&d->claim_timer, claim_timer_cb, 0, 0);
     uv_timer_start(&d->reclaim_timer, reclaim_timer_cb, 1000, lease / 4 > 1000 ? lease / 4 : 1000);
     uv_timer_start(&d->sample_timer, sample_timer_cb, 1000, DISPATCH_DUE_SAMPLE_MS);
+    if (hub->cfg.dispatch_lease_ms - hub->cfg.delivery_timeout_ms <= DISPATCH_OUTCOME_MARGIN_MS) {
+        hub_log(HUB_WARN,
+                "STREAMING_HUB_DISPATCH_LEASE is not 2s longer than "
+                "STREAMING_HUB_DELIVERY_TIMEOUT: a slow attempt can outlive its lease, and "
+                "its job is then reclaimed and attempted again meanwhile",
+                HUB_LI("lease_ms", hub->cfg.dispatch_lease_ms),
+                HUB_LI("timeout_ms", hub->cfg.delivery_timeout_ms));
+    }
     hub_log(HUB_INFO, "dispatcher started", HUB_LS("owner", d->owner),
             HUB_LI("workers", hub->cfg.dispatch_workers),
             HUB_LI("claim_batch", hub->cfg.dispatch_claim_batch));
