@@ -5,7 +5,8 @@
 # subscription in one batch, in a chosen order.  SPEC §7.7: a failure
 # streak records the first and last failure since the last success, and
 # one success clears it.  The statement also fences each job by its lease
-# owner and numbers attempts by the job's count.
+# owner and numbers attempts by the job's count.  Last, the trigger that
+# parks and unparks a subscription's jobs.
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 hub_test_init
@@ -87,5 +88,18 @@ assert_eq "in_flight another 0" "$(psql_q "SELECT state || ' ' || lease_owner ||
 assert_eq "1:1,2 2:1,2 3:1 4:1 5:1 6:1" \
     "$(psql_q "SELECT string_agg(job_id || ':' || numbers, ' ' ORDER BY job_id) FROM (SELECT job_id, string_agg(number::text, ',' ORDER BY number) AS numbers FROM delivery_attempts GROUP BY job_id) x")" \
     "each attempt recorded once, numbered by the job's count; none for the fenced job"
+
+# 6. the parking trigger (migrations): re-enabling a subscription gives a
+# parked job with a live lease back to its attempt, and clears a lease that
+# ran out while parked (its attempt's late outcome must not land)
+psql_q "UPDATE subscriptions SET enabled = false WHERE id = '$SUB';
+        UPDATE delivery_jobs SET state = 'parked', lease_owner = 'us',
+               lease_until = CASE WHEN id = 1 THEN now() + interval '1 minute'
+                                  ELSE now() - interval '1 second' END
+         WHERE id IN (1, 2);
+        UPDATE subscriptions SET enabled = true WHERE id = '$SUB'" >/dev/null
+assert_eq "1 in_flight us|2 pending -" \
+    "$(psql_q "SELECT string_agg(id || ' ' || state || ' ' || coalesce(lease_owner, '-'), '|' ORDER BY id) FROM delivery_jobs WHERE id IN (1, 2)")" \
+    "unparking: a live lease is in flight again, an expired one is cleared"
 
 hub_test_done
