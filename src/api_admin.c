@@ -70,6 +70,7 @@ struct admin_call {
     char *quotas;    /* quotas as JSON text, NULL for SQL NULL */
     char *audit;     /* audit detail as JSON text */
     char *idem_key;  /* Idempotency-Key, or NULL */
+    char *idem_req;  /* with a key: the request's marker (hub_api_request_marker) */
     char *after;     /* lists: cursor value */
     char *reason;    /* quarantine filter */
     char api_key[API_KEY_TEXT];
@@ -85,11 +86,12 @@ static void admin_call_free(struct hub_api_call *call) {
     free(a->quotas);
     free(a->audit);
     free(a->idem_key);
+    free(a->idem_req);
     free(a->after);
     free(a->reason);
     OPENSSL_cleanse(a->api_key, sizeof(a->api_key));
     a->tenant_id = a->object_id = a->status = a->quotas = a->audit = NULL;
-    a->idem_key = a->after = a->reason = NULL;
+    a->idem_key = a->idem_req = a->after = a->reason = NULL;
 }
 
 static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum admin_op op) {
@@ -117,6 +119,7 @@ static void send_pg_object(h2o_req_t *req, int status, const char *text, size_t 
         hub_api_send_problem(req, 500, "malformed object from the database", NULL);
         return;
     }
+    json_object_del(obj, "_req"); /* a stored response's request marker */
     if (key != NULL) {
         json_object_set_new(obj, "key", json_string(key));
     }
@@ -485,6 +488,17 @@ static void send_not_created(struct admin_call *a) {
     }
 }
 
+/* 1 when a stored response was made by this same request (its marker), or
+ * was stored before responses kept one. */
+static int idem_same_request(const struct admin_call *a, const char *text, size_t len) {
+    json_t *obj = json_loadb(text, len, 0, NULL);
+    const char *marker = json_string_value(json_object_get(obj, "_req"));
+    int same = marker == NULL || strcmp(marker, a->idem_req) == 0;
+
+    json_decref(obj);
+    return same;
+}
+
 static void idem_looked(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct admin_call *a = (struct admin_call *)call;
     PGresult *r = out->results[1];
@@ -494,8 +508,14 @@ static void idem_looked(struct hub_api_call *call, const struct hub_pg_outcome *
         return;
     }
     if (PQntuples(r) == 1) {
-        int status = atoi(PQgetvalue(r, 0, 0));
-        send_created(a, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 1);
+        if (!idem_same_request(a, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
+            hub_api_send_problem(call->req, 409,
+                                 "this Idempotency-Key was already used for a different request",
+                                 NULL);
+            return;
+        }
+        send_created(a, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
+                     (size_t)PQgetlength(r, 0, 1), 1);
         return;
     }
     if (a->relooked) {
@@ -515,6 +535,19 @@ static void idem_lookup(struct admin_call *a) {
     hub_pg_txn_add(txn, &hub_sql_admin_idem_lookup, 2, (const char *[]){ADMIN_SCOPE, a->idem_key},
                    NULL, NULL);
     hub_api_call_submit(&a->call, txn);
+}
+
+/* A creation with an Idempotency-Key: the request's marker, then the lookup
+ * of the key (which replays, refuses or runs the creation). */
+static void idem_start(struct admin_call *a) {
+    const char *op = a->op == OP_TENANT_CREATE ? "tenant.create" : "api_key.create";
+
+    a->idem_req = hub_api_request_marker(a->call.req, op, a->tenant_id);
+    if (a->idem_req == NULL) {
+        hub_api_send_oom(a->call.req);
+        return;
+    }
+    idem_lookup(a);
 }
 
 static void post_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
@@ -590,13 +623,15 @@ static void post_execute(struct admin_call *a) {
                        (const char *[]){ADMIN_SCOPE, a->idem_key}, NULL, NULL);
     }
     if (a->op == OP_TENANT_CREATE) {
-        hub_pg_txn_add(txn, &hub_sql_admin_tenant_create, 5,
-                       (const char *[]){a->tenant_id, a->status, a->quotas, a->audit, a->idem_key},
+        hub_pg_txn_add(txn, &hub_sql_admin_tenant_create, 6,
+                       (const char *[]){a->tenant_id, a->status, a->quotas, a->audit, a->idem_key,
+                                        a->idem_req},
                        NULL, NULL);
     } else {
-        hub_pg_txn_add(txn, &hub_sql_admin_api_key_create, 3,
-                       (const char *[]){a->tenant_id, (const char *)a->key_hash, a->idem_key},
-                       (const int[]){0, (int)sizeof(a->key_hash), 0}, (const int[]){0, 1, 0});
+        hub_pg_txn_add(
+            txn, &hub_sql_admin_api_key_create, 4,
+            (const char *[]){a->tenant_id, (const char *)a->key_hash, a->idem_key, a->idem_req},
+            (const int[]){0, (int)sizeof(a->key_hash), 0, 0}, (const int[]){0, 1, 0, 0});
     }
     hub_api_call_submit(&a->call, txn);
 }
@@ -648,7 +683,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
         goto done;
     }
     if (a->idem_key != NULL) {
-        idem_lookup(a);
+        idem_start(a);
     } else {
         post_execute(a);
     }
@@ -695,7 +730,7 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
         return;
     }
     if (a->idem_key != NULL) {
-        idem_lookup(a);
+        idem_start(a);
     } else {
         post_execute(a);
     }

@@ -1103,36 +1103,19 @@ static void check_input(struct hub *hub, json_t *body, int create, struct subs_i
 /* Sets up the Idempotency-Key state: scope "tenant:<id>" and the request
  * marker "<op>:<SHA-256 of the body>".  Returns 0 or -1 (OOM). */
 static int idem_prepare(struct subs_call *c, h2o_iovec_t key, const char *op) {
-    h2o_req_t *req = c->call.req;
-    unsigned char digest[32];
-    char hex[65];
-    unsigned int dn = 0;
     size_t need;
     int oom = 0;
 
     if (key.base == NULL) {
         return 0;
     }
-    if (EVP_Digest(req->entity.base != NULL ? req->entity.base : "", req->entity.len, digest, &dn,
-                   EVP_sha256(), NULL) != 1) {
-        return -1;
-    }
-    hub_hex(digest, sizeof(digest), hex);
     c->idem_key = hub_api_strndup(key.base, key.len, &oom);
     need = sizeof(IDEM_SCOPE_PREFIX) + strlen(c->tenant_id);
     c->idem_scope = malloc(need);
     if (c->idem_scope != NULL) {
         snprintf(c->idem_scope, need, IDEM_SCOPE_PREFIX "%s", c->tenant_id);
     }
-    need = strlen(op) + 1 + (c->object_id ? strlen(c->object_id) + 1 : 0) + sizeof(hex);
-    c->idem_req = malloc(need);
-    if (c->idem_req != NULL) {
-        if (c->object_id != NULL) {
-            snprintf(c->idem_req, need, "%s:%s:%s", op, c->object_id, hex);
-        } else {
-            snprintf(c->idem_req, need, "%s:%s", op, hex);
-        }
-    }
+    c->idem_req = hub_api_request_marker(c->call.req, op, c->object_id);
     return oom || c->idem_scope == NULL || c->idem_req == NULL ? -1 : 0;
 }
 

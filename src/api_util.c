@@ -311,6 +311,27 @@ bad:
     return -1;
 }
 
+char *hub_api_request_marker(const h2o_req_t *req, const char *op, const char *object) {
+    unsigned char digest[32];
+    char hex[65];
+    unsigned int dn = 0;
+    size_t need = strlen(op) + 1 + (object != NULL ? strlen(object) + 1 : 0) + sizeof(hex);
+    char *m;
+
+    if (EVP_Digest(req->entity.base != NULL ? req->entity.base : "", req->entity.len, digest, &dn,
+                   EVP_sha256(), NULL) != 1 ||
+        (m = malloc(need)) == NULL) {
+        return NULL;
+    }
+    hub_hex(digest, sizeof(digest), hex);
+    if (object != NULL) {
+        snprintf(m, need, "%s:%s:%s", op, object, hex);
+    } else {
+        snprintf(m, need, "%s:%s", op, hex);
+    }
+    return m;
+}
+
 int hub_api_positive_id(const char *s, size_t len) {
     if (len == 0 || len > 18 || s[0] == '0') {
         return 0;

@@ -128,6 +128,14 @@ int hub_api_segment_is(h2o_iovec_t seg, const char *s);
  */
 int hub_api_idempotency_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors);
 
+/*
+ * The marker an idempotency record keeps of the request that made it:
+ * "<op>:<object>:<SHA-256 hex of the body>" (":<object>" left out when
+ * object is NULL), so that a key reused for another request is told apart
+ * from a retry of the same one.  Returns malloc'd text, or NULL on failure.
+ */
+char *hub_api_request_marker(const h2o_req_t *req, const char *op, const char *object);
+
 /* 1 when s[0..len) is a positive decimal int64 without a leading zero and
  * with at most 18 digits ("1".."999999999999999999"): a job or record id. */
 int hub_api_positive_id(const char *s, size_t len);

@@ -34,6 +34,11 @@
     "'headers', " q ".headers, 'value_size', octet_length(" q ".value), "                          \
     "'value_base64', " value_expr ")::text"
 
+/* A stored response: the object's JSON text with the request's marker
+ * appended as "_req" (members keep their order; the API removes it). */
+#define ADM_WITH_MARKER(obj, marker)                                                               \
+    "left(" obj ", -1) || ', \"_req\" : ' || to_json(" marker "::text)::text || '}'"
+
 /* Idempotency records count for 24 hours (SPEC §9). */
 #define ADM_IDEM_TTL "interval '24 hours'"
 
@@ -47,7 +52,8 @@ const struct hub_sql hub_sql_admin_tenant_create = {
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
     "       SELECT b.id, 'admin', 'tenant.create', b.id, $4::jsonb FROM b),"
     " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
-    "       SELECT 'admin', $5::text, 201, b.obj FROM b WHERE $5::text IS NOT NULL)"
+    "       SELECT 'admin', $5::text, 201, " ADM_WITH_MARKER("b.obj", "$6") " FROM b"
+    "        WHERE $5::text IS NOT NULL)"
     " SELECT obj FROM b",
 };
 
@@ -89,7 +95,8 @@ const struct hub_sql hub_sql_admin_api_key_create = {
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
     "       SELECT b.tenant_id, 'admin', 'api_key.create', b.id::text FROM b),"
     " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
-    "       SELECT 'admin', $3::text, 201, b.obj FROM b WHERE $3::text IS NOT NULL)"
+    "       SELECT 'admin', $3::text, 201, " ADM_WITH_MARKER("b.obj", "$4") " FROM b"
+    "        WHERE $3::text IS NOT NULL)"
     " SELECT obj FROM b",
 };
 

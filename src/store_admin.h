@@ -22,8 +22,9 @@
 
 /*
  * $1 id, $2 status, $3 quotas (jsonb text or NULL), $4 audit detail (jsonb
- * text), $5 Idempotency-Key (or NULL).  Inserts the tenant, its audit row and
- * (with a key) the idempotency record.  One row (tenant JSON text) when
+ * text), $5 Idempotency-Key (or NULL), $6 the request's marker (with a key).
+ * Inserts the tenant, its audit row and (with a key) the idempotency record,
+ * which keeps the marker as "_req".  One row (tenant JSON text) when
  * created, none when the id exists.
  */
 extern const struct hub_sql hub_sql_admin_tenant_create;
@@ -43,7 +44,8 @@ extern const struct hub_sql hub_sql_admin_tenant_patch;
 
 /*
  * $1 tenant id, $2 key hash (bytea, BINARY format, 32 bytes), $3
- * Idempotency-Key (or NULL).  One row (key JSON text, "key" null: the
+ * Idempotency-Key (or NULL), $4 the request's marker (with a key, kept as
+ * "_req" in the idempotency record).  One row (key JSON text, "key" null: the
  * plaintext never reaches the database) or none when the tenant is absent.
  */
 extern const struct hub_sql hub_sql_admin_api_key_create;

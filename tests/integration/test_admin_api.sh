@@ -288,8 +288,8 @@ again=$(admin POST /admin/tenants '{"id":"idem1"}' -H 'Idempotency-Key: k-1')
 assert_eq 201 "$(http_status)" "replay → same status 201 (not 409)"
 assert_eq "$first" "$again" "replay → byte-identical body"
 assert_eq true "$(header idempotent-replayed)" "replay is marked Idempotent-Replayed"
-again=$(admin POST /admin/tenants '{"id":"idem-other"}' -H 'Idempotency-Key: k-1')
-assert_eq "201 $first" "$(http_status) $again" "same key, other body → the stored response"
+admin POST /admin/tenants '{"id":"idem-other"}' -H 'Idempotency-Key: k-1' >/dev/null
+assert_eq 409 "$(http_status)" "same key, other body → 409 (not the other request's answer)"
 assert_eq "1 0 1" "$(psql_q "SELECT (SELECT count(*) FROM tenants WHERE id = 'idem1'),
                                     (SELECT count(*) FROM tenants WHERE id = 'idem-other'),
                                     (SELECT count(*) FROM audit_log WHERE tenant_id = 'idem1')" |
@@ -310,6 +310,9 @@ assert_eq "201 $(jstr id "$k1") null" "$(http_status) $(jstr id "$k2") $(jraw ke
     "key replay: same id, key not shown twice"
 assert_eq 1 "$(psql_q "SELECT count(*) FROM tenant_api_keys WHERE tenant_id = 'idem1'")" \
     "key replay created one key only"
+admin POST /admin/tenants/idem2/api-keys '' -H 'Idempotency-Key: key-1' >/dev/null
+assert_eq "409 0" "$(http_status) $(psql_q "SELECT count(*) FROM tenant_api_keys WHERE tenant_id = 'idem2'")" \
+    "the same key for another tenant's api-keys → 409, nothing created"
 admin POST /admin/tenants '{"id":"idem3"}' -H "Idempotency-Key: $(printf 'k%.0s' $(seq 1 256))" \
     >/dev/null
 assert_eq 400 "$(http_status)" "an Idempotency-Key over 255 characters → 400"
