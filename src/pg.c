@@ -17,6 +17,9 @@
 #define PG_BACKOFF_MIN_MS 100
 #define PG_BACKOFF_MAX_MS 5000
 
+/* Results a never-run transaction answers with (see txn_complete). */
+#define HUB_PG_NO_RESULTS 8
+
 struct pg_stmt {
     const struct hub_sql *sql;
     int nparams;
@@ -34,7 +37,6 @@ struct hub_pg_txn {
     struct pg_stmt *stmts;
     int n_stmts;
     int cap_stmts;
-    int n_added; /* statements the caller added, also those that failed to be */
     int oom;
     PGresult **results;
     PGresult *error_result; /* the failing result, owned via results[] or here */
@@ -122,10 +124,6 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     size_t total = 0;
     char *p;
 
-    if (txn->n_added++ >= HUB_PG_TXN_MAX_STMTS) {
-        txn->oom = 1;
-        return -1;
-    }
     if (txn->n_stmts == txn->cap_stmts) {
         int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
         struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
@@ -182,9 +180,6 @@ int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int 
     struct pg_stmt *st;
     char *p;
 
-    if (txn->n_added++ >= HUB_PG_TXN_MAX_STMTS) {
-        goto fail;
-    }
     if (txn->n_stmts == txn->cap_stmts) {
         int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
         struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
@@ -255,9 +250,11 @@ static void txn_free(struct hub_pg_txn *txn) {
 static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, const char *error) {
     struct hub_pg_outcome out;
     const char *sqlstate = "";
-    /* a transaction that never ran still has a (NULL) result per statement
-     * added, which callers may read before they look at the status */
-    static PGresult *const no_results[HUB_PG_TXN_MAX_STMTS] = {NULL};
+    /* A transaction that never ran has no results: callers that read one
+     * before looking at the status (results[1] of a two-statement API call)
+     * read NULL here.  Longer transactions (a load: one statement per day)
+     * read theirs through n_results, which is 0 then. */
+    static PGresult *const no_results[HUB_PG_NO_RESULTS] = {NULL};
 
     if (status == HUB_PG_OK && txn->error_result != NULL) {
         status = HUB_PG_ESTMT;

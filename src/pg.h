@@ -53,8 +53,9 @@ enum hub_pg_status {
 
 struct hub_pg_outcome {
     enum hub_pg_status status;
-    PGresult *const *results; /* results[i] for each statement i added, NULL when it did not
-                               * run (also when the transaction never reached the server) */
+    PGresult *const *results; /* results[i] for statement i; NULL when it did not run.  When
+                               * the transaction never reached the server (n_results 0),
+                               * results[0..7] read as NULL */
     int n_results;
     const char *error;    /* first line of the error when status != OK */
     const char *sqlstate; /* SQLSTATE when status == HUB_PG_ESTMT, else "" */
@@ -87,9 +88,6 @@ int hub_pg_connected(const struct hub_pg *pg);
 /* Transactions waiting for a connection plus those in flight. */
 size_t hub_pg_pending(const struct hub_pg *pg);
 
-/* Most statements one transaction holds; adding more fails the transaction. */
-#define HUB_PG_TXN_MAX_STMTS 16
-
 /* Starts a transaction; cb runs exactly once, after submit. */
 struct hub_pg_txn *hub_pg_txn_new(struct hub_pg *pg, hub_pg_cb cb, void *arg);
 
@@ -97,8 +95,7 @@ struct hub_pg_txn *hub_pg_txn_new(struct hub_pg *pg, hub_pg_cb cb, void *arg);
  * Appends a statement.  values/lengths/formats follow PQexecParams (lengths
  * and formats may be NULL for all-text parameters; a NULL value is SQL NULL).
  * Parameter bytes are copied; the caller's buffers may go away at once.
- * Returns 0, or -1 on OOM or past HUB_PG_TXN_MAX_STMTS (the transaction will
- * then fail at submit).
+ * Returns 0, or -1 on OOM (the transaction will then fail at submit).
  */
 int hub_pg_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                    const char *const *values, const int *lengths, const int *formats);
