@@ -1189,17 +1189,11 @@ static int locate_data_span(const char *text, size_t len, size_t *start, size_t 
  * size against the limit before allocating.  Stores the bytes in the arena.
  */
 static int take_data_base64(struct parse_ctx *ctx, const char *s, size_t len) {
-    if (len % 4 == 0 && len > 0 && s[len - 1] == '=') {
-        len--;
-        if (s[len - 1] == '=') {
-            len--;
-        }
-    }
-    if (len % 4 == 1) {
+    size_t out_len;
+    if (hub_base64_decoded_len(s, len, &out_len) != 0) {
         return fail(ctx->err, HUB_ENVELOPE_INVALID, "data_base64", 11,
                     "data_base64 is not valid base64");
     }
-    size_t out_len = len / 4 * 3 + (len % 4 ? len % 4 - 1 : 0);
     if (out_len > ctx->max_bytes) {
         return fail(ctx->err, HUB_ENVELOPE_TOO_LARGE, "data", 4,
                     "payload of %zu bytes exceeds the limit of %zu bytes", out_len, ctx->max_bytes);

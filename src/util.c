@@ -122,12 +122,12 @@ int hub_base64url_char(char c) {
     return b64_value((unsigned char)c, HUB_B64_URL) >= 0;
 }
 
-int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned char *out,
-                      size_t outsz, size_t *outlen) {
+/* The characters of in[0..inlen) that carry data: without the padding,
+ * which is there only to complete a length that is a multiple of 4.
+ * Returns their count, or -1 when no base64 text has that shape (a lone
+ * character in the last quantum cannot carry a whole byte). */
+static long b64_data_chars(const char *in, size_t inlen) {
     size_t n = inlen;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
 
     if (n > 0 && n % 4 == 0 && in[n - 1] == '=') {
         n--;
@@ -135,11 +135,30 @@ int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned cha
             n--;
         }
     }
-    /* a lone character in the last quantum cannot carry a whole byte */
-    if (n % 4 == 1) {
+    return n % 4 == 1 ? -1 : (long)n;
+}
+
+int hub_base64_decoded_len(const char *in, size_t inlen, size_t *outlen) {
+    long n = b64_data_chars(in, inlen);
+
+    if (n < 0) {
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
+    *outlen = (size_t)n / 4 * 3 + ((size_t)n % 4 ? (size_t)n % 4 - 1 : 0);
+    return 0;
+}
+
+int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned char *out,
+                      size_t outsz, size_t *outlen) {
+    long n = b64_data_chars(in, inlen);
+    size_t o = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+
+    if (n < 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < (size_t)n; i++) {
         int v = b64_value((unsigned char)in[i], flags);
         if (v < 0) {
             return -1;

@@ -41,6 +41,12 @@ enum {
 int hub_base64_decode(const char *in, size_t inlen, unsigned flags, unsigned char *out,
                       size_t outsz, size_t *outlen);
 
+/* The length hub_base64_decode would give for text of this shape (its
+ * padding and length; the characters are not checked): 0 with *outlen set,
+ * or -1 when no base64 text is this long.  For a size check before the
+ * buffer exists. */
+int hub_base64_decoded_len(const char *in, size_t inlen, size_t *outlen);
+
 /* 1 when c belongs to the base64url alphabet (no padding). */
 int hub_base64url_char(char c);
 

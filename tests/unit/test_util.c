@@ -3,7 +3,7 @@
  * sealed texts (strict), structured-mode data_base64 and API cursors (URL
  * alphabet) all go through: round trips of every length through both
  * alphabets, the padding rules, the strict mode's one spelling per value,
- * and the output bound.
+ * the output bound, and the length a size check reads before decoding.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +38,9 @@ static void test_round_trips(void **state) {
         assert_non_null(std);
         assert_int_equal(strlen(std) % 4, 0);
         assert_int_equal(decode(std, HUB_B64_STRICT, back, sizeof(back)), (long)len);
+        size_t want = 0;
+        assert_int_equal(hub_base64_decoded_len(std, strlen(std), &want), 0);
+        assert_int_equal(want, len);
         assert_memory_equal(back, raw, len);
         free(std);
 
@@ -67,6 +70,7 @@ static void test_alphabets(void **state) {
 
 static void test_padding(void **state) {
     unsigned char out[8];
+    size_t n;
 
     (void)state;
     assert_int_equal(decode("", 0, out, sizeof(out)), 0);
@@ -82,11 +86,11 @@ static void test_padding(void **state) {
     assert_int_equal(decode("QQ==QQ==", 0, out, sizeof(out)), -1);
     /* a lone character cannot carry a byte */
     assert_int_equal(decode("Q", 0, out, sizeof(out)), -1);
+    assert_int_equal(hub_base64_decoded_len("QUJDQ", 5, &n), -1);
     assert_int_equal(decode("QUJDQ", 0, out, sizeof(out)), -1);
     /* no whitespace, no NUL */
     assert_int_equal(decode("QU JD", 0, out, sizeof(out)), -1);
     assert_int_equal(decode("QUJD\n", 0, out, sizeof(out)), -1);
-    size_t n;
     assert_int_equal(hub_base64_decode("QU\0D", 4, 0, out, sizeof(out), &n), -1);
 }
 
