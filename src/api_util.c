@@ -14,6 +14,7 @@
 #include "log.h"
 #include "store_admin.h"
 #include "util.h"
+#include "uuid.h"
 
 #define PROBLEM_TYPE_PREFIX "urn:streaming-hub:problem:"
 #define API_KEY_PREFIX "shk_"
@@ -494,19 +495,8 @@ int hub_api_tenant_id_valid(const char *s, size_t len) {
 }
 
 int hub_api_uuid_valid(const char *s, size_t len) {
-    if (len != 36) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i] != '-') {
-                return 0;
-            }
-        } else if (hex_value(s[i]) < 0) {
-            return 0;
-        }
-    }
-    return 1;
+    unsigned char u[HUB_UUID_BYTES];
+    return hub_uuid_parse(s, len, u) == 0;
 }
 
 char *hub_api_strndup(const char *s, size_t len, int *oom) {

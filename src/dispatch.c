@@ -11,7 +11,6 @@
  */
 #include "dispatch.h"
 
-#include <ctype.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -761,29 +760,6 @@ static int outcome_failed(const struct outcome *o) {
     return o->attempted && !o->success;
 }
 
-/* Parses a canonical textual uuid into 16 bytes; -1 when it is not one. */
-static int uuid_bytes(const char *text, unsigned char u[16]) {
-    static const char *const hex = "0123456789abcdef";
-    const char *p = text;
-
-    for (int k = 0; k < 16; k++) {
-        const char *hi, *lo;
-        if (k == 4 || k == 6 || k == 8 || k == 10) {
-            if (*p++ != '-') {
-                return -1;
-            }
-        }
-        hi = p[0] != '\0' ? strchr(hex, tolower((unsigned char)p[0])) : NULL;
-        lo = hi != NULL && p[1] != '\0' ? strchr(hex, tolower((unsigned char)p[1])) : NULL;
-        if (lo == NULL) {
-            return -1;
-        }
-        u[k] = (unsigned char)((hi - hex) << 4 | (lo - hex));
-        p += 2;
-    }
-    return *p == '\0' ? 0 : -1;
-}
-
 /*
  * The subscription ids of the batch's outcomes that pick() selects, as a
  * binary uuid[] parameter in *value (malloc'd, or NULL on OOM) of *len
@@ -797,7 +773,7 @@ static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outc
     hub_pgarr_init(&a, 2950 /* uuid */);
     for (size_t i = 0; i < f->n; i++) {
         unsigned char u[16];
-        if (pick(&f->o[i]) && uuid_bytes(f->o[i].sub_id, u) == 0) {
+        if (pick(&f->o[i]) && hub_uuid_parse(f->o[i].sub_id, strlen(f->o[i].sub_id), u) == 0) {
             hub_pgarr_add(&a, u, 16);
             n++;
         }

@@ -115,6 +115,41 @@ void hub_uuid_format(const unsigned char in[HUB_UUID_BYTES], char out[HUB_UUID_T
     out[o] = '\0';
 }
 
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+int hub_uuid_parse(const char *s, size_t len, unsigned char out[HUB_UUID_BYTES]) {
+    size_t p = 0;
+
+    if (len != HUB_UUID_TEXT_SIZE - 1) {
+        return -1;
+    }
+    for (int i = 0; i < HUB_UUID_BYTES; i++) {
+        int hi, lo;
+        if ((i == 4 || i == 6 || i == 8 || i == 10) && s[p++] != '-') {
+            return -1;
+        }
+        hi = hex_digit(s[p]);
+        lo = hex_digit(s[p + 1]);
+        if (hi < 0 || lo < 0) {
+            return -1;
+        }
+        out[i] = (unsigned char)(hi << 4 | lo);
+        p += 2;
+    }
+    return 0;
+}
+
 int64_t hub_uuid7_unix_ms(const unsigned char in[HUB_UUID_BYTES]) {
     int64_t ms = 0;
 

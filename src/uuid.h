@@ -62,6 +62,10 @@ int hub_uuid7_text(char out[HUB_UUID_TEXT_SIZE]);
 /* Formats 16 bytes as lower-case 8-4-4-4-12 text into out (NUL-terminated). */
 void hub_uuid_format(const unsigned char in[HUB_UUID_BYTES], char out[HUB_UUID_TEXT_SIZE]);
 
+/* Parses 8-4-4-4-12 hex text (either case) of len bytes into out: the
+ * inverse of hub_uuid_format.  Returns 0, or -1 when s is not such text. */
+int hub_uuid_parse(const char *s, size_t len, unsigned char out[HUB_UUID_BYTES]);
+
 /* The 48-bit Unix-millisecond timestamp of a UUIDv7. */
 int64_t hub_uuid7_unix_ms(const unsigned char in[HUB_UUID_BYTES]);
 

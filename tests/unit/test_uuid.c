@@ -2,7 +2,7 @@
  * Unit tests of UUIDv7 generation (RFC 9562 §5.7, §6.2): version and variant
  * bits, the 48-bit timestamp, strict ordering of ids made within one
  * millisecond (and across a clock that steps back), the counter rollover,
- * the text form, and that two ids never collide.
+ * the text form and its parsing back, and that two ids never collide.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -158,6 +158,34 @@ static void test_format_known_bytes(void **state) {
     assert_true(hub_uuid7_unix_ms(in) == INT64_C(0x0193875a2b3c));
 }
 
+static void test_parse(void **state) {
+    static const char *const bad[] = {
+        "",
+        "0193875a-2b3c-7d4e-8f50-61728394a5b",   /* short */
+        "0193875a-2b3c-7d4e-8f50-61728394a5b6a", /* long */
+        "0193875a2b3c-7d4e-8f50-61728394a5b6-",  /* dash misplaced */
+        "0193875a-2b3c-7d4e-8f50-61728394a5bg",  /* not hex */
+        "0193875a-2b3c-7d4e-8f50 61728394a5b6",
+    };
+    unsigned char u[HUB_UUID_BYTES], v[HUB_UUID_BYTES];
+    char t[HUB_UUID_TEXT_SIZE];
+
+    (void)state;
+    assert_int_equal(hub_uuid_parse("0193875A-2B3C-7D4E-8F50-61728394A5B6", 36, u), 0);
+    hub_uuid_format(u, t);
+    assert_string_equal(t, "0193875a-2b3c-7d4e-8f50-61728394a5b6");
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(hub_uuid7_text(t), 0);
+        assert_int_equal(hub_uuid_parse(t, strlen(t), v), 0);
+        hub_uuid_format(v, t);
+        assert_int_equal(hub_uuid_parse(t, strlen(t), u), 0);
+        assert_memory_equal(u, v, HUB_UUID_BYTES);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(hub_uuid_parse(bad[i], strlen(bad[i]), u), -1);
+    }
+}
+
 static void test_distinct_generators_do_not_collide(void **state) {
     /* Two processes minting in the same millisecond: random seeds and the
      * random low 32 bits keep their ids apart. */
@@ -181,6 +209,7 @@ int main(void) {
         cmocka_unit_test(test_counter_rollover),
         cmocka_unit_test(test_text_form),
         cmocka_unit_test(test_format_known_bytes),
+        cmocka_unit_test(test_parse),
         cmocka_unit_test(test_distinct_generators_do_not_collide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
