@@ -762,19 +762,27 @@ static int outcome_failed(const struct outcome *o) {
 
 /*
  * The subscription ids of the batch's outcomes that pick() selects, as a
- * binary uuid[] parameter in *value (malloc'd, or NULL on OOM) of *len
- * bytes; repeats are harmless to "= ANY".  Returns how many it holds.
+ * binary uuid[] parameter in *value (malloc'd; NULL when none was picked or
+ * on OOM) of *len bytes; repeats are harmless to "= ANY".  Returns how many
+ * it holds.
  */
 static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outcome *),
                             char **value, int *len) {
     struct hub_pgarr a;
-    size_t n = 0;
+    size_t n = 0, first = 0;
 
+    *value = NULL;
+    while (first < f->n && !pick(&f->o[first])) {
+        first++;
+    }
+    if (first == f->n) {
+        return 0; /* the usual case (every attempt succeeded): no array to build */
+    }
     hub_pgarr_init(&a, 2950 /* uuid */);
-    for (size_t i = 0; i < f->n; i++) {
-        unsigned char u[16];
+    for (size_t i = first; i < f->n; i++) {
+        unsigned char u[HUB_UUID_BYTES];
         if (pick(&f->o[i]) && hub_uuid_parse(f->o[i].sub_id, strlen(f->o[i].sub_id), u) == 0) {
-            hub_pgarr_add(&a, u, 16);
+            hub_pgarr_add(&a, u, sizeof(u));
             n++;
         }
     }
