@@ -406,19 +406,6 @@ int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed
     return unknown;
 }
 
-static int hex_value(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 /* Percent-decodes s[0..len) into out (len + 1 bytes), '+' meaning space.
  * Returns the decoded length, or -1 on a bad escape or a NUL byte. */
 static long query_decode(const char *s, size_t len, char *out) {
@@ -433,8 +420,8 @@ static long query_decode(const char *s, size_t len, char *out) {
             if (i + 2 >= len) {
                 return -1;
             }
-            hi = hex_value(s[i + 1]);
-            lo = hex_value(s[i + 2]);
+            hi = hub_hex_value(s[i + 1]);
+            lo = hub_hex_value(s[i + 2]);
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 return -1;
             }

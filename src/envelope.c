@@ -262,17 +262,6 @@ static bool is_alpha(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-static int hex_value(unsigned char c) {
-    if (is_digit(c)) {
-        return c - '0';
-    }
-    c = ascii_lower(c);
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    return -1;
-}
-
 /* Case-insensitive (ASCII) equality of a length-delimited name with a literal. */
 static bool name_eq(const char *name, size_t len, const char *lit, size_t lit_len) {
     if (len != lit_len) {
@@ -710,8 +699,8 @@ static const char *check_uri(const char *s, size_t len, bool absolute) {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '%') {
-            if (len - i < 3 || hex_value((unsigned char)s[i + 1]) < 0 ||
-                hex_value((unsigned char)s[i + 2]) < 0) {
+            if (len - i < 3 || hub_hex_value((unsigned char)s[i + 1]) < 0 ||
+                hub_hex_value((unsigned char)s[i + 2]) < 0) {
                 return "has a malformed percent-escape";
             }
             i += 2;
@@ -943,8 +932,8 @@ static int take_header_value(struct parse_ctx *ctx, size_t slot, bool decode, co
                 buf[n++] = (char)in[i];
                 continue;
             }
-            int hi = len - i >= 3 ? hex_value(in[i + 1]) : -1;
-            int lo = len - i >= 3 ? hex_value(in[i + 2]) : -1;
+            int hi = len - i >= 3 ? hub_hex_value(in[i + 1]) : -1;
+            int lo = len - i >= 3 ? hub_hex_value(in[i + 2]) : -1;
             if (hi < 0 || lo < 0) {
                 return fail(ctx->err, HUB_ENVELOPE_INVALID, field, field_len,
                             "%.*s has a malformed percent-encoding", FIELD_PRINT_LEN(field_len),

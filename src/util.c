@@ -63,6 +63,19 @@ int hub_utf8_valid(const void *p, size_t len) {
     return hub_utf8_prefix(p, len) == len;
 }
 
+int hub_hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
 void hub_hex(const unsigned char *in, size_t len, char *out) {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < len; i++) {

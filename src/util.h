@@ -15,6 +15,9 @@ int hub_utf8_valid(const void *p, size_t len);
  * text cut at a byte limit, or holding a stray byte, stops being storable. */
 size_t hub_utf8_prefix(const void *p, size_t len);
 
+/* Value of one hex digit (either case), -1 for anything else. */
+int hub_hex_value(unsigned char c);
+
 /* Lower-case hex of len bytes into out (2*len+1 bytes, NUL-terminated). */
 void hub_hex(const unsigned char *in, size_t len, char *out);
 

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util.h"
+
 #define COUNTER_BITS 42
 #define COUNTER_MAX ((UINT64_C(1) << COUNTER_BITS) - 1)
 #define TS_MAX ((INT64_C(1) << 48) - 1)
@@ -115,19 +117,6 @@ void hub_uuid_format(const unsigned char in[HUB_UUID_BYTES], char out[HUB_UUID_T
     out[o] = '\0';
 }
 
-static int hex_digit(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 int hub_uuid_parse(const char *s, size_t len, unsigned char out[HUB_UUID_BYTES]) {
     size_t p = 0;
 
@@ -139,8 +128,8 @@ int hub_uuid_parse(const char *s, size_t len, unsigned char out[HUB_UUID_BYTES])
         if ((i == 4 || i == 6 || i == 8 || i == 10) && s[p++] != '-') {
             return -1;
         }
-        hi = hex_digit(s[p]);
-        lo = hex_digit(s[p + 1]);
+        hi = hub_hex_value(s[p]);
+        lo = hub_hex_value(s[p + 1]);
         if (hi < 0 || lo < 0) {
             return -1;
         }
