@@ -835,6 +835,10 @@ static bool is_json_media_type(const char *s, size_t len) {
     return slash != NULL && (size_t)(s + end - slash) > 5 && name_eq(s + end - 5, 5, "+json", 5);
 }
 
+int hub_media_type_is_json(const char *s, size_t len) {
+    return is_json_media_type(s, len);
+}
+
 static bool is_tenant_char(unsigned char c) {
     return is_alpha(c) || is_digit(c) || c == '.' || c == '_' || c == '-';
 }
@@ -1171,6 +1175,55 @@ static int locate_data_span(const char *text, size_t len, size_t *start, size_t 
         return -1;
     }
     return found ? 0 : -1;
+}
+
+long hub_envelope_batch_split(const void *value, size_t len, size_t max, size_t **spans) {
+    const char *text = value;
+    json_error_t jerr;
+    json_t *all;
+    size_t n = 0;
+    size_t i;
+
+    *spans = NULL;
+    if (text == NULL || len > INT_MAX / 2 || memchr(text, '\0', len) != NULL) {
+        return -1; /* a raw NUL is never JSON (see take_structured) */
+    }
+    all = json_loadb(text, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!json_is_array(all) || json_array_size(all) > max) {
+        json_decref(all);
+        return -1;
+    }
+    if (json_array_size(all) > 0) {
+        *spans = malloc(sizeof(**spans) * 2 * json_array_size(all));
+        if (*spans == NULL) {
+            json_decref(all);
+            return -1;
+        }
+    }
+    json_decref(all);
+    /* As in locate_data_span: jansson measures each element, this only
+     * steps over "[ , ]" and whitespace of a text jansson accepted whole. */
+    i = skip_json_ws(text, len, 0) + 1; /* past '[' */
+    for (;;) {
+        i = skip_json_ws(text, len, i);
+        if (i >= len || text[i] == ']') {
+            break;
+        }
+        json_t *v = json_loadb(text + i, len - i, JSON_LOAD_ONE, &jerr);
+        if (v == NULL || jerr.position <= 0 || *spans == NULL) {
+            json_decref(v);
+            break;
+        }
+        json_decref(v);
+        (*spans)[2 * n] = i;
+        (*spans)[2 * n + 1] = i + (size_t)jerr.position;
+        n++;
+        i = skip_json_ws(text, len, i + (size_t)jerr.position);
+        if (i < len && text[i] == ',') {
+            i++;
+        }
+    }
+    return (long)n;
 }
 
 /*
@@ -1764,6 +1817,15 @@ int hub_envelope_parse(enum hub_envelope_mode mode, const struct hub_header *hea
         if (take_binary(&ctx, value, value_len) != 0) {
             goto fail;
         }
+    }
+    if (ctx.val[A_TENANTID].p == NULL && limits != NULL && limits->default_tenant != NULL) {
+        size_t n = strlen(limits->default_tenant);
+        ctx.val[A_TENANTID].p = arena_strndup(&ctx.arena, limits->default_tenant, n);
+        if (ctx.val[A_TENANTID].p == NULL) {
+            fail_nomem(&ctx);
+            goto fail;
+        }
+        ctx.val[A_TENANTID].n = n;
     }
     bool default_ct = ctx.content_type.p == NULL;
     if (default_ct) {

@@ -92,6 +92,9 @@ struct hub_event {
 
 struct hub_envelope_limits {
     size_t max_event_bytes; /* STREAMING_HUB_MAX_EVENT_BYTES */
+    /* HTTP ingest: the API key's tenant, taken as tenantid when the event
+     * carries none (SPEC §4: the tenant is the key's).  NULL for Kafka. */
+    const char *default_tenant;
 };
 
 /*
@@ -108,6 +111,16 @@ int hub_envelope_parse(enum hub_envelope_mode mode, const struct hub_header *hea
                        size_t n_headers, const void *value, size_t value_len, const char *topic,
                        const struct hub_envelope_limits *limits, struct hub_event *ev,
                        struct hub_envelope_error *err);
+
+/*
+ * Batch mode (application/cloudevents-batch+json, SPEC §4): finds the
+ * elements of the JSON array text value[0..len) so that each can be parsed
+ * as one structured event from its exact bytes.  Returns the element count
+ * and stores *spans (malloc'd: start and end offset of element i at
+ * [2i] and [2i+1]; NULL when the array is empty), or returns -1 when the
+ * text is not a JSON array, has more than max elements, or memory ran out.
+ */
+long hub_envelope_batch_split(const void *value, size_t len, size_t max, size_t **spans);
 
 /* Releases everything hub_envelope_parse allocated; safe on a zeroed event. */
 void hub_event_free(struct hub_event *ev);
@@ -129,6 +142,10 @@ int hub_schema_major_parse(const char *s, size_t len);
 
 /* Schema major carried by a topic's ".vN" suffix, or 0 when there is none. */
 int hub_topic_schema_major(const char *topic);
+
+/* 1 when media type s[0..len) (parameters allowed) is JSON: application/json,
+ * text/json or any "+json" suffix (SPEC §3.1). */
+int hub_media_type_is_json(const char *s, size_t len);
 
 /* Parses RFC 3339 (fractions and offsets allowed) into Unix microseconds.
  * Returns 0 on success, -1 when malformed. */

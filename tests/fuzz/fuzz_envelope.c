@@ -12,6 +12,7 @@
  *       @http        HTTP binding mode (default: Kafka)
  *       @topic=T     the Kafka topic (default: none, NULL)
  *       @max=N       limits.max_event_bytes (default 1048576)
+ *       @tenant=T    limits.default_tenant (HTTP ingest: the API key's tenant)
  *   - Everything after the empty line is the record value; with no empty
  *     line there is no value at all (NULL, length 0).
  *
@@ -25,6 +26,10 @@
  * and is flagged for its grammar check unless a structured event carried it
  * parsed); on failure that the event was left empty and a reason was given.
  * Any violation aborts, which libFuzzer reports as a crash.
+ *
+ * The value is also handed to hub_envelope_batch_split (batch mode, SPEC
+ * §4): every span it reports must be in bounds, in order, one whole JSON
+ * value, and as many as the elements of the array jansson reads.
  *
  * FUZZ_ENVELOPE_VERBOSE=1 prints each input's verdict (handy when writing
  * seeds: ./fuzz_envelope -runs=0 tests/fixtures/corpus/envelope).
@@ -157,6 +162,36 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
     }
 }
 
+/* Batch mode's splitter against jansson's own reading of the array. */
+static void check_batch_split(const void *value, size_t len) {
+    enum { MAX = 64 };
+    size_t *spans = NULL;
+    long n = hub_envelope_batch_split(value, len, MAX, &spans);
+    json_t *all = value != NULL && memchr(value, '\0', len) == NULL
+                      ? json_loadb(value, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL)
+                      : NULL;
+
+    if (!json_is_array(all) || json_array_size(all) > MAX) {
+        CHECK(n == -1 && spans == NULL);
+    } else {
+        CHECK(n == (long)json_array_size(all));
+        for (long i = 0; i < n; i++) {
+            size_t start = spans[2 * i], end = spans[2 * i + 1];
+            CHECK(start < end && end <= len);
+            CHECK(i == 0 || start > spans[2 * i - 1]);
+            json_error_t jerr;
+            json_t *one =
+                json_loadb((const char *)value + start, end - start,
+                           JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &jerr);
+            CHECK(one != NULL);
+            CHECK(json_equal(one, json_array_get(all, (size_t)i)));
+            json_decref(one);
+        }
+    }
+    json_decref(all);
+    free(spans);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -164,7 +199,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = 0;
     enum hub_envelope_mode mode = HUB_ENVELOPE_KAFKA;
     char *topic = NULL;
-    struct hub_envelope_limits limits = {1048576};
+    char *tenant = NULL;
+    struct hub_envelope_limits limits = {1048576, NULL};
     void *value = NULL;
     size_t value_len = 0;
     size_t pos = 0;
@@ -184,6 +220,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 mode = HUB_ENVELOPE_HTTP;
             } else if (len >= 7 && memcmp(line, "@topic=", 7) == 0 && topic == NULL) {
                 topic = copy_cstr(line + 7, len - 7);
+            } else if (len >= 8 && memcmp(line, "@tenant=", 8) == 0 && tenant == NULL) {
+                tenant = copy_cstr(line + 8, len - 8);
+                limits.default_tenant = tenant;
             } else if (len >= 5 && memcmp(line, "@max=", 5) == 0) {
                 size_t max = 0;
                 for (size_t i = 5; i < len && i < 5 + 9 && line[i] >= '0' && line[i] <= '9'; i++) {
@@ -239,6 +278,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(ev.arena_ == NULL && ev.id == NULL && ev.payload == NULL);
     }
 
+    check_batch_split(value, value_len);
+
     /* The pure helpers, straight on the value bytes. */
     int64_t us;
     (void)hub_rfc3339_parse(value, value != NULL ? value_len : 0, &us);
@@ -257,5 +298,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     free(value);
     free(topic);
+    free(tenant);
     return 0;
 }

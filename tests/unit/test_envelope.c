@@ -1261,6 +1261,58 @@ static void test_structured_detection_prefix(void **state) {
     hub_event_free(&ev);
 }
 
+/* HTTP ingest (SPEC §4): the key's tenant fills a missing tenantid, and
+ * never replaces one the event carries (the API compares them). */
+static void test_default_tenant(void **state) {
+    (void)state;
+    struct msg m;
+    struct hub_event ev;
+    base(&m);
+    m.mode = HUB_ENVELOPE_HTTP;
+    del(&m, "ce-tenantid");
+    expect_invalid(&m, "tenantid");
+    m.limits.default_tenant = "key-tenant";
+    expect_ok(&m, &ev);
+    assert_string_equal(ev.tenant, "key-tenant");
+    assert_non_null(strstr(ev.attrs_json, "\"tenantid\":\"key-tenant\""));
+    hub_event_free(&ev);
+    add(&m, "ce-tenantid", "own");
+    expect_ok(&m, &ev);
+    assert_string_equal(ev.tenant, "own");
+    hub_event_free(&ev);
+}
+
+/* Splits text and checks the spans against the expected element texts. */
+static void expect_split(const char *text, size_t max, long n, const char *const *elems) {
+    size_t *spans = NULL;
+    long got = hub_envelope_batch_split(text, strlen(text), max, &spans);
+    assert_int_equal(got, n);
+    for (long i = 0; i < n; i++) {
+        size_t len = spans[2 * i + 1] - spans[2 * i];
+        assert_int_equal(len, strlen(elems[i]));
+        assert_memory_equal(text + spans[2 * i], elems[i], len);
+    }
+    if (n <= 0) {
+        assert_null(spans);
+    }
+    free(spans);
+}
+
+static void test_batch_split(void **state) {
+    (void)state;
+    const char *const three[] = {"{\"a\": [1, {\"b\": \"]\"}]}", "7", "\"x,y\""};
+    expect_split(" [ {\"a\": [1, {\"b\": \"]\"}]} ,7,\n\"x,y\" ] ", 10, 3, three);
+    expect_split("[]", 10, 0, NULL);
+    expect_split(" [ ] ", 10, 0, NULL);
+    expect_split("[1,2,3]", 2, -1, NULL);    /* over the cap */
+    expect_split("{\"a\":1}", 10, -1, NULL); /* not an array */
+    expect_split("[1,", 10, -1, NULL);       /* not JSON */
+    expect_split("", 10, -1, NULL);
+    size_t *spans = NULL;
+    assert_int_equal(hub_envelope_batch_split("[1]\0", 4, 10, &spans), -1); /* raw NUL */
+    assert_int_equal(hub_envelope_batch_split(NULL, 0, 10, &spans), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_binary_event),
@@ -1313,6 +1365,8 @@ int main(void) {
         cmocka_unit_test(test_structured_refusals),
         cmocka_unit_test(test_structured_too_large),
         cmocka_unit_test(test_structured_detection_prefix),
+        cmocka_unit_test(test_default_tenant),
+        cmocka_unit_test(test_batch_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
