@@ -2382,16 +2382,7 @@ static void subs_authed(struct hub_api_call *call, const char *tenant_id, int st
     h2o_req_t *req = call->req;
     int oom = 0;
 
-    if (status == 401) {
-        hub_api_send_unauthorized(req, "a valid tenant API key is required "
-                                       "(Authorization: Bearer shk_...)");
-        return;
-    }
-    if (status != 200) {
-        hub_api_send_problem(req, status,
-                             status == 503 ? "the database is unavailable; retry later"
-                                           : "cannot check the API key",
-                             NULL);
+    if (hub_api_auth_answered(req, status)) {
         return;
     }
     if (c->route_status == 405) {
@@ -2534,20 +2525,13 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
 #undef ROUTE_405
 }
 
-/* 1 when path is `prefix` itself or lies under "prefix/". */
-static int path_under(h2o_iovec_t path, const char *prefix) {
-    size_t plen = strlen(prefix);
-    return path.len >= plen && memcmp(path.base, prefix, plen) == 0 &&
-           (path.len == plen || path.base[plen] == '/');
-}
-
 int hub_api_subs_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[MAX_SEGMENTS];
     struct subs_call *c;
     int n, oom = 0;
 
-    if (!path_under(req->path_normalized, SUBS_PATH) &&
-        !path_under(req->path_normalized, DELIV_PATH)) {
+    if (!hub_api_path_under(req->path_normalized, SUBS_PATH) &&
+        !hub_api_path_under(req->path_normalized, DELIV_PATH)) {
         return 0; /* another /v1 module's, or nobody's */
     }
     c = hub_api_call_new(hub, req, sizeof(*c), subs_call_free);

@@ -135,15 +135,11 @@ void hub_api_send_no_content(h2o_req_t *req) {
     h2o_send_inline(req, "", 0);
 }
 
-void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors) {
-    static const char fallback[] = "{\"type\":\"" PROBLEM_TYPE_PREFIX "internal\","
-                                   "\"title\":\"Internal Server Error\",\"status\":500,"
-                                   "\"detail\":\"out of memory\"}";
+json_t *hub_api_problem(int status, const char *detail, json_t *errors) {
     const struct status_info *si = status_find(status);
     const char *title = errors != NULL ? "Validation failed" : si->reason;
     char type[96];
     json_t *p = json_object();
-    char *text;
 
     snprintf(type, sizeof(type), PROBLEM_TYPE_PREFIX "%s",
              errors != NULL ? "validation" : si->slug);
@@ -154,7 +150,16 @@ void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t
     if (errors != NULL) {
         json_object_set_new(p, "errors", errors); /* takes errors, even when p is NULL */
     }
-    text = p != NULL ? json_dumps(p, HUB_API_JSON_FLAGS) : NULL;
+    return p;
+}
+
+void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors) {
+    static const char fallback[] = "{\"type\":\"" PROBLEM_TYPE_PREFIX "internal\","
+                                   "\"title\":\"Internal Server Error\",\"status\":500,"
+                                   "\"detail\":\"out of memory\"}";
+    json_t *p = hub_api_problem(status, detail, errors);
+    char *text = p != NULL ? json_dumps(p, HUB_API_JSON_FLAGS) : NULL;
+
     json_decref(p);
     if (text == NULL) {
         send_body(req, 500, "application/problem+json", fallback, sizeof(fallback) - 1);
@@ -286,6 +291,12 @@ int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, i
         i += len + 1;
     }
     return n;
+}
+
+int hub_api_path_under(h2o_iovec_t path, const char *prefix) {
+    size_t plen = strlen(prefix);
+    return path.len >= plen && memcmp(path.base, prefix, plen) == 0 &&
+           (path.len == plen || path.base[plen] == '/');
 }
 
 int hub_api_segment_is(h2o_iovec_t seg, const char *s) {
@@ -787,4 +798,20 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     }
     hub_pg_txn_add(txn, &hub_sql_api_auth_tenant, 1, values, lengths, formats);
     hub_api_call_submit(call, txn);
+}
+
+int hub_api_auth_answered(h2o_req_t *req, int status) {
+    if (status == 200) {
+        return 0;
+    }
+    if (status == 401) {
+        hub_api_send_unauthorized(req, "a valid tenant API key is required "
+                                       "(Authorization: Bearer shk_...)");
+    } else {
+        hub_api_send_problem(req, status,
+                             status == 503 ? "the database is unavailable; retry later"
+                                           : "cannot check the API key",
+                             NULL);
+    }
+    return 1;
 }

@@ -65,6 +65,10 @@ void hub_api_send_no_content(h2o_req_t *req);
  */
 void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors);
 
+/* The problem object hub_api_send_problem sends (takes errors), for a
+ * response that carries several (HTTP ingest's batch mode).  NULL on OOM. */
+json_t *hub_api_problem(int status, const char *detail, json_t *errors);
+
 /* 400 for validation failures: detail lists each {"field","message"} of
  * errors (taken).  errors must hold at least one entry. */
 void hub_api_send_invalid(h2o_req_t *req, json_t *errors);
@@ -117,6 +121,9 @@ int hub_api_method_get(const h2o_req_t *req);
  * segments point into the path (borrowed).
  */
 int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, int max);
+
+/* 1 when path is `prefix` itself or lies under "prefix/". */
+int hub_api_path_under(h2o_iovec_t path, const char *prefix);
 
 /* 1 when path segment seg is exactly s. */
 int hub_api_segment_is(h2o_iovec_t seg, const char *s);
@@ -295,5 +302,10 @@ void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call
  * round trip).  cb is not run if the request goes away meanwhile.
  */
 void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb);
+
+/* The usual answer to a failed tenant authentication: 401 for a bad key, the
+ * status with its reason otherwise.  Returns 1 when it answered, 0 when
+ * status is 200 (authenticated: the route goes on). */
+int hub_api_auth_answered(h2o_req_t *req, int status);
 
 #endif
