@@ -29,21 +29,13 @@
 #define INGEST_RETRY_MIN_MS 100
 #define INGEST_RETRY_MAX_MS 5000
 
-struct ingest_rec {
-    rd_kafka_message_t *msg;
-    struct hub_event ev;
-    struct hub_envelope_error err;
-    int ok;        /* envelope valid */
-    int first;     /* index of the earlier record with the same key in this batch, or -1 */
-    enum hub_verdict verdict;
-    char old_digest[65]; /* hex digest of the stored event with this key, "" if none */
-};
-
 struct ingest_part;
 
 struct ingest_batch {
-    struct ingest_part *part;
-    struct ingest_rec *recs;
+    struct hub *hub;
+    struct hub_pg *pg;
+    struct ingest_part *part; /* Kafka: the partition; NULL for HTTP ingest */
+    struct hub_ingest_rec *recs;
     size_t n;
     int attempts;
     int quarantined;   /* invalid records already written (never twice) */
@@ -51,7 +43,9 @@ struct ingest_batch {
     int conflicts_left; /* digest conflicts still to quarantine */
     int in_txn;        /* a transaction is outstanding */
     uint64_t started_ns;
-    uv_timer_t retry;
+    uv_timer_t retry;         /* Kafka only: HTTP ingest does not retry, its client does */
+    hub_ingest_store_cb done; /* HTTP ingest: runs once, then the batch is freed */
+    void *done_arg;
 };
 
 struct ingest_part {
@@ -212,7 +206,7 @@ static void batch_mark_repeats(struct ingest_batch *b) {
     }
     memset(slots, 0xff, sizeof(*slots) * cap);
     for (size_t i = 0; i < b->n; i++) {
-        struct ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         if (!r->ok) {
             continue;
         }
@@ -232,44 +226,74 @@ static void batch_mark_repeats(struct ingest_batch *b) {
     free(slots);
 }
 
-/* JSON evidence of a record's headers for the quarantine table.  Values that
- * are not storable text (invalid UTF-8, NUL) are kept base64-encoded. */
-static char *headers_evidence(const rd_kafka_message_t *m, size_t *len) {
-    rd_kafka_headers_t *hdrs = NULL;
+char *hub_ingest_headers_evidence(const struct hub_header *h, size_t n) {
     json_t *arr = json_array();
+    char *out;
+
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        json_t *o = json_object();
+        if (hub_utf8_valid(h[i].name, h[i].name_len)) {
+            json_object_set_new(o, "name", json_stringn(h[i].name, h[i].name_len));
+        } else {
+            char *b = hub_base64(h[i].name, h[i].name_len);
+            json_object_set_new(o, "name_b64", json_string(b ? b : ""));
+            free(b);
+        }
+        if (h[i].value == NULL) {
+            json_object_set_new(o, "value", json_null());
+        } else if (hub_utf8_valid(h[i].value, h[i].value_len)) {
+            json_object_set_new(o, "value", json_stringn(h[i].value, h[i].value_len));
+        } else {
+            char *b = hub_base64(h[i].value, h[i].value_len);
+            json_object_set_new(o, "value_b64", json_string(b ? b : ""));
+            free(b);
+        }
+        json_array_append_new(arr, o);
+    }
+    out = arr != NULL ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return out;
+}
+
+/*
+ * A Kafka record's headers as an array: stack[0..cap) when they fit, else
+ * malloc'd (the caller frees it when it is not stack).  Returns NULL on OOM.
+ */
+static struct hub_header *msg_headers(const rd_kafka_message_t *m, struct hub_header *stack,
+                                      size_t cap, size_t *n) {
+    rd_kafka_headers_t *hdrs = NULL;
+    struct hub_header *h = stack;
     const char *name;
     const void *val;
     size_t size;
-    char *out;
 
-    if (arr == NULL) {
-        return NULL;
+    *n = 0;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return h;
     }
-    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == 0; i++) {
-            json_t *o = json_object();
-            if (hub_utf8_valid(name, strlen(name))) {
-                json_object_set_new(o, "name", json_string(name));
-            } else {
-                char *b = hub_base64(name, strlen(name));
-                json_object_set_new(o, "name_b64", json_string(b ? b : ""));
-                free(b);
-            }
-            if (val == NULL) {
-                json_object_set_new(o, "value", json_null());
-            } else if (hub_utf8_valid(val, size)) {
-                json_object_set_new(o, "value", json_stringn(val, size));
-            } else {
-                char *b = hub_base64(val, size);
-                json_object_set_new(o, "value_b64", json_string(b ? b : ""));
-                free(b);
-            }
-            json_array_append_new(arr, o);
+    if (rd_kafka_header_cnt(hdrs) > cap) {
+        h = malloc(sizeof(*h) * rd_kafka_header_cnt(hdrs));
+        if (h == NULL) {
+            return NULL;
         }
     }
-    out = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    if (out) {
+    for (size_t k = 0; rd_kafka_header_get_all(hdrs, k, &name, &val, &size) == 0; k++) {
+        h[(*n)++] = (struct hub_header){name, strlen(name), val, val ? size : 0};
+    }
+    return h;
+}
+
+/* JSON evidence of a Kafka record's headers for the quarantine table. */
+static char *headers_evidence(const rd_kafka_message_t *m, size_t *len) {
+    struct hub_header stack[32];
+    size_t n;
+    struct hub_header *h = msg_headers(m, stack, sizeof(stack) / sizeof(stack[0]), &n);
+    char *out = h != NULL ? hub_ingest_headers_evidence(h, n) : NULL;
+
+    if (h != stack) {
+        free(h);
+    }
+    if (out != NULL) {
         *len = strlen(out);
     }
     return out;
@@ -320,9 +344,47 @@ static int txn_add_arrays(struct hub_pg_txn *txn, const struct hub_sql *sql, str
     return add ? -1 : 0;
 }
 
+/* Why a valid record is quarantined: its key is stored with another digest. */
+static void add_conflict_reason(struct hub_pgarr *a, const struct hub_ingest_rec *r) {
+    hub_pgarr_add_text(&a[0], "digest_conflict");
+    hub_pgarr_add_text(&a[1], "data");
+    hub_pgarr_add_text(&a[2], "same tenant, source and id already stored with a "
+                              "different payload digest");
+    hub_pgarr_add_text(&a[3], r->ev.tenant);
+    hub_pgarr_add_text(&a[4], r->ev.source);
+    hub_pgarr_add_text(&a[5], r->ev.id);
+}
+
+/* Why an invalid record is quarantined (the parser's reason and field). */
+static void add_invalid_reason(struct hub_pgarr *a, const struct hub_ingest_rec *r) {
+    hub_pgarr_add_text(&a[0], hub_envelope_reason_str(r->err.reason));
+    hub_pgarr_add_text(&a[1], r->err.field[0] ? r->err.field : NULL);
+    hub_pgarr_add_text(&a[2], hub_utf8_valid(r->err.message, strlen(r->err.message))
+                                  ? r->err.message
+                                  : "invalid envelope");
+}
+
+/* The quarantine row of an HTTP record: no topic, partition or offset. */
+static void add_quarantine_http(struct hub_pgarr *a, const struct hub_ingest_rec *r) {
+    if (r->ok) {
+        add_conflict_reason(a, r);
+    } else {
+        add_invalid_reason(a, r);
+        hub_pgarr_add_text(&a[3], r->claimed_tenant);
+        hub_pgarr_add_text(&a[4], r->claimed_source);
+        hub_pgarr_add_text(&a[5], r->claimed_id);
+    }
+    hub_pgarr_add(&a[6], NULL, 0);
+    hub_pgarr_add(&a[7], NULL, 0);
+    hub_pgarr_add(&a[8], NULL, 0);
+    hub_pgarr_add_jsonb(&a[9], r->headers_json ? r->headers_json : "[]",
+                        r->headers_json ? strlen(r->headers_json) : 2);
+    hub_pgarr_add(&a[10], r->value ? r->value : "", r->value_len);
+}
+
 /* Adds quarantine rows for the records selected by `want` to txn. */
 static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
-                          int (*want)(const struct ingest_rec *)) {
+                          int (*want)(const struct hub_ingest_rec *)) {
     struct hub_pgarr a[HUB_QUARANTINE_NPARAMS];
     static const uint32_t oids[HUB_QUARANTINE_NPARAMS] = {
         HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_TEXT, HUB_OID_TEXT,
@@ -332,29 +394,23 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
         hub_pgarr_init(&a[k], oids[k]);
     }
     for (size_t i = 0; i < b->n; i++) {
-        struct ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         const rd_kafka_message_t *m = r->msg;
         size_t hlen = 0;
         char *hjson;
         if (!want(r)) {
             continue;
         }
+        if (m == NULL) {
+            add_quarantine_http(a, r);
+            continue;
+        }
         if (r->ok) { /* a digest conflict: the envelope is valid */
-            hub_pgarr_add_text(&a[0], "digest_conflict");
-            hub_pgarr_add_text(&a[1], "data");
-            hub_pgarr_add_text(&a[2], "same tenant, source and id already stored with a "
-                                      "different payload digest");
-            hub_pgarr_add_text(&a[3], r->ev.tenant);
-            hub_pgarr_add_text(&a[4], r->ev.source);
-            hub_pgarr_add_text(&a[5], r->ev.id);
+            add_conflict_reason(a, r);
         } else {
             char *t = header_text(m, "tenantid"), *s = header_text(m, "source"),
                  *id = header_text(m, "id");
-            hub_pgarr_add_text(&a[0], hub_envelope_reason_str(r->err.reason));
-            hub_pgarr_add_text(&a[1], r->err.field[0] ? r->err.field : NULL);
-            hub_pgarr_add_text(&a[2], hub_utf8_valid(r->err.message, strlen(r->err.message))
-                                          ? r->err.message
-                                          : "invalid envelope");
+            add_invalid_reason(a, r);
             hub_pgarr_add_text(&a[3], t);
             hub_pgarr_add_text(&a[4], s);
             hub_pgarr_add_text(&a[5], id);
@@ -373,11 +429,11 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
     return txn_add_arrays(txn, &hub_sql_quarantine_insert, a, HUB_QUARANTINE_NPARAMS, 1);
 }
 
-static int want_invalid(const struct ingest_rec *r) {
+static int want_invalid(const struct hub_ingest_rec *r) {
     return !r->ok;
 }
 
-static int want_conflict(const struct ingest_rec *r) {
+static int want_conflict(const struct hub_ingest_rec *r) {
     return r->ok && r->verdict == HUB_V_QUARANTINED_CONFLICT;
 }
 
@@ -395,7 +451,7 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_init(&a[k], oids[k]);
     }
     for (size_t i = 0; i < b->n; i++) {
-        struct ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         const struct hub_event *ev = &r->ev;
         if (!r->ok || r->first >= 0) {
             continue;
@@ -412,9 +468,16 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
         hub_pgarr_add_jsonb(&a[9], ev->attrs_json, ev->attrs_json_len);
         hub_pgarr_add(&a[10], ev->payload ? (const void *)ev->payload : "", ev->payload_len);
         hub_pgarr_add(&a[11], ev->digest, sizeof(ev->digest));
-        hub_pgarr_add_text(&a[12], rd_kafka_topic_name(r->msg->rkt));
-        hub_pgarr_add_i32(&a[13], r->msg->partition);
-        hub_pgarr_add_i64(&a[14], r->msg->offset);
+        if (r->msg != NULL) {
+            const rd_kafka_message_t *m = r->msg;
+            hub_pgarr_add_text(&a[12], rd_kafka_topic_name(m->rkt));
+            hub_pgarr_add_i32(&a[13], m->partition);
+            hub_pgarr_add_i64(&a[14], m->offset);
+        } else { /* HTTP ingest: no topic, partition or offset */
+            hub_pgarr_add(&a[12], NULL, 0);
+            hub_pgarr_add(&a[13], NULL, 0);
+            hub_pgarr_add(&a[14], NULL, 0);
+        }
         hub_pgarr_add_bool(&a[15], r->ev.json_unchecked);
         (*count)++;
     }
@@ -429,12 +492,19 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *co
 }
 
 static void batch_free(struct ingest_batch *b) {
-    for (size_t i = 0; i < b->n; i++) {
-        hub_event_free(&b->recs[i].ev);
-        rd_kafka_message_destroy(b->recs[i].msg);
+    if (b->done == NULL) { /* a Kafka batch owns its records; HTTP's are the caller's */
+        for (size_t i = 0; i < b->n; i++) {
+            hub_event_free(&b->recs[i].ev);
+            rd_kafka_message_destroy(b->recs[i].msg);
+        }
+        free(b->recs);
     }
-    free(b->recs);
     free(b);
+}
+
+/* Offset of a Kafka batch's i-th record. */
+static int64_t batch_offset(const struct ingest_batch *b, size_t i) {
+    return ((const rd_kafka_message_t *)b->recs[i].msg)->offset;
 }
 
 static void batch_timer_closed(uv_handle_t *h) {
@@ -476,8 +546,7 @@ static void commit_offset(struct hub_ingest *ing, struct ingest_part *p, int64_t
 /* Everything of the batch is durable: count, commit, move on. */
 static void batch_done(struct ingest_batch *b) {
     struct ingest_part *p = b->part;
-    struct hub_ingest *ing = p->ing;
-    struct hub_metrics *m = &ing->hub->metrics;
+    struct hub_metrics *m = &b->hub->metrics;
     int accepted = 0;
 
     for (size_t i = 0; i < b->n; i++) {
@@ -485,12 +554,17 @@ static void batch_done(struct ingest_batch *b) {
         accepted |= b->recs[i].verdict == HUB_V_ACCEPTED;
     }
     if (accepted) {
-        hub_dispatch_kick(ing->hub->dispatch); /* their jobs are committed */
+        hub_dispatch_kick(b->hub->dispatch); /* their jobs are committed */
     }
     hub_histogram_observe(&m->ingest_batch_seconds,
                           (double)(hub_now_ns() - b->started_ns) / 1e9);
+    if (b->done != NULL) {
+        b->done(b->done_arg, NULL);
+        batch_free(b);
+        return;
+    }
     if (p->assigned) {
-        commit_offset(ing, p, b->recs[b->n - 1].msg->offset + 1);
+        commit_offset(p->ing, p, batch_offset(b, b->n - 1) + 1);
     }
     batch_release(b);
     part_backpressure(p);
@@ -513,12 +587,23 @@ static void batch_retry_cb(uv_timer_t *t) {
     batch_submit(b);
 }
 
-static void batch_failed(struct ingest_batch *b, const char *error, const char *sqlstate) {
+/* A transaction that could not be built (out of memory): never sent. */
+static const struct hub_pg_outcome ingest_oom = {HUB_PG_ECLOSED, NULL, 0, "out of memory", ""};
+
+static void batch_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
     struct ingest_part *p = b->part;
-    struct hub_ingest *ing = p->ing;
+    struct hub_ingest *ing;
+    const char *error = out->error != NULL ? out->error : "transaction failed";
+    const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
     uint64_t delay = INGEST_RETRY_MIN_MS;
 
-    ing->hub->metrics.ingest_batch_failures++;
+    b->hub->metrics.ingest_batch_failures++;
+    if (b->done != NULL) {
+        b->done(b->done_arg, out);
+        batch_free(b);
+        return;
+    }
+    ing = p->ing;
     for (int i = 0; i < b->attempts && delay < INGEST_RETRY_MAX_MS; i++) {
         delay *= 2;
     }
@@ -529,7 +614,7 @@ static void batch_failed(struct ingest_batch *b, const char *error, const char *
     /* Log the first failure and then every tenth, not a line per retry. */
     if (b->attempts == 1 || b->attempts % 10 == 0) {
         hub_log(HUB_WARN, "partition batch not stored, retrying", HUB_LS("topic", p->topic),
-                HUB_LI("partition", p->partition), HUB_LI("offset", b->recs[0].msg->offset),
+                HUB_LI("partition", p->partition), HUB_LI("offset", batch_offset(b, 0)),
                 HUB_LI("records", b->n), HUB_LI("attempt", b->attempts),
                 HUB_LS("sqlstate", sqlstate), HUB_LS("error", error));
     }
@@ -552,7 +637,7 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
 
     for (int row = 0; row < rows; row++) {
         int ord = atoi(PQgetvalue(res, row, 0));
-        struct ingest_rec *r;
+        struct hub_ingest_rec *r;
         char hex[65];
         if (ord < 0 || (size_t)ord >= b->n) {
             continue;
@@ -570,6 +655,7 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
                                                           : HUB_V_QUARANTINED_CONFLICT;
         } else if (!PQgetisnull(res, row, 3)) {
             r->verdict = HUB_V_ACCEPTED;
+            r->seq = strtoll(PQgetvalue(res, row, 3), NULL, 10);
             hub_hex(r->ev.digest, sizeof(r->ev.digest), r->old_digest);
         } else {
             raced++;
@@ -577,8 +663,8 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
     }
     /* Repeats inside the batch follow their first occurrence. */
     for (size_t i = 0; i < b->n; i++) {
-        struct ingest_rec *r = &b->recs[i];
-        struct ingest_rec *f;
+        struct hub_ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *f;
         char hex[65];
         if (!r->ok || r->first < 0) {
             continue;
@@ -605,7 +691,7 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
  * records that the insert statement does not carry). */
 static int batch_json_unchecked(const struct ingest_batch *b, int repeats_only) {
     for (size_t i = 0; i < b->n; i++) {
-        const struct ingest_rec *r = &b->recs[i];
+        const struct hub_ingest_rec *r = &b->recs[i];
         if (r->ok && r->ev.json_unchecked && (!repeats_only || r->first >= 0)) {
             return 1;
         }
@@ -619,12 +705,12 @@ static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
 
     b->in_txn = 0;
     if (out->status != HUB_PG_OK || res == NULL) {
-        batch_failed(b, out->error, out->sqlstate);
+        batch_failed(b, out);
         return;
     }
     for (int row = 0; row < PQntuples(res); row++) {
         int ord = atoi(PQgetvalue(res, row, 0));
-        struct ingest_rec *r;
+        struct hub_ingest_rec *r;
         if (ord < 0 || (size_t)ord >= b->n) {
             continue;
         }
@@ -648,19 +734,18 @@ static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
  * check): find which payloads are not JSON, row by row (the slow path, for
  * bad input only), then write the batch again with them quarantined. */
 static void batch_check_json(struct ingest_batch *b) {
-    struct hub_ingest *ing = b->part->ing;
     struct hub_pgarr a[HUB_JSON_ERRORS_NPARAMS];
     struct hub_pg_txn *txn;
 
-    txn = hub_pg_txn_new(ing->hub->pg_ingest, batch_json_cb, b);
+    txn = hub_pg_txn_new(b->pg, batch_json_cb, b);
     if (txn == NULL) {
-        batch_failed(b, "out of memory", "");
+        batch_failed(b, &ingest_oom);
         return;
     }
     hub_pgarr_init(&a[0], HUB_OID_INT4);
     hub_pgarr_init(&a[1], HUB_OID_BYTEA);
     for (size_t i = 0; i < b->n; i++) {
-        const struct ingest_rec *r = &b->recs[i];
+        const struct hub_ingest_rec *r = &b->recs[i];
         if (r->ok && r->ev.json_unchecked) {
             hub_pgarr_add_i32(&a[0], (int32_t)i);
             hub_pgarr_add(&a[1], r->ev.payload, r->ev.payload_len);
@@ -682,7 +767,7 @@ static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
             batch_check_json(b); /* a payload that is not JSON, most likely */
             return;
         }
-        batch_failed(b, out->error, out->sqlstate);
+        batch_failed(b, out);
         return;
     }
     if (!b->quarantined) {
@@ -722,7 +807,6 @@ static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
 
 /* Sends whatever the batch still has to write, as one transaction. */
 static void batch_submit(struct ingest_batch *b) {
-    struct hub_ingest *ing = b->part->ing;
     struct hub_pg_txn *txn;
     size_t inserts = 0;
     int invalid = 0;
@@ -737,9 +821,9 @@ static void batch_submit(struct ingest_batch *b) {
     for (size_t i = 0; i < b->n; i++) {
         invalid |= !b->recs[i].ok;
     }
-    txn = hub_pg_txn_new(ing->hub->pg_ingest, batch_txn_cb, b);
+    txn = hub_pg_txn_new(b->pg, batch_txn_cb, b);
     if (txn == NULL) {
-        batch_failed(b, "out of memory", "");
+        batch_failed(b, &ingest_oom);
         return;
     }
     if (!b->stored) {
@@ -765,6 +849,12 @@ static void batch_submit(struct ingest_batch *b) {
     hub_pg_txn_submit(txn);
 }
 
+/* The verdict of a record the parser refused. */
+static void rec_refuse(struct hub_ingest_rec *r) {
+    r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
+                                                         : HUB_V_QUARANTINED_INVALID;
+}
+
 /* Parses the records of a new batch (envelope rules, SPEC §3.1). */
 static void batch_parse(struct ingest_batch *b) {
     struct hub_ingest *ing = b->part->ing;
@@ -772,26 +862,12 @@ static void batch_parse(struct ingest_batch *b) {
     struct hub_header stack_hdrs[32];
 
     for (size_t i = 0; i < b->n; i++) {
-        struct ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         rd_kafka_message_t *m = r->msg;
-        rd_kafka_headers_t *hdrs = NULL;
-        struct hub_header *h = stack_hdrs;
-        size_t nh = 0;
-        const char *name;
-        const void *val;
-        size_t size;
+        size_t nh;
+        struct hub_header *h =
+            msg_headers(m, stack_hdrs, sizeof(stack_hdrs) / sizeof(stack_hdrs[0]), &nh);
 
-        if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            size_t cnt = rd_kafka_header_cnt(hdrs);
-            if (cnt > sizeof(stack_hdrs) / sizeof(stack_hdrs[0])) {
-                h = malloc(sizeof(*h) * cnt);
-            }
-            for (size_t k = 0; h != NULL && k < cnt &&
-                               rd_kafka_header_get_all(hdrs, k, &name, &val, &size) == 0;
-                 k++) {
-                h[nh++] = (struct hub_header){name, strlen(name), val, val ? size : 0};
-            }
-        }
         if (h == NULL) {
             r->ok = 0;
             r->err.reason = HUB_ENVELOPE_INVALID;
@@ -801,8 +877,7 @@ static void batch_parse(struct ingest_batch *b) {
         r->ok = hub_envelope_parse(HUB_ENVELOPE_KAFKA, h, nh, m->payload, m->len,
                                    rd_kafka_topic_name(m->rkt), &lim, &r->ev, &r->err) == 0;
         if (!r->ok) {
-            r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
-                                                                  : HUB_V_QUARANTINED_INVALID;
+            rec_refuse(r);
         }
         if (h != stack_hdrs) {
             free(h);
@@ -826,6 +901,8 @@ static void part_maybe_start(struct ingest_part *p) {
         free(b);
         return; /* retried at the next tick */
     }
+    b->hub = ing->hub;
+    b->pg = ing->hub->pg_ingest;
     b->part = p;
     b->n = n;
     b->started_ns = hub_now_ns();
@@ -841,6 +918,34 @@ static void part_maybe_start(struct ingest_part *p) {
     p->inflight = b;
     ing->batches_inflight++;
     batch_parse(b);
+    batch_submit(b);
+}
+
+void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
+                      hub_ingest_store_cb cb, void *arg) {
+    struct ingest_batch *b = calloc(1, sizeof(*b));
+
+    if (b == NULL) {
+        cb(arg, &ingest_oom);
+        return;
+    }
+    b->hub = hub;
+    b->pg = hub->pg_ingest != NULL ? hub->pg_ingest : hub->pg; /* the delivery role has no
+                                                                 ingest pool */
+    b->recs = recs;
+    b->n = n;
+    b->started_ns = hub_now_ns();
+    b->done = cb;
+    b->done_arg = arg;
+    for (size_t i = 0; i < n; i++) {
+        recs[i].msg = NULL;
+        recs[i].seq = 0;
+        recs[i].old_digest[0] = '\0';
+        if (!recs[i].ok) {
+            rec_refuse(&recs[i]);
+        }
+    }
+    batch_mark_repeats(b);
     batch_submit(b);
 }
 

@@ -15,6 +15,13 @@
 #ifndef HUB_INGEST_H
 #define HUB_INGEST_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.h"
+#include "metrics.h"
+#include "pg.h"
+
 struct hub;
 struct hub_ingest;
 
@@ -38,5 +45,57 @@ int hub_ingest_ready(const struct hub_ingest *ing);
 int hub_ingest_assigned(const struct hub_ingest *ing);
 int hub_ingest_paused(const struct hub_ingest *ing);
 long hub_ingest_pending(const struct hub_ingest *ing);
+
+/* ------------------------------------------------- HTTP ingest (SPEC §4) -- */
+
+/*
+ * One record to store: a Kafka record (internal) or one event of an HTTP
+ * ingest request.  An HTTP caller fills the members up to `verdict`, hands
+ * an array of them to hub_ingest_store(), and reads verdict, seq and err
+ * back in its callback.  The same statements, dedup and verdicts serve both
+ * paths.
+ */
+struct hub_ingest_rec {
+    int ok;                        /* ev holds a valid event */
+    struct hub_event ev;           /* when ok; the caller releases it (hub_event_free) */
+    struct hub_envelope_error err; /* when !ok, or once the payload failed its JSON check */
+    /* Quarantine evidence of an HTTP record (borrowed until the callback):
+     * the record as received, a JSON array of its headers (NULL: none), and
+     * the tenant, source and id it claimed (NULL when unknown). */
+    const void *value;
+    size_t value_len;
+    const char *headers_json;
+    const char *claimed_tenant;
+    const char *claimed_source;
+    const char *claimed_id;
+    /* results */
+    enum hub_verdict verdict;
+    int64_t seq; /* accepted: its arrival sequence */
+    /* private */
+    void *msg;           /* the Kafka record (rd_kafka_message_t), NULL for HTTP */
+    int first;           /* index of the earlier record with the same key, or -1 */
+    char old_digest[65]; /* hex digest stored under the key, "" if none */
+};
+
+/* Completion of hub_ingest_store: failure is NULL when every record has its
+ * verdict (stored, counted, jobs committed); else it is the transaction's
+ * outcome (status, error, sqlstate; no results) and nothing may be assumed
+ * stored. */
+typedef void (*hub_ingest_store_cb)(void *arg, const struct hub_pg_outcome *failure);
+
+/*
+ * Stores recs[0..n) (n >= 1) in one transaction on the ingest pool (the API pool in
+ * the delivery role): quarantine rows for refused records, events and their
+ * delivery jobs for accepted ones, exactly as a Kafka partition batch.
+ * Counts the verdicts in the ingest metrics.  Borrows recs until cb, which
+ * runs exactly once, possibly before this returns.
+ */
+void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
+                      hub_ingest_store_cb cb, void *arg);
+
+/* JSON evidence of a record's headers for the quarantine table: an array of
+ * {"name","value"}; a name or value that is not UTF-8 text is kept as
+ * "name_b64"/"value_b64".  Returns malloc'd text, or NULL on OOM. */
+char *hub_ingest_headers_evidence(const struct hub_header *h, size_t n);
 
 #endif
