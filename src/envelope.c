@@ -244,6 +244,10 @@ struct parse_ctx {
     bool payload_absent;       /* structured event without data: no JSON check */
     bool payload_json_unchecked; /* must be JSON; its grammar is left to the caller */
     json_t *root;              /* structured mode: the parsed CloudEvent */
+
+    struct hub_envelope_issues *issues;  /* limits->issues: collect every refusal */
+    bool refused;                        /* validation refused something */
+    struct hub_envelope_error first_err; /* ...and this first */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -1521,58 +1525,100 @@ static int check_optional(struct parse_ctx *ctx, enum attr_id a, size_t max) {
 }
 
 /*
+ * Validation refused something (err holds it).  Without a collector that
+ * ends validation: returns 0.  With one (HTTP ingest names every attribute
+ * at fault, SPEC §4) it is recorded and validation goes on: returns 1.
+ * The first refusal is what err reports in the end either way.
+ */
+static int note_issue(struct parse_ctx *ctx) {
+    struct hub_envelope_issues *is = ctx->issues;
+
+    if (is == NULL) {
+        return 0;
+    }
+    if (!ctx->refused) {
+        ctx->first_err = *ctx->err;
+        ctx->refused = true;
+    }
+    if (is->n < HUB_ENVELOPE_MAX_ISSUES) {
+        snprintf(is->item[is->n].field, sizeof(is->item[is->n].field), "%s", ctx->err->field);
+        snprintf(is->item[is->n].message, sizeof(is->item[is->n].message), "%s", ctx->err->message);
+        is->n++;
+    }
+    return 1;
+}
+
+/* In validate_attributes: after a refused check, stop or go on (note_issue). */
+#define REFUSED()                                                                                  \
+    do {                                                                                           \
+        if (!note_issue(ctx)) {                                                                    \
+            return -1;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/*
  * The SPEC §3.1 table, in a fixed order.  Fills ev->time_us and
- * ev->schema_major on the way.
+ * ev->schema_major on the way.  Each attribute is checked on its own, so a
+ * collector (note_issue) hears of every one at fault.
  */
 static int validate_attributes(struct parse_ctx *ctx, const char *topic, struct hub_event *ev) {
     const struct str *v = ctx->val;
     const char *problem;
 
     if (v[A_SPECVERSION].p == NULL) {
-        return fail_attr(ctx, A_SPECVERSION, "specversion is required");
+        fail_attr(ctx, A_SPECVERSION, "specversion is required");
+        REFUSED();
+    } else if (strcmp(v[A_SPECVERSION].p, "1.0") != 0) {
+        fail_attr(ctx, A_SPECVERSION, "specversion must be \"1.0\"");
+        REFUSED();
     }
-    if (strcmp(v[A_SPECVERSION].p, "1.0") != 0) {
-        return fail_attr(ctx, A_SPECVERSION, "specversion must be \"1.0\"");
+    if (check_required(ctx, A_ID, MAX_ID_BYTES) != 0) {
+        REFUSED();
     }
-    if (check_required(ctx, A_ID, MAX_ID_BYTES) != 0 ||
-        check_required(ctx, A_SOURCE, MAX_SOURCE_BYTES) != 0) {
-        return -1;
+    if (check_required(ctx, A_SOURCE, MAX_SOURCE_BYTES) != 0) {
+        REFUSED();
+    } else if ((problem = check_uri(v[A_SOURCE].p, v[A_SOURCE].n, false)) != NULL) {
+        fail_attr(ctx, A_SOURCE, "source %s", problem);
+        REFUSED();
     }
-    problem = check_uri(v[A_SOURCE].p, v[A_SOURCE].n, false);
-    if (problem != NULL) {
-        return fail_attr(ctx, A_SOURCE, "source %s", problem);
+    if (check_required(ctx, A_TYPE, MAX_TYPE_BYTES) != 0) {
+        REFUSED();
     }
-    if (check_required(ctx, A_TYPE, MAX_TYPE_BYTES) != 0 || check_required(ctx, A_TIME, 0) != 0) {
-        return -1;
-    }
-    if (hub_rfc3339_parse(v[A_TIME].p, v[A_TIME].n, &ev->time_us) != 0) {
-        return fail_attr(ctx, A_TIME, "time must be an RFC 3339 date-time");
+    if (check_required(ctx, A_TIME, 0) != 0) {
+        REFUSED();
+    } else if (hub_rfc3339_parse(v[A_TIME].p, v[A_TIME].n, &ev->time_us) != 0) {
+        fail_attr(ctx, A_TIME, "time must be an RFC 3339 date-time");
+        REFUSED();
     }
     if (check_required(ctx, A_TENANTID, MAX_TENANT_BYTES) != 0) {
-        return -1;
-    }
-    for (size_t i = 0; i < v[A_TENANTID].n; i++) {
-        if (!is_tenant_char((unsigned char)v[A_TENANTID].p[i])) {
-            return fail_attr(ctx, A_TENANTID, "tenantid must match [a-zA-Z0-9._-]{1,256}");
+        REFUSED();
+    } else {
+        for (size_t i = 0; i < v[A_TENANTID].n; i++) {
+            if (!is_tenant_char((unsigned char)v[A_TENANTID].p[i])) {
+                fail_attr(ctx, A_TENANTID, "tenantid must match [a-zA-Z0-9._-]{1,256}");
+                REFUSED();
+                break;
+            }
         }
     }
     if (check_optional(ctx, A_SUBJECT, MAX_SUBJECT_BYTES) != 0) {
-        return -1;
+        REFUSED();
     }
 
     if (v[A_SCHEMAVERSION].p != NULL) {
         int major = hub_schema_major_parse(v[A_SCHEMAVERSION].p, v[A_SCHEMAVERSION].n);
         if (major < 0) {
-            return fail_attr(ctx, A_SCHEMAVERSION,
-                             "schemaversion must be semver or a bare major (1.0.0, v2, ...)");
-        }
-        /*
-         * Subscriptions name schema majors >= 1 (SPEC §6), so an event of
-         * major 0 could never be delivered; refusing it here is visible in
-         * quarantine instead of silently matching nothing.
-         */
-        if (major == 0) {
-            return fail_attr(ctx, A_SCHEMAVERSION, "schemaversion major must be at least 1");
+            fail_attr(ctx, A_SCHEMAVERSION,
+                      "schemaversion must be semver or a bare major (1.0.0, v2, ...)");
+            REFUSED();
+        } else if (major == 0) {
+            /*
+             * Subscriptions name schema majors >= 1 (SPEC §6), so an event of
+             * major 0 could never be delivered; refusing it here is visible in
+             * quarantine instead of silently matching nothing.
+             */
+            fail_attr(ctx, A_SCHEMAVERSION, "schemaversion major must be at least 1");
+            REFUSED();
         }
         ev->schema_major = major;
     } else {
@@ -1582,24 +1628,35 @@ static int validate_attributes(struct parse_ctx *ctx, const char *topic, struct 
 
     if (ctx->content_type.p != NULL &&
         !check_media_type(ctx->content_type.p, ctx->content_type.n)) {
-        return fail_attr(ctx, A_DATACONTENTTYPE,
-                         ctx->content_type_from_header
-                             ? "content-type header is not a media type (type/subtype[;params])"
-                             : "datacontenttype is not a media type (type/subtype[;params])");
+        fail_attr(ctx, A_DATACONTENTTYPE,
+                  ctx->content_type_from_header
+                      ? "content-type header is not a media type (type/subtype[;params])"
+                      : "datacontenttype is not a media type (type/subtype[;params])");
+        REFUSED();
     }
     if (v[A_DATASCHEMA].p != NULL) {
         problem = v[A_DATASCHEMA].n == 0 ? "must not be empty"
                                          : check_uri(v[A_DATASCHEMA].p, v[A_DATASCHEMA].n, true);
         if (problem != NULL) {
-            return fail_attr(ctx, A_DATASCHEMA, "dataschema %s", problem);
+            fail_attr(ctx, A_DATASCHEMA, "dataschema %s", problem);
+            REFUSED();
         }
     }
     /* An empty half would derive an event type like "ledger." that nothing can name. */
-    if (check_optional(ctx, A_RESOURCETYPE, 0) != 0 || check_optional(ctx, A_EVENTTYPE, 0) != 0) {
+    if (check_optional(ctx, A_RESOURCETYPE, 0) != 0) {
+        REFUSED();
+    }
+    if (check_optional(ctx, A_EVENTTYPE, 0) != 0) {
+        REFUSED();
+    }
+    if (ctx->refused) {
+        *ctx->err = ctx->first_err;
         return -1;
     }
     return 0;
 }
+
+#undef REFUSED
 
 /*
  * A JSON content type requires a well-formed JSON payload: one jansson parse,
@@ -1791,6 +1848,10 @@ int hub_envelope_parse(enum hub_envelope_mode mode, const struct hub_header *hea
     ctx.n_headers = headers != NULL ? n_headers : 0;
     ctx.max_bytes = limits != NULL ? limits->max_event_bytes : ENVELOPE_DEFAULT_MAX_EVENT_BYTES;
     ctx.err = err;
+    ctx.issues = limits != NULL ? limits->issues : NULL;
+    if (ctx.issues != NULL) {
+        ctx.issues->n = 0;
+    }
     if (value == NULL) {
         value_len = 0;
     }

@@ -90,11 +90,27 @@ struct hub_event {
     void *arena_;             /* private */
 };
 
+/* Every attribute validation refused in one event, when the caller asks
+ * (HTTP ingest's 400 names each, SPEC §4).  The first is also the one
+ * hub_envelope_error reports. */
+#define HUB_ENVELOPE_MAX_ISSUES 16
+struct hub_envelope_issues {
+    size_t n;
+    struct {
+        char field[64];
+        char message[192];
+    } item[HUB_ENVELOPE_MAX_ISSUES];
+};
+
 struct hub_envelope_limits {
     size_t max_event_bytes; /* STREAMING_HUB_MAX_EVENT_BYTES */
     /* HTTP ingest: the API key's tenant, taken as tenantid when the event
      * carries none (SPEC §4: the tenant is the key's).  NULL for Kafka. */
     const char *default_tenant;
+    /* When set, validation goes on past the first refused attribute and
+     * records each here (reset by every parse).  Refusals before validation
+     * (header bytes, JSON syntax, size) still end the parse at once. */
+    struct hub_envelope_issues *issues;
 };
 
 /*

@@ -27,6 +27,9 @@
  * parsed); on failure that the event was left empty and a reason was given.
  * Any violation aborts, which libFuzzer reports as a crash.
  *
+ * Each input is parsed a second time with a collector of every refusal
+ * (HTTP ingest's), which must not change the verdict or the error.
+ *
  * The value is also handed to hub_envelope_batch_split (batch mode, SPEC
  * §4): every span it reports must be in bounds, in order, one whole JSON
  * value, and as many as the elements of the array jansson reads.
@@ -276,6 +279,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(memchr(err.field, '\0', sizeof(err.field)) != NULL);
         CHECK(strstr(err.message, "internal error") == NULL);
         CHECK(ev.arena_ == NULL && ev.id == NULL && ev.payload == NULL);
+    }
+
+    /* A collector of every refusal changes nothing about the verdict, and
+     * its first entry is the error reported. */
+    struct hub_envelope_issues issues;
+    struct hub_envelope_limits collecting = limits;
+    struct hub_event ev2;
+    struct hub_envelope_error err2;
+    collecting.issues = &issues;
+    int rc2 =
+        hub_envelope_parse(mode, headers, n, value, value_len, topic, &collecting, &ev2, &err2);
+    CHECK(rc2 == rc && err2.reason == err.reason);
+    CHECK(strcmp(err2.field, err.field) == 0 && strcmp(err2.message, err.message) == 0);
+    CHECK(issues.n <= HUB_ENVELOPE_MAX_ISSUES);
+    CHECK(rc != 0 || issues.n == 0);
+    CHECK(issues.n == 0 || (strcmp(issues.item[0].field, err.field) == 0 &&
+                            strcmp(issues.item[0].message, err.message) == 0));
+    if (rc2 == 0) {
+        hub_event_free(&ev2);
     }
 
     check_batch_split(value, value_len);
