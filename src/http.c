@@ -30,6 +30,7 @@
 #include <h2o/socket/uv-binding.h>
 
 #include "api_admin.h"
+#include "api_events.h"
 #include "api_subs.h"
 #include "api_util.h"
 #include "hub.h"
@@ -173,9 +174,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         return 0;
     }
     /* h2o refuses bodies over max_request_entity_size itself; this is the
-     * guard for any route, whatever that limit is set to. */
-    if (req->entity.len > HUB_API_MAX_BODY) {
-        hub_api_send_problem(req, 413, "the request body is larger than 1 MiB", NULL);
+     * guard for any route, whatever that limit is set to.  HTTP ingest takes
+     * events as large as STREAMING_HUB_MAX_EVENT_BYTES allows. */
+    if (req->entity.len > HUB_API_MAX_BODY &&
+        (req->entity.len > hub_api_events_max_body(&hub->cfg) ||
+         !path_under(req->path_normalized, H2O_STRLIT("/v1/events")))) {
+        hub_api_send_problem(req, 413, "the request body is too large", NULL);
         return 0;
     }
     if (ops_route(hub, req)) {
@@ -189,7 +193,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         /* Dispatch point of the tenant API (SPEC §4, §9): subscriptions,
          * deliveries, events.  Tenant routes authenticate with
          * hub_api_auth_tenant() (api_util.h). */
-        if (hub_api_subs_handle(hub, req)) {
+        if (hub_api_subs_handle(hub, req) || hub_api_events_handle(hub, req)) {
             return 0;
         }
         hub_api_send_problem(req, 404, "no such resource", NULL);
@@ -433,7 +437,7 @@ int hub_http_start(struct hub *hub, struct hub_http **out) {
     h2o_config_init(&http->config);
     http->config.server_name = h2o_iovec_init(H2O_STRLIT("streaming-hub/" HUB_VERSION));
     /* h2o answers 413 itself, before reading a body past this size. */
-    http->config.max_request_entity_size = HUB_API_MAX_BODY;
+    http->config.max_request_entity_size = hub_api_events_max_body(&hub->cfg);
     host = h2o_config_register_host(&http->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     path = h2o_config_register_path(host, "/", 0);
     handler = (struct http_handler *)h2o_create_handler(path, sizeof(*handler));

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api_events.h"
 #include "dispatch.h"
 #include "http.h"
 #include "httpc.h"
@@ -202,6 +203,7 @@ static void hub_finish(struct hub *hub) {
     /* after the dispatcher: no job holds a generation any more */
     hub_policies_free(hub->policies);
     hub->policies = NULL;
+    hub_api_events_free(hub);
 }
 
 static void hub_dispatch_stopped(void *arg) {

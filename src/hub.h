@@ -19,6 +19,7 @@ struct hub_kafka_mock;
 struct hub_http;
 struct hub_httpc;
 struct hub_dispatch;
+struct hub_pull_buckets;
 
 struct hub {
     uv_loop_t *loop;
@@ -32,6 +33,7 @@ struct hub {
     struct hub_httpc *httpc;   /* outgoing HTTP (verification probes, deliveries) */
     struct hub_dispatch *dispatch; /* NULL for the ingest role */
     struct hub_policies *policies; /* Lua policies (SPEC §8), reloaded on SIGHUP */
+    struct hub_pull_buckets *pull_buckets; /* pull API rate limits (api_events.c) */
     struct hub_kek kek;        /* STREAMING_HUB_KEK, when has_kek */
     int has_kek;
     char *brokers;             /* resolved bootstrap list */

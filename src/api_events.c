@@ -1,0 +1,803 @@
+/*
+ * api_events — HTTP ingest and the pull API (see api_events.h).
+ */
+#include "api_events.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api_util.h"
+#include "envelope.h"
+#include "hub.h"
+#include "ingest.h"
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#define V1_PREFIX "/v1"
+#define EVENTS_PATH "/v1/events"
+#define MAX_SEGMENTS 3
+
+/* Evidence values kept from a refused record's claims (SPEC §3.1 bounds). */
+#define CLAIM_MAX_BYTES 1024
+
+enum events_op {
+    OP_INGEST,
+    OP_LIST,
+    OP_ONE,
+};
+
+enum ingest_mode {
+    MODE_BINARY,      /* ce-* headers, the body is the data */
+    MODE_STRUCTURED,  /* application/cloudevents+json */
+    MODE_BATCH,       /* application/cloudevents-batch+json */
+    MODE_UNSUPPORTED, /* another application/cloudevents… format: 415 */
+};
+
+/* What an ingest request keeps per event besides its hub_ingest_rec. */
+struct ingest_item {
+    int rec;            /* index into recs, or -1 when refused before storing */
+    int status;         /* when rec < 0: the answer's status (403) */
+    char *headers_json; /* quarantine evidence */
+    char *claimed_tenant;
+    char *claimed_source;
+    char *claimed_id;
+    json_t *errors; /* every attribute validation refused, when any */
+};
+
+struct events_call {
+    struct hub_api_call call; /* first: see api_util.h */
+    enum events_op op;
+    int route_status;  /* 0, or 404 / 405 to answer once authenticated */
+    const char *allow; /* for 405 */
+    int64_t seq;       /* OP_ONE */
+    int limit;         /* OP_LIST */
+    char *tenant;      /* the key's tenant */
+    /* OP_INGEST */
+    enum ingest_mode mode;
+    struct ingest_item *items;
+    size_t n_items;
+    struct hub_ingest_rec *recs;
+    size_t n_recs;
+    size_t *spans; /* batch mode: element offsets (hub_envelope_batch_split) */
+};
+
+/* ---------------------------------------------------------- pull buckets -- */
+
+#define BUCKET_SLOTS 256
+/* Above this many tenants in the table, full buckets are dropped (a full
+ * bucket is what a missing one is). */
+#define BUCKET_SWEEP_AT 4096
+
+struct pull_bucket {
+    struct pull_bucket *next;
+    double tokens;
+    uint64_t at_ns;
+    char tenant[];
+};
+
+struct hub_pull_buckets {
+    struct pull_bucket *slots[BUCKET_SLOTS];
+    size_t count;
+};
+
+static size_t bucket_slot(const char *tenant) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *s = (const unsigned char *)tenant; *s; s++) {
+        h = (h ^ *s) * 1099511628211ULL;
+    }
+    return (size_t)(h % BUCKET_SLOTS);
+}
+
+static double bucket_refill(struct pull_bucket *b, const struct hub_config *cfg, uint64_t now) {
+    double t = b->tokens + (double)(now - b->at_ns) / 1e9 * (double)cfg->pull_rate;
+    b->tokens = t < (double)cfg->pull_burst ? t : (double)cfg->pull_burst;
+    b->at_ns = now;
+    return b->tokens;
+}
+
+static void buckets_sweep(struct hub_pull_buckets *pb, const struct hub_config *cfg, uint64_t now) {
+    for (size_t i = 0; i < BUCKET_SLOTS; i++) {
+        struct pull_bucket **pp = &pb->slots[i];
+        while (*pp != NULL) {
+            struct pull_bucket *b = *pp;
+            if (bucket_refill(b, cfg, now) >= (double)cfg->pull_burst) {
+                *pp = b->next;
+                free(b);
+                pb->count--;
+            } else {
+                pp = &b->next;
+            }
+        }
+    }
+}
+
+/*
+ * Takes one token of the tenant's bucket.  Returns 0, or the seconds to wait
+ * (>= 1) when it is empty.  Out of memory lets the request through: a rate
+ * limit is no reason to refuse service.
+ */
+static int pull_take(struct hub *hub, const char *tenant) {
+    const struct hub_config *cfg = &hub->cfg;
+    uint64_t now = hub_now_ns();
+    struct hub_pull_buckets *pb = hub->pull_buckets;
+    struct pull_bucket *b;
+    size_t slot = bucket_slot(tenant);
+    size_t len = strlen(tenant);
+
+    if (pb == NULL && (pb = hub->pull_buckets = calloc(1, sizeof(*pb))) == NULL) {
+        return 0;
+    }
+    for (b = pb->slots[slot]; b != NULL && strcmp(b->tenant, tenant) != 0; b = b->next) {
+    }
+    if (b == NULL) {
+        if (pb->count >= BUCKET_SWEEP_AT) {
+            buckets_sweep(pb, cfg, now);
+        }
+        b = malloc(sizeof(*b) + len + 1);
+        if (b == NULL) {
+            return 0;
+        }
+        memcpy(b->tenant, tenant, len + 1);
+        b->tokens = (double)cfg->pull_burst;
+        b->at_ns = now;
+        b->next = pb->slots[slot];
+        pb->slots[slot] = b;
+        pb->count++;
+    }
+    if (bucket_refill(b, cfg, now) < 1.0) {
+        double wait = (1.0 - b->tokens) / (double)cfg->pull_rate;
+        return wait < 1.0 ? 1 : (int)ceil(wait);
+    }
+    b->tokens -= 1.0;
+    return 0;
+}
+
+void hub_api_events_free(struct hub *hub) {
+    struct hub_pull_buckets *pb = hub->pull_buckets;
+
+    for (size_t i = 0; pb != NULL && i < BUCKET_SLOTS; i++) {
+        while (pb->slots[i] != NULL) {
+            struct pull_bucket *b = pb->slots[i];
+            pb->slots[i] = b->next;
+            free(b);
+        }
+    }
+    free(pb);
+    hub->pull_buckets = NULL;
+}
+
+/* ---------------------------------------------------------------- ingest -- */
+
+size_t hub_api_events_max_body(const struct hub_config *cfg) {
+    size_t event = (size_t)cfg->max_event_bytes + 64 * 1024;
+    return event > HUB_API_MAX_BODY ? event : HUB_API_MAX_BODY;
+}
+
+static void events_call_free(struct hub_api_call *call) {
+    struct events_call *c = (struct events_call *)call;
+
+    for (size_t i = 0; i < c->n_items; i++) {
+        free(c->items[i].headers_json);
+        free(c->items[i].claimed_tenant);
+        free(c->items[i].claimed_source);
+        free(c->items[i].claimed_id);
+        json_decref(c->items[i].errors);
+    }
+    for (size_t i = 0; i < c->n_recs; i++) {
+        hub_event_free(&c->recs[i].ev);
+    }
+    free(c->items);
+    free(c->recs);
+    free(c->spans);
+    free(c->tenant);
+}
+
+/* 1 when the media type of content-type value v (parameters ignored) is t. */
+static int media_type_is(h2o_iovec_t v, const char *t) {
+    size_t n = 0;
+    size_t tlen = strlen(t);
+
+    while (n < v.len && v.base[n] != ';' && v.base[n] != ' ' && v.base[n] != '\t') {
+        n++;
+    }
+    return n == tlen && strncasecmp(v.base, t, n) == 0;
+}
+
+static enum ingest_mode ingest_mode(const h2o_req_t *req) {
+    static const char ce[] = "application/cloudevents";
+    h2o_iovec_t ct;
+
+    if (!hub_api_header(req, "content-type", &ct) || ct.len < sizeof(ce) - 1 ||
+        strncasecmp(ct.base, ce, sizeof(ce) - 1) != 0) {
+        return MODE_BINARY;
+    }
+    if (media_type_is(ct, "application/cloudevents+json")) {
+        return MODE_STRUCTURED;
+    }
+    if (media_type_is(ct, "application/cloudevents-batch+json")) {
+        return MODE_BATCH;
+    }
+    return MODE_UNSUPPORTED;
+}
+
+/* 1 for the request headers the envelope reads (and quarantine keeps): the
+ * ce-* attributes, content-type and the trace context.  Never Authorization. */
+static int header_wanted(const h2o_iovec_t *name, enum ingest_mode mode) {
+    if (name->len == 12 && strncasecmp(name->base, "content-type", 12) == 0) {
+        return 1;
+    }
+    if ((name->len == 11 && strncasecmp(name->base, "traceparent", 11) == 0) ||
+        (name->len == 10 && strncasecmp(name->base, "tracestate", 10) == 0)) {
+        return mode != MODE_BATCH; /* a batch's events carry their own */
+    }
+    return mode == MODE_BINARY && name->len > 3 && strncasecmp(name->base, "ce-", 3) == 0;
+}
+
+/* The headers an event of this request is parsed with, in req's pool. */
+static struct hub_header *request_headers(h2o_req_t *req, enum ingest_mode mode, size_t *n) {
+    struct hub_header *h =
+        h2o_mem_alloc_pool(&req->pool, sizeof(struct hub_header) * (req->headers.size + 1));
+
+    *n = 0;
+    if (mode == MODE_BATCH) { /* each element is one structured event */
+        h[(*n)++] = (struct hub_header){"content-type", 12, "application/cloudevents+json", 28};
+        return h;
+    }
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        if (header_wanted(e->name, mode)) {
+            h[(*n)++] =
+                (struct hub_header){e->name->base, e->name->len, e->value.base, e->value.len};
+        }
+    }
+    return h;
+}
+
+/* A claimed attribute as evidence text: UTF-8, bounded, else NULL. */
+static char *claim_text(const char *s, size_t len) {
+    if (s == NULL || len == 0 || len > CLAIM_MAX_BYTES || !hub_utf8_valid(s, len) ||
+        memchr(s, '\0', len) != NULL) {
+        return NULL;
+    }
+    return strndup(s, len);
+}
+
+/* The tenant, source and id a refused record claims (quarantine evidence,
+ * and the tenant check): binary mode reads the headers, the others the
+ * JSON members, when the text parses that far. */
+static void item_claims(struct ingest_item *it, enum ingest_mode mode, const struct hub_header *h,
+                        size_t nh, const void *value, size_t len) {
+    static const char *const attrs[3] = {"tenantid", "source", "id"};
+    char **out[3] = {&it->claimed_tenant, &it->claimed_source, &it->claimed_id};
+
+    if (mode == MODE_BINARY) {
+        for (size_t i = 0; i < nh; i++) {
+            for (int k = 0; k < 3; k++) {
+                if (h[i].name_len == 3 + strlen(attrs[k]) &&
+                    strncasecmp(h[i].name + 3, attrs[k], h[i].name_len - 3) == 0 &&
+                    strncasecmp(h[i].name, "ce-", 3) == 0) {
+                    free(*out[k]); /* the last one wins, as in the parser */
+                    *out[k] = claim_text(h[i].value, h[i].value_len);
+                }
+            }
+        }
+        return;
+    }
+    json_t *o = json_loadb(value, len, JSON_DECODE_INT_AS_REAL, NULL);
+    for (int k = 0; json_is_object(o) && k < 3; k++) {
+        json_t *v = json_object_get(o, attrs[k]);
+        if (json_is_string(v)) {
+            *out[k] = claim_text(json_string_value(v), json_string_length(v));
+        }
+    }
+    json_decref(o);
+}
+
+/*
+ * Parses one event into the next rec, or refuses it (403) when it names
+ * another tenant.  Returns 0, or -1 when memory ran out.
+ */
+static int ingest_item(struct events_call *c, struct ingest_item *it, const struct hub_header *h,
+                       size_t nh, const void *value, size_t len) {
+    const struct hub_config *cfg = &c->call.hub->cfg;
+    struct hub_envelope_issues issues;
+    struct hub_envelope_limits lim = {(size_t)cfg->max_event_bytes, c->tenant, &issues};
+    struct hub_ingest_rec *r = &c->recs[c->n_recs];
+    const char *claimed;
+
+    memset(r, 0, sizeof(*r));
+    r->ok =
+        hub_envelope_parse(HUB_ENVELOPE_HTTP, h, nh, value, len, NULL, &lim, &r->ev, &r->err) == 0;
+    if (!r->ok) {
+        item_claims(it, c->mode, h, nh, value, len);
+        for (size_t i = 0; i < issues.n; i++) { /* the 400 names each attribute at fault */
+            hub_api_errors_add(&it->errors, issues.item[i].field, issues.item[i].message);
+        }
+    }
+    claimed = r->ok ? r->ev.tenant : it->claimed_tenant;
+    if (claimed != NULL && strcmp(claimed, c->tenant) != 0) {
+        hub_event_free(&r->ev);
+        it->rec = -1;
+        it->status = 403;
+        return 0;
+    }
+    it->headers_json = hub_ingest_headers_evidence(h, nh);
+    if (it->headers_json == NULL) {
+        hub_event_free(&r->ev);
+        return -1;
+    }
+    r->value = value;
+    r->value_len = len;
+    r->headers_json = it->headers_json;
+    r->claimed_tenant = c->tenant; /* the key's: a differing claim is refused above */
+    r->claimed_source = it->claimed_source;
+    r->claimed_id = it->claimed_id;
+    it->rec = (int)c->n_recs++;
+    return 0;
+}
+
+/* An answer to one event: a JSON body, or a problem (detail, errors). */
+struct item_answer {
+    int status;
+    json_t *body; /* owned; NULL for a problem */
+    const char *detail;
+    json_t *errors; /* owned */
+};
+
+static void item_answer(const struct events_call *c, const struct ingest_item *it,
+                        struct item_answer *a) {
+    const struct hub_ingest_rec *r = it->rec >= 0 ? &c->recs[it->rec] : NULL;
+
+    memset(a, 0, sizeof(*a));
+    if (r == NULL) {
+        a->status = it->status;
+        a->detail = "the event's tenantid is not the tenant of the API key";
+        return;
+    }
+    switch (r->verdict) {
+    case HUB_V_ACCEPTED:
+        a->status = 202;
+        a->body = json_pack("{s:s, s:s, s:I}", "id", r->ev.id, "verdict", "accepted", "sequence",
+                            (json_int_t)r->seq);
+        break;
+    case HUB_V_DUPLICATE:
+        a->status = 200;
+        a->body = json_pack("{s:s, s:s}", "id", r->ev.id, "verdict", "duplicate");
+        break;
+    case HUB_V_QUARANTINED_CONFLICT:
+        a->status = 409;
+        a->detail = "an event with this tenant, source and id is already stored with a "
+                    "different payload; this one is quarantined";
+        break;
+    case HUB_V_QUARANTINED_TOO_LARGE:
+        a->status = 413;
+        a->detail = r->err.message;
+        break;
+    case HUB_V_QUARANTINED_INVALID:
+        a->status = 400;
+        a->detail = r->err.message;
+        if (it->errors != NULL) {
+            a->errors = json_incref(it->errors);
+        } else { /* refused before validation, or by the JSON check */
+            hub_api_errors_add(&a->errors, r->err.field[0] ? r->err.field : "event",
+                               r->err.message);
+        }
+        break;
+    default: /* dropped: the tenant left the roster after the key was checked */
+        a->status = 403;
+        a->detail = "the tenant is not active";
+        break;
+    }
+}
+
+/* Batch mode's answer: 207 {"results": [...]}, each result the body a
+ * single event would have had, with its "status". */
+static void answer_batch(struct events_call *c) {
+    h2o_req_t *req = c->call.req;
+    json_t *results = json_array();
+    json_t *body = json_pack("{s:o}", "results", results);
+
+    for (size_t i = 0; body != NULL && i < c->n_items; i++) {
+        struct item_answer a;
+        json_t *one;
+        item_answer(c, &c->items[i], &a);
+        one = a.body != NULL ? a.body : hub_api_problem(a.status, a.detail, a.errors);
+        json_object_set_new(one, "status", json_integer(a.status));
+        if (json_array_append_new(results, one) != 0) {
+            json_decref(body);
+            body = NULL;
+        }
+    }
+    if (body == NULL) {
+        hub_api_send_oom(req);
+        return;
+    }
+    hub_api_send_json(req, 207, body);
+    json_decref(body);
+}
+
+static void ingest_answer(struct hub_api_call *call, void *arg) {
+    struct events_call *c = (struct events_call *)call;
+    const struct hub_pg_outcome *failure = arg;
+    struct item_answer a;
+
+    if (failure != NULL) {
+        hub_api_send_db_error(call->req, failure); /* nothing is stored: the client retries */
+        return;
+    }
+    if (c->mode == MODE_BATCH) {
+        answer_batch(c);
+        return;
+    }
+    item_answer(c, &c->items[0], &a);
+    if (a.body != NULL) {
+        hub_api_send_json(call->req, a.status, a.body);
+        json_decref(a.body);
+    } else {
+        hub_api_send_problem(call->req, a.status, a.detail, a.errors);
+    }
+}
+
+static void ingest_stored(void *arg, const struct hub_pg_outcome *failure) {
+    struct events_call *c = arg;
+    hub_api_call_wake(&c->call, ingest_answer, (void *)failure);
+}
+
+static void ingest_start(struct events_call *c) {
+    h2o_req_t *req = c->call.req;
+    const char *body = req->entity.base != NULL ? req->entity.base : "";
+    size_t n = 1;
+    size_t nh;
+    struct hub_header *h;
+
+    c->mode = ingest_mode(req);
+    if (c->mode == MODE_UNSUPPORTED) {
+        hub_api_send_problem(req, 415,
+                             "structured events must be application/cloudevents+json, "
+                             "batches application/cloudevents-batch+json",
+                             NULL);
+        return;
+    }
+    if (c->mode == MODE_BATCH) {
+        long count =
+            hub_envelope_batch_split(body, req->entity.len, HUB_INGEST_BATCH_MAX, &c->spans);
+        json_t *errors = NULL;
+        if (count <= 0) {
+            hub_api_errors_add(&errors, "body",
+                               count == 0 ? "a batch holds at least one event"
+                                          : "a batch is a JSON array of at most 1000 events");
+            hub_api_send_invalid(req, errors);
+            return;
+        }
+        n = (size_t)count;
+    }
+    h = request_headers(req, c->mode, &nh);
+    c->items = calloc(n, sizeof(*c->items));
+    c->recs = calloc(n, sizeof(*c->recs));
+    if (c->items == NULL || c->recs == NULL) {
+        hub_api_send_oom(req);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *value = c->mode == MODE_BATCH ? body + c->spans[2 * i] : body;
+        size_t len =
+            c->mode == MODE_BATCH ? c->spans[2 * i + 1] - c->spans[2 * i] : req->entity.len;
+        c->n_items++;
+        if (ingest_item(c, &c->items[i], h, nh, value, len) != 0) {
+            hub_api_send_oom(req);
+            return;
+        }
+    }
+    if (c->n_recs == 0) { /* every event named another tenant */
+        ingest_answer(&c->call, NULL);
+        return;
+    }
+    hub_api_call_wait(&c->call);
+    hub_ingest_store(c->call.hub, c->recs, c->n_recs, ingest_stored, c);
+}
+
+/* ------------------------------------------------------------------ pull -- */
+
+/*
+ * The tenant's accepted events after a sequence, optionally of one event
+ * type or pattern ("resource.*", "*": SPEC §6), in arrival order.  Binary
+ * results: seq int8, then the stored attributes, event type, content type
+ * and payload as raw bytes.  event_inbox_tenant_seq (migration 0009) keeps
+ * the cost of a page independent of other tenants and of older events.
+ */
+static const struct hub_sql sql_events_list = {
+    "events_list",
+    "SELECT seq, headers::text, event_type, content_type, payload"
+    "  FROM event_inbox"
+    " WHERE tenant_id = $1 AND seq > $2::int8"
+    "   AND ($4::text IS NULL OR $4 = '*' OR event_type = $4"
+    "        OR (right($4, 2) = '.*' AND split_part(event_type, '.', 1) || '.*' = $4))"
+    " ORDER BY seq LIMIT $3::int4",
+    0,
+};
+
+static const struct hub_sql sql_events_one = {
+    "events_one",
+    "SELECT seq, headers::text, event_type, content_type, payload"
+    "  FROM event_inbox"
+    " WHERE tenant_id = $1 AND seq = $2::int8",
+    0,
+};
+
+static int64_t be64(const char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 8) | (unsigned char)p[i];
+    }
+    return (int64_t)v;
+}
+
+/*
+ * One stored event as a structured CloudEvent (JSON format) with the hub's
+ * members "sequence" and "event_type".  A JSON payload is spliced in as
+ * "data" exactly as stored; any other goes in "data_base64".  Returns
+ * malloc'd text or NULL (OOM, or stored attributes that are not an object).
+ */
+static char *event_json(PGresult *r, int row) {
+    const char *ct = PQgetvalue(r, row, 3);
+    const char *payload = PQgetvalue(r, row, 4);
+    size_t plen = (size_t)PQgetlength(r, row, 4);
+    int json_data = plen > 0 && hub_media_type_is_json(ct, (size_t)PQgetlength(r, row, 3));
+    json_t *o = json_loadb(PQgetvalue(r, row, 1), (size_t)PQgetlength(r, row, 1), 0, NULL);
+    char *text = NULL;
+    char *out = NULL;
+
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return NULL;
+    }
+    json_object_set_new(o, "sequence", json_integer(be64(PQgetvalue(r, row, 0))));
+    json_object_set_new(o, "event_type",
+                        json_stringn(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2)));
+    if (plen > 0 && !json_data) {
+        char *b64 = hub_base64(payload, plen);
+        json_object_set_new(o, "data_base64", b64 != NULL ? json_string(b64) : NULL);
+        free(b64);
+    }
+    text = json_dumps(o, HUB_API_JSON_FLAGS);
+    json_decref(o);
+    if (text == NULL || !json_data) {
+        return text;
+    }
+    /* "...}" → "...,"data":<payload>}" */
+    size_t tlen = strlen(text);
+    out = malloc(tlen + plen + 9);
+    if (out != NULL) {
+        memcpy(out, text, tlen - 1);
+        memcpy(out + tlen - 1, ",\"data\":", 8);
+        memcpy(out + tlen + 7, payload, plen);
+        memcpy(out + tlen + 7 + plen, "}", 2);
+    }
+    free(text);
+    return out;
+}
+
+static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    PGresult *r = hub_api_found(call->req, out, 0, "event not found");
+    char *text;
+
+    if (r == NULL) {
+        return;
+    }
+    text = event_json(r, 0);
+    if (text == NULL) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    hub_api_send_json_text(call->req, 200, text, strlen(text));
+    free(text);
+}
+
+static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct events_call *c = (struct events_call *)call;
+    PGresult *r = out->results[0];
+    int rows = r != NULL ? PQntuples(r) : 0;
+    char **items = NULL;
+    char *buf = NULL;
+    char tail[64];
+    size_t len = 0;
+    int oom = 0;
+
+    if (out->status != HUB_PG_OK) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (rows > 0 && rows == c->limit) { /* a full page: there may be more */
+        snprintf(tail, sizeof(tail), "],\"next_cursor\":\"%lld\"}",
+                 (long long)be64(PQgetvalue(r, rows - 1, 0)));
+    } else {
+        snprintf(tail, sizeof(tail), "],\"next_cursor\":null}");
+    }
+    len = strlen("{\"items\":[") + strlen(tail);
+    items = calloc((size_t)rows + 1, sizeof(*items));
+    oom = items == NULL;
+    for (int row = 0; !oom && row < rows; row++) {
+        items[row] = event_json(r, row);
+        oom = items[row] == NULL;
+        len += oom ? 0 : strlen(items[row]) + 1;
+    }
+    if (!oom && (buf = malloc(len + 1)) != NULL) {
+        char *p = stpcpy(buf, "{\"items\":[");
+        for (int row = 0; row < rows; row++) {
+            p = stpcpy(row > 0 ? stpcpy(p, ",") : p, items[row]);
+        }
+        p = stpcpy(p, tail);
+        hub_api_send_json_text(call->req, 200, buf, (size_t)(p - buf));
+    } else {
+        hub_api_send_oom(call->req);
+    }
+    for (int row = 0; items != NULL && row < rows; row++) {
+        free(items[row]);
+    }
+    free(items);
+    free(buf);
+}
+
+/* Reads a non-negative sequence (decimal, at most 18 digits). */
+static int parse_seq(const char *s, int64_t *out) {
+    size_t n = strlen(s);
+
+    if (n == 1 && s[0] == '0') {
+        *out = 0;
+        return 0;
+    }
+    if (!hub_api_positive_id(s, n)) {
+        return -1;
+    }
+    *out = strtoll(s, NULL, 10);
+    return 0;
+}
+
+static void pull_start(struct events_call *c) {
+    h2o_req_t *req = c->call.req;
+    json_t *errors = NULL;
+    const char *after = NULL;
+    const char *type = NULL;
+    const char *limit = NULL;
+    int64_t after_seq = 0;
+    long limit_n = HUB_API_LIMIT_DEFAULT;
+    char seq_text[24];
+    char limit_text[16];
+    struct hub_pg_txn *txn;
+    int wait = pull_take(c->call.hub, c->tenant);
+
+    if (wait > 0) {
+        char retry[16];
+        snprintf(retry, sizeof(retry), "%d", wait);
+        hub_api_add_header(req, "retry-after", retry);
+        hub_api_send_problem(req, 429, "over the pull rate of this tenant; retry later", NULL);
+        return;
+    }
+    if (c->op == OP_LIST) {
+        if (hub_api_query_param(req, "after", &after) < 0 ||
+            (after != NULL && parse_seq(after, &after_seq) != 0)) {
+            hub_api_errors_add(&errors, "after", "after must be a sequence (0 or more)");
+        }
+        if (hub_api_query_param(req, "limit", &limit) < 0 ||
+            (limit != NULL && (!hub_api_positive_id(limit, strlen(limit)) ||
+                               (limit_n = strtol(limit, NULL, 10)) > HUB_API_LIMIT_MAX))) {
+            hub_api_errors_add(&errors, "limit", "limit must be an integer from 1 to 500");
+        }
+        if (hub_api_query_param(req, "type", &type) < 0 ||
+            (type != NULL && (type[0] == '\0' || strlen(type) > 256))) {
+            hub_api_errors_add(&errors, "type",
+                               "type must be an event type or a pattern "
+                               "(resource.*, *) of at most 256 bytes");
+        }
+        if (errors != NULL) {
+            hub_api_send_invalid(req, errors);
+            return;
+        }
+        c->limit = (int)limit_n; /* pull_list_done tells a full page by it */
+    } else {
+        after_seq = c->seq;
+    }
+    snprintf(seq_text, sizeof(seq_text), "%lld", (long long)after_seq);
+    snprintf(limit_text, sizeof(limit_text), "%ld", limit_n);
+    const char *params[4] = {c->tenant, seq_text, limit_text, type};
+    txn = hub_api_call_txn(&c->call, c->op == OP_LIST ? pull_list_done : pull_one_done);
+    if (txn == NULL) {
+        return;
+    }
+    if (c->op == OP_LIST) {
+        hub_pg_txn_add_binary(txn, &sql_events_list, 4, params, NULL, NULL);
+    } else {
+        hub_pg_txn_add_binary(txn, &sql_events_one, 2, params, NULL, NULL);
+    }
+    hub_api_call_submit(&c->call, txn);
+}
+
+/* --------------------------------------------------------------- routing -- */
+
+static void events_authed(struct hub_api_call *call, const char *tenant_id, int status) {
+    struct events_call *c = (struct events_call *)call;
+    h2o_req_t *req = call->req;
+
+    if (hub_api_auth_answered(req, status)) {
+        return;
+    }
+    if (c->route_status == 405) {
+        hub_api_send_method_not_allowed(req, c->allow);
+        return;
+    }
+    if (c->route_status != 0) {
+        hub_api_send_problem(req, c->route_status,
+                             c->route_status == 404 ? "event not found" : "bad request", NULL);
+        return;
+    }
+    c->tenant = strdup(tenant_id);
+    if (c->tenant == NULL) {
+        hub_api_send_oom(req);
+        return;
+    }
+    if (c->op == OP_INGEST) {
+        ingest_start(c);
+    } else {
+        pull_start(c);
+    }
+}
+
+/* Decides the operation from the path and method (answered after auth). */
+static void route(struct events_call *c, const h2o_iovec_t *s, int n) {
+    h2o_req_t *req = c->call.req;
+
+    if (n == 1) {
+        if (hub_api_method_is(req, "POST")) {
+            c->op = OP_INGEST;
+        } else if (hub_api_method_get(req)) {
+            c->op = OP_LIST;
+        } else {
+            c->route_status = 405;
+            c->allow = "GET, POST";
+        }
+        return;
+    }
+    if (n != 2) {
+        c->route_status = 404;
+        return;
+    }
+    if (!hub_api_method_get(req)) {
+        c->route_status = 405;
+        c->allow = "GET";
+        return;
+    }
+    c->op = OP_ONE;
+    /* a sequence: anything else is not found (sequences are positive) */
+    if (!hub_api_positive_id(s[1].base, s[1].len)) {
+        c->route_status = 404;
+        return;
+    }
+    c->seq = strtoll(s[1].base, NULL, 10);
+}
+
+int hub_api_events_handle(struct hub *hub, h2o_req_t *req) {
+    h2o_iovec_t segs[MAX_SEGMENTS];
+    struct events_call *c;
+    int n;
+
+    if (!hub_api_path_under(req->path_normalized, EVENTS_PATH)) {
+        return 0;
+    }
+    c = hub_api_call_new(hub, req, sizeof(*c), events_call_free);
+    if (c == NULL) {
+        return 1;
+    }
+    n = hub_api_split_path(req->path_normalized, sizeof(V1_PREFIX) - 1, segs, MAX_SEGMENTS);
+    if (n > 0) {
+        route(c, segs, n);
+    } else {
+        c->route_status = 404;
+    }
+    hub_api_auth_tenant(&c->call, events_authed);
+    return 1;
+}

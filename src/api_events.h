@@ -1,0 +1,47 @@
+/*
+ * api_events — events over the tenant API: ingest in the CloudEvents HTTP
+ * binding (SPEC §4) and the pull API over accepted events (SPEC §9).
+ *
+ * Routes (tenant API key, "Authorization: Bearer shk_…", on every one):
+ *
+ *   POST /v1/events         ingest: binary mode (ce-* headers, the body is
+ *                           the data), structured mode
+ *                           (application/cloudevents+json) or batch mode
+ *                           (application/cloudevents-batch+json, 207)
+ *   GET  /v1/events         ?after=<seq>&limit=&type=: the tenant's accepted
+ *                           events in arrival order
+ *   GET  /v1/events/{seq}   one of them
+ *
+ * Ingest stores through the same statement, dedup and verdicts as Kafka
+ * (ingest.h hub_ingest_store) and answers only once the transaction
+ * committed.  Pull requests take a token from the tenant's bucket
+ * (STREAMING_HUB_PULL_RATE per second, STREAMING_HUB_PULL_BURST); an empty
+ * bucket is 429 with Retry-After.  Buckets are per process.
+ */
+#ifndef HUB_API_EVENTS_H
+#define HUB_API_EVENTS_H
+
+#include <h2o.h>
+
+struct hub;
+struct hub_config;
+
+/* Largest number of events in one batch-mode request. */
+#define HUB_INGEST_BATCH_MAX 1000
+
+/* Largest request body of HTTP ingest: 1 MiB, or one event of
+ * STREAMING_HUB_MAX_EVENT_BYTES with 64 KiB for its envelope when that is
+ * more.  Every other route keeps HUB_API_MAX_BODY. */
+size_t hub_api_events_max_body(const struct hub_config *cfg);
+
+/*
+ * Answers a request whose path is /v1/events or under it and returns 1 (the
+ * answer may come later, from a database callback); returns 0 without
+ * touching req for any other path.  Borrows hub and req.
+ */
+int hub_api_events_handle(struct hub *hub, h2o_req_t *req);
+
+/* Releases the pull API's rate-limit buckets (at shutdown). */
+void hub_api_events_free(struct hub *hub);
+
+#endif
