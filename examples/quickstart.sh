@@ -38,4 +38,11 @@ echo '{"amount": 1200, "currency": "BRL"}' | kcat -P -b "$BOOTSTRAP" -t lerian.s
     -H ce-type=studio.lerian.transaction.posted -H "ce-time=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     -H "ce-tenantid=$TENANT" -H content-type=application/json
 echo "event produced; waiting for the delivery (the consumer group's first join takes ~3 s)"
+
+# the same kind of event over HTTP (binary mode): answered once it is stored
+curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -H ce-specversion:1.0 -H "ce-id:tx-http-$(date +%s%N)" -H ce-source:/ledger \
+    -H ce-type:studio.lerian.transaction.posted -H "ce-time:$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    -d '{"amount": 800, "currency": "BRL"}' "$HUB/v1/events"
+echo
 sleep 6
