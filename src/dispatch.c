@@ -297,13 +297,16 @@ static const struct hub_sql sql_load_events = {
 
 /*
  * Outcomes, one row per finished (shed, deferred or filtered) job.  The job update is fenced by
- * our lease so that a job reclaimed by another dispatcher after our lease
- * expired keeps its new owner's state.  Failure streaks (SPEC §7.7) take the
+ * the lease of the claim that handed the job out ("<owner>#<claim serial>",
+ * set by the claim): a job reclaimed after that lease expired keeps its new
+ * holder's state, even when the new holder is this same dispatcher (an
+ * outcome delayed past its lease by a database outage must not settle the
+ * job's next attempt).  Failure streaks (SPEC §7.7) take the
  * newest outcome per subscription in the batch; a success anywhere in the
  * batch ends the streak before it, so failures after it start a new one.
  * $1 id, $2 state, $3 reason, $4 delay ms, $5 attempted, $6 delivery id,
  * $7 started_at, $8 duration ms, $9 status, $10 error, $11 excerpt,
- * $12 subscription id, $13 success, $14 owner.
+ * $12 subscription id, $13 success, $14 owner, $15 claim serial.
  *
  * j: a job whose subscription was disabled while it was in flight is parked
  * rather than retried (SPEC §7.7): the disabling transaction parked it
@@ -336,9 +339,9 @@ static const struct hub_sql sql_load_events = {
     "WITH o AS ("                                                                                  \
     "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"           \
     "                       $6::text[], $7::timestamptz[], $8::int4[], $9::int4[], $10::text[],"   \
-    "                       $11::text[], $12::text[], $13::bool[])"                                \
+    "                       $11::text[], $12::text[], $13::bool[], $15::int8[])"                   \
     "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"       \
-    "         status, error, excerpt, subscription_id, success)"                                   \
+    "         status, error, excerpt, subscription_id, success, claim)"                            \
     "), j AS ("                                                                                    \
     "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
     "             d.state = 'parked' OR NOT EXISTS ("                                              \
@@ -347,12 +350,13 @@ static const struct hub_sql sql_load_events = {
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"          \
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                    \
     "         lease_owner = NULL, lease_until = NULL, updated_at = now()"                          \
-    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text"                                   \
+    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text || '#' || o.claim"                 \
     "     AND o.state <> 'filtered'"                                                               \
     "  RETURNING d.id, d.attempt_count"                                                            \
     "), f AS ("                                                                                    \
     "  DELETE FROM delivery_jobs d USING o"                                                        \
-    "   WHERE d.id = o.id AND o.state = 'filtered' AND d.lease_owner = $14::text"                  \
+    "   WHERE d.id = o.id AND o.state = 'filtered'"                                                \
+    "     AND d.lease_owner = $14::text || '#' || o.claim"                                         \
     "), a AS ("                                                                                    \
     "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"  \
     "                                 status, error, response_excerpt)"                            \
@@ -452,6 +456,12 @@ static const struct hub_sql sql_due_sample = {
 
 /* ---------------------------------------------------------------- types -- */
 
+/* Which claim handed a job out, and when its result arrived. */
+struct claim_stamp {
+    int64_t ms;
+    uint64_t serial; /* the lease owner is "<owner>#<serial>" */
+};
+
 struct job {
     struct hub_dispatch *d;
     int64_t id;
@@ -480,7 +490,7 @@ struct job {
     const char *local_error;    /* an attempt that failed before any HTTP */
     char *local_excerpt;
     char origin[300];
-    int64_t claimed_ms;
+    struct claim_stamp claim;
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
     int breaker_probe; /* the breaker let this attempt through as its probe */
@@ -488,6 +498,7 @@ struct job {
 
 struct outcome {
     int64_t id;
+    uint64_t claim; /* serial of the claim that leased the job */
     const char *state;
     const char *reason;
     int64_t delay_ms;
@@ -533,6 +544,7 @@ struct hub_dispatch {
     struct rate_bucket *rates;
     struct url_slot *urls; /* URL_SLOTS, allocated at the first attempt */
     char owner[96];
+    uint64_t claim_serial; /* of the claim in flight, or of the last one */
     struct hub_breakers *breakers;
     uv_timer_t claim_timer;
     uv_timer_t flush_timer;
@@ -793,22 +805,15 @@ static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outc
 /* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction; up to
  * DISPATCH_OUT_CONNECTIONS such transactions run at once. */
 static void dispatch_flush(struct hub_dispatch *d) {
-    static const uint32_t oids[13] = {HUB_OID_INT8,
-                                      HUB_OID_TEXT,
-                                      HUB_OID_TEXT,
-                                      HUB_OID_INT8,
-                                      16 /* bool */,
-                                      HUB_OID_TEXT,
-                                      HUB_OID_TIMESTAMPTZ,
-                                      HUB_OID_INT4,
-                                      HUB_OID_INT4,
-                                      HUB_OID_TEXT,
-                                      HUB_OID_TEXT,
-                                      HUB_OID_TEXT,
-                                      16};
-    struct hub_pgarr a[13];
-    char *values[13];
-    int lengths[13];
+    /* the arrays of OUTCOMES_SQL: $1..$13, then $15 (claim serials) */
+    static const uint32_t oids[14] = {
+        HUB_OID_INT8, HUB_OID_TEXT,        HUB_OID_TEXT,  HUB_OID_INT8, 16 /* bool */,
+        HUB_OID_TEXT, HUB_OID_TIMESTAMPTZ, HUB_OID_INT4,  HUB_OID_INT4, HUB_OID_TEXT,
+        HUB_OID_TEXT, HUB_OID_TEXT,        16 /* bool */, HUB_OID_INT8,
+    };
+    struct hub_pgarr a[14];
+    char *values[14];
+    int lengths[14];
     size_t max = d->flush_single > 0 ? 1 : DISPATCH_FLUSH_MAX;
     size_t n = d->n_outcomes < max ? d->n_outcomes : max;
     struct hub_pg_txn *txn;
@@ -830,7 +835,7 @@ static void dispatch_flush(struct hub_dispatch *d) {
     memcpy(f->o, d->outcomes, sizeof(*f->o) * n);
     memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
     d->n_outcomes -= n;
-    for (int k = 0; k < 13; k++) {
+    for (int k = 0; k < 14; k++) {
         hub_pgarr_init(&a[k], oids[k]);
     }
     for (size_t i = 0; i < n; i++) {
@@ -854,14 +859,15 @@ static void dispatch_flush(struct hub_dispatch *d) {
         hub_pgarr_add_text(&a[10], o->excerpt);
         hub_pgarr_add_text(&a[11], o->sub_id);
         hub_pgarr_add(&a[12], &s, 1);
+        hub_pgarr_add_i64(&a[13], (int64_t)o->claim);
     }
-    for (int k = 0; k < 13; k++) {
+    for (int k = 0; k < 14; k++) {
         values[k] = hub_pgarr_take(&a[k], &lengths[k]);
         rc |= values[k] == NULL;
     }
     txn = rc ? NULL : hub_pg_txn_new(d->pg_out, flush_done, f);
     if (txn == NULL) {
-        for (int k = 0; k < 13; k++) {
+        for (int k = 0; k < 14; k++) {
             free(values[k]);
         }
         flush_requeue(d, f);
@@ -870,13 +876,15 @@ static void dispatch_flush(struct hub_dispatch *d) {
         uv_timer_start(&d->flush_timer, flush_timer_cb, 500, 0);
         return;
     } else {
-        char *v[14];
-        int l[14];
-        memcpy(v, values, sizeof(values));
-        memcpy(l, lengths, sizeof(lengths));
+        char *v[15];
+        int l[15];
+        memcpy(v, values, sizeof(values[0]) * 13);
+        memcpy(l, lengths, sizeof(lengths[0]) * 13);
         v[13] = strdup(d->owner);
         l[13] = (int)strlen(d->owner);
-        hub_pg_txn_add_owned(txn, d->outcomes_checked ? &sql_outcomes_checked : &sql_outcomes, 14,
+        v[14] = values[13];
+        l[14] = lengths[13];
+        hub_pg_txn_add_owned(txn, d->outcomes_checked ? &sql_outcomes_checked : &sql_outcomes, 15,
                              v, l);
     }
     if (d->hub->cfg.autodisable_enabled) {
@@ -1082,10 +1090,11 @@ static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
  * policy ("filtered").  Nothing is counted as an attempt or a failure.
  */
 static void outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
-                                const char *state, int64_t delay_ms) {
+                                uint64_t claim, const char *state, int64_t delay_ms) {
     struct outcome *o = outcome_push(d);
     if (o != NULL) { /* else the lease expires and the job is reclaimed */
         o->id = id;
+        o->claim = claim;
         o->state = state;
         o->delay_ms = delay_ms;
         o->started_unix_ms = unix_ms();
@@ -1096,7 +1105,7 @@ static void outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *
 
 static void job_unattempted(struct hub_dispatch *d, struct job *j, const char *state,
                             int64_t delay_ms) {
-    outcome_unattempted(d, j->id, j->sub_id, state, delay_ms);
+    outcome_unattempted(d, j->id, j->sub_id, j->claim.serial, state, delay_ms);
     job_free(j);
 }
 
@@ -1120,6 +1129,7 @@ static void job_outcome(struct hub_dispatch *d, struct job *j,
         return; /* OOM: the lease expires and the job is reclaimed */
     }
     o->id = j->id;
+    o->claim = j->claim.serial;
     snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
     o->started_unix_ms = j->started_unix_ms ? j->started_unix_ms : unix_ms();
     o->attempted = 1;
@@ -1540,7 +1550,7 @@ static void dispatch_pump(struct hub_dispatch *d) {
     }
     while (!d->stopping && d->inflight < workers && d->n_queue > 0) {
         struct job *j = queue_pop(d);
-        if (unix_ms() - j->claimed_ms > stale_ms) {
+        if (unix_ms() - j->claim.ms > stale_ms) {
             job_release(d, j);
             continue;
         }
@@ -1579,7 +1589,7 @@ static const char *rows_value(const struct job_rows *x, int src, int col, size_t
  * dispatcher's CPU.  NULL when out of memory.
  */
 static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *x,
-                                 int64_t claimed_ms) {
+                                 struct claim_stamp claim) {
     enum { N_TEXT = 10, EV_PAYLOAD = 3 };
     /* columns of sql_claim, sql_load_subscriptions and sql_load_events */
     static const struct {
@@ -1637,7 +1647,7 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
     }
     j->max_rate = (v = rows_value(x, ROWS_SUB, 6, &len)) != NULL ? atof(v) : 0;
     j->schema_major = (v = rows_value(x, ROWS_EVENT, 4, &len)) != NULL ? atoi(v) : 0;
-    j->claimed_ms = claimed_ms;
+    j->claim = claim;
     return j;
 }
 
@@ -1647,7 +1657,7 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
 struct load {
     struct hub_dispatch *d;
     PGresult *claim; /* a copy of the claim's result */
-    int64_t claimed_ms;
+    struct claim_stamp stamp;
     int days; /* event statements: one per day of the batch */
 };
 
@@ -1676,17 +1686,17 @@ static struct sub_row *sub_rows_sorted(PGresult *r, int col) {
 }
 
 /* Gives a claim's jobs back unattempted (no reclaim counted). */
-static void load_release(struct hub_dispatch *d, PGresult *claim) {
+static void load_release(struct hub_dispatch *d, PGresult *claim, uint64_t serial) {
     for (int i = 0; i < PQntuples(claim); i++) {
-        outcome_unattempted(d, atoll(PQgetvalue(claim, i, 0)), PQgetvalue(claim, i, 1), "pending",
-                            0);
+        outcome_unattempted(d, atoll(PQgetvalue(claim, i, 0)), PQgetvalue(claim, i, 1), serial,
+                            "pending", 0);
     }
 }
 
 /* Makes a job of x and queues it (out of memory, the lease expires and the
  * job is reclaimed later). */
-static void queue_job(struct hub_dispatch *d, const struct job_rows *x, int64_t claimed_ms) {
-    struct job *j = job_from_rows(d, x, claimed_ms);
+static void queue_job(struct hub_dispatch *d, const struct job_rows *x, struct claim_stamp claim) {
+    struct job *j = job_from_rows(d, x, claim);
     if (j != NULL && queue_push(d, j) != 0) {
         job_free(j);
     }
@@ -1710,7 +1720,7 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
             continue;
         }
         x.i[ROWS_SUB] = s->row;
-        queue_job(d, &x, l->claimed_ms);
+        queue_job(d, &x, l->stamp);
     }
 }
 
@@ -1726,7 +1736,7 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", out->status != HUB_PG_OK ? out->error : "out of memory"),
                 HUB_LI("jobs", rows));
-        load_release(d, l->claim);
+        load_release(d, l->claim, l->stamp.serial);
     } else {
         /* a job whose event is gone (its partition dropped) has no row and
          * stays leased: it is reclaimed, and dead as poison in the end; one
@@ -1743,8 +1753,7 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
 }
 
 /* Queues the jobs of a claim that looked up what their attempts need. */
-static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
-    int64_t now = unix_ms();
+static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
     for (int i = 0; i < rows; i++) {
         struct job_rows x = {{r, r, r}, {i, i, i}, {0, CLAIM_SUB_BASE, CLAIM_EVENT_BASE}};
         size_t len;
@@ -1754,7 +1763,7 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows) {
             rows_value(&x, ROWS_SUB, 0, &len) == NULL) {
             continue;
         }
-        queue_job(d, &x, now);
+        queue_job(d, &x, stamp);
     }
 }
 
@@ -1794,7 +1803,7 @@ static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day,
     return rc;
 }
 
-static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
+static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
     static const int formats[1] = {1};
     struct load *l = calloc(1, sizeof(*l));
     struct sub_row *by_id = sub_rows_sorted(r, 1);
@@ -1808,14 +1817,14 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
         (l->claim = PQcopyResult(r, PG_COPYRES_ATTRS | PG_COPYRES_TUPLES)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", "out of memory"), HUB_LI("jobs", rows));
-        load_release(d, r);
+        load_release(d, r, stamp.serial);
         free(l);
         free(by_id);
         free(row_day);
         return;
     }
     l->d = d;
-    l->claimed_ms = unix_ms();
+    l->stamp = stamp;
     hub_pgarr_init(&subs, HUB_OID_TEXT);
     for (int i = 0; i < rows; i++) {
         if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
@@ -1842,7 +1851,7 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows) {
     free(by_id);
     free(row_day);
     if (txn == NULL) {
-        load_release(d, l->claim);
+        load_release(d, l->claim, l->stamp.serial);
         PQclear(l->claim);
         free(l);
         return;
@@ -1902,6 +1911,8 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     int rows = r ? PQntuples(r) : 0;
+    /* one claim at a time: the one that just returned is the last sent */
+    struct claim_stamp stamp = {unix_ms(), d->claim_serial};
 
     d->claiming = 0;
     if ((size_t)rows < d->claim_asked) {
@@ -1936,9 +1947,9 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     }
     claim_floors(d, r, rows);
     if (rows > 0 && !d->claim_full) { /* this claim did the lookups itself */
-        claim_jobs(d, r, rows);
+        claim_jobs(d, r, rows, stamp);
     } else if (rows > 0) {
-        dispatch_load(d, r, rows);
+        dispatch_load(d, r, rows, stamp);
     }
     /* a full batch means a backlog: the next claim leaves the lookups to
      * the load, so that claims follow each other sooner; a short one means
@@ -2046,7 +2057,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = unix_ms() - d->tenants_ms;
     char lease[32], limit[16], per_tenant[16];
-    const char *params[7] = {d->owner, lease, limit, per_tenant, NULL, NULL, NULL};
+    char owner[sizeof(d->owner) + 24];
+    const char *params[7] = {owner, lease, limit, per_tenant, NULL, NULL, NULL};
     int lengths[7] = {0, 0, 0, 0, 0, 0, 0};
     const int formats[7] = {0, 0, 0, 0, 1, 1, 1};
     struct hub_pgarr tenants, floors, fifo;
@@ -2117,6 +2129,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
               ? hub_pg_txn_new(d->pg_claim, claim_done, d)
               : NULL;
     if (txn != NULL) {
+        d->claim_serial++;
+        snprintf(owner, sizeof(owner), "%s#%llu", d->owner, (unsigned long long)d->claim_serial);
         hub_pg_txn_add_binary(txn, &sql_claim[any_fifo][!d->claim_full], 7, params, lengths,
                               formats);
         d->claiming = 1;
