@@ -63,6 +63,7 @@ struct events_call {
     size_t n_items;
     struct hub_ingest_rec *recs;
     size_t n_recs;
+    char *body;    /* a copy of the request body */
     size_t *spans; /* batch mode: element offsets (hub_envelope_batch_split) */
 };
 
@@ -194,6 +195,7 @@ static void events_call_free(struct hub_api_call *call) {
     free(c->items);
     free(c->recs);
     free(c->spans);
+    free(c->body);
     free(c->tenant);
 }
 
@@ -450,10 +452,10 @@ static void ingest_stored(void *arg, const struct hub_pg_outcome *failure) {
 
 static void ingest_start(struct events_call *c) {
     h2o_req_t *req = c->call.req;
-    const char *body = req->entity.base != NULL ? req->entity.base : "";
     size_t n = 1;
     size_t nh;
     struct hub_header *h;
+    const char *body;
 
     c->mode = ingest_mode(req);
     if (c->mode == MODE_UNSUPPORTED) {
@@ -463,6 +465,19 @@ static void ingest_start(struct events_call *c) {
                              NULL);
         return;
     }
+    /* The records point into the body (a binary event's payload, quarantine
+     * evidence) while their transaction runs, which may outlive the request
+     * (a client that hangs up): the call keeps its own copy. */
+    c->body = malloc(req->entity.len + 1);
+    if (c->body == NULL) {
+        hub_api_send_oom(req);
+        return;
+    }
+    if (req->entity.len > 0) {
+        memcpy(c->body, req->entity.base, req->entity.len);
+    }
+    c->body[req->entity.len] = '\0';
+    body = c->body;
     if (c->mode == MODE_BATCH) {
         long count =
             hub_envelope_batch_split(body, req->entity.len, HUB_INGEST_BATCH_MAX, &c->spans);
