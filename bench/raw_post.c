@@ -10,16 +10,32 @@
  * RAW_POST_HEADERS=FILE adds FILE's lines as request headers (one "Name:
  * value" per line; bench/spec_headers.txt holds the ~20 a delivery carries,
  * to weigh what SPEC §7.2's headers cost a plain client).
+ * RAW_POST_SEQ_HEADER=NAME adds "NAME: <pid>-<n>" with n the request's
+ * number, so that each request is a new event (bench/http-ingest: ce-id).
  * prints: "raw_post requests N seconds S rate R/s"
  * Exit status 1 when any request failed or answered other than 2xx.
  */
 #include <curl/curl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "util.h"
+
+/* The shared headers plus "name: <pid>-<seq>" (RAW_POST_SEQ_HEADER). */
+static struct curl_slist *seq_headers(const struct curl_slist *base, const char *name, long seq) {
+    struct curl_slist *l = NULL;
+    char line[256];
+
+    for (; base != NULL; base = base->next) {
+        l = curl_slist_append(l, base->data);
+    }
+    snprintf(line, sizeof(line), "%s: %ld-%ld", name, (long)getpid(), seq);
+    return curl_slist_append(l, line);
+}
 
 static size_t discard(char *ptr, size_t size, size_t nmemb, void *arg) {
     (void)ptr;
@@ -34,6 +50,8 @@ int main(int argc, char **argv) {
     CURL **easy;
     CURLM *multi;
     struct curl_slist *hdrs = NULL;
+    struct curl_slist **own = NULL; /* per handle, with RAW_POST_SEQ_HEADER */
+    const char *seq_name = getenv("RAW_POST_SEQ_HEADER");
     uint64_t t0;
     double secs, cpu_us;
     struct rusage ru;
@@ -93,7 +111,8 @@ int main(int argc, char **argv) {
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, concurrency);
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, concurrency);
     easy = calloc((size_t)concurrency, sizeof *easy);
-    if (easy == NULL || multi == NULL || hdrs == NULL) {
+    own = calloc((size_t)concurrency, sizeof *own);
+    if (easy == NULL || own == NULL || multi == NULL || hdrs == NULL) {
         return 1;
     }
     for (long i = 0; i < concurrency; i++) {
@@ -109,10 +128,15 @@ int main(int argc, char **argv) {
         curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 30000L);
         curl_easy_setopt(e, CURLOPT_USERAGENT, "bench-raw-post");
+        curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)(intptr_t)i);
     }
 
     t0 = hub_now_ns();
     for (long i = 0; i < concurrency; i++) {
+        if (seq_name != NULL) {
+            own[i] = seq_headers(hdrs, seq_name, started);
+            curl_easy_setopt(easy[i], CURLOPT_HTTPHEADER, own[i]);
+        }
         curl_multi_add_handle(multi, easy[i]);
         started++;
     }
@@ -142,6 +166,13 @@ int main(int argc, char **argv) {
             done++;
             curl_multi_remove_handle(multi, e);
             if (started < requests) {
+                if (seq_name != NULL) {
+                    void *slot;
+                    curl_easy_getinfo(e, CURLINFO_PRIVATE, &slot);
+                    curl_slist_free_all(own[(intptr_t)slot]);
+                    own[(intptr_t)slot] = seq_headers(hdrs, seq_name, started);
+                    curl_easy_setopt(e, CURLOPT_HTTPHEADER, own[(intptr_t)slot]);
+                }
                 curl_multi_add_handle(multi, e); /* reuses its connection cache entry */
                 started++;
             }
@@ -162,10 +193,12 @@ int main(int argc, char **argv) {
     }
     for (long i = 0; i < concurrency; i++) {
         curl_easy_cleanup(easy[i]);
+        curl_slist_free_all(own[i]);
     }
     curl_multi_cleanup(multi);
     curl_slist_free_all(hdrs);
     free(easy);
+    free(own);
     free(body);
     curl_global_cleanup();
     return failed > 0 ? 1 : 0;
