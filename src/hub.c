@@ -204,6 +204,7 @@ static void hub_finish(struct hub *hub) {
     hub_policies_free(hub->policies);
     hub->policies = NULL;
     hub_api_events_free(hub);
+    hub_ingest_queue_release(hub);
 }
 
 static void hub_dispatch_stopped(void *arg) {

@@ -84,14 +84,20 @@ struct hub_ingest_rec {
 typedef void (*hub_ingest_store_cb)(void *arg, const struct hub_pg_outcome *failure);
 
 /*
- * Stores recs[0..n) (n >= 1) in one transaction on the ingest pool (the API pool in
- * the delivery role): quarantine rows for refused records, events and their
- * delivery jobs for accepted ones, exactly as a Kafka partition batch.
- * Counts the verdicts in the ingest metrics.  Borrows recs until cb, which
+ * Stores recs[0..n) (n >= 1) on the ingest pool (the API pool in the
+ * delivery role): quarantine rows for refused records, events and their
+ * delivery jobs for accepted ones, exactly as a Kafka partition batch, in a
+ * transaction shared with the other requests that arrived meanwhile (all of
+ * them commit or none does).  Counts the verdicts in the ingest metrics.
+ * Borrows recs until cb (the caller must not touch them meanwhile), which
  * runs exactly once, possibly before this returns.
  */
 void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
                       hub_ingest_store_cb cb, void *arg);
+
+/* At shutdown: the queue of HTTP ingest requests is freed once its
+ * transactions have finished (or failed as the pools close). */
+void hub_ingest_queue_release(struct hub *hub);
 
 /* JSON evidence of a record's headers for the quarantine table: an array of
  * {"name","value"}; a name or value that is not UTF-8 text is kept as
