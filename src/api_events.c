@@ -738,16 +738,7 @@ static void events_authed(struct hub_api_call *call, const char *tenant_id, int 
     struct events_call *c = (struct events_call *)call;
     h2o_req_t *req = call->req;
 
-    if (hub_api_auth_answered(req, status)) {
-        return;
-    }
-    if (c->route_status == 405) {
-        hub_api_send_method_not_allowed(req, c->allow);
-        return;
-    }
-    if (c->route_status != 0) {
-        hub_api_send_problem(req, c->route_status,
-                             c->route_status == 404 ? "event not found" : "bad request", NULL);
+    if (hub_api_route_answered(req, status, c->route_status, c->allow, "event not found")) {
         return;
     }
     c->tenant = strdup(tenant_id);

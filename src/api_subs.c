@@ -2382,19 +2382,10 @@ static void subs_authed(struct hub_api_call *call, const char *tenant_id, int st
     h2o_req_t *req = call->req;
     int oom = 0;
 
-    if (hub_api_auth_answered(req, status)) {
-        return;
-    }
-    if (c->route_status == 405) {
-        hub_api_send_method_not_allowed(req, c->allow);
-        return;
-    }
-    if (c->route_status != 0) {
-        hub_api_send_problem(req, 404,
-                             c->op == OP_DELIV_GET || c->op == OP_DELIV_REDELIVER
-                                 ? "delivery not found"
-                                 : "no such resource",
-                             NULL);
+    if (hub_api_route_answered(req, status, c->route_status, c->allow,
+                               c->op == OP_DELIV_GET || c->op == OP_DELIV_REDELIVER
+                                   ? "delivery not found"
+                                   : "no such resource")) {
         return;
     }
     c->tenant_id = hub_api_strdup(tenant_id, &oom);

@@ -800,7 +800,8 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     hub_api_call_submit(call, txn);
 }
 
-int hub_api_auth_answered(h2o_req_t *req, int status) {
+/* The answer to a failed tenant authentication; 1 when it answered. */
+static int auth_answered(h2o_req_t *req, int status) {
     if (status == 200) {
         return 0;
     }
@@ -814,4 +815,20 @@ int hub_api_auth_answered(h2o_req_t *req, int status) {
                              NULL);
     }
     return 1;
+}
+
+int hub_api_route_answered(h2o_req_t *req, int status, int route_status, const char *allow,
+                           const char *missing) {
+    if (auth_answered(req, status)) {
+        return 1;
+    }
+    if (route_status == 405) {
+        hub_api_send_method_not_allowed(req, allow);
+        return 1;
+    }
+    if (route_status != 0) {
+        hub_api_send_problem(req, route_status, missing, NULL);
+        return 1;
+    }
+    return 0;
 }

@@ -303,9 +303,14 @@ void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call
  */
 void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb);
 
-/* The usual answer to a failed tenant authentication: 401 for a bad key, the
- * status with its reason otherwise.  Returns 1 when it answered, 0 when
- * status is 200 (authenticated: the route goes on). */
-int hub_api_auth_answered(h2o_req_t *req, int status);
+/*
+ * The prologue of a tenant route once its key was checked: answers a failed
+ * authentication (401 for a bad key, the status with its reason otherwise),
+ * then a route_status decided from the path before authentication (405 with
+ * "Allow: allow", any other with `missing` as the detail).  Returns 1 when it
+ * answered, 0 when the route goes on (status 200, route_status 0).
+ */
+int hub_api_route_answered(h2o_req_t *req, int status, int route_status, const char *allow,
+                           const char *missing);
 
 #endif
