@@ -964,8 +964,8 @@ static void queue_free_if_idle(struct hub_ingest_queue *q) {
     }
 }
 
-/* Fails every request of list (out of memory before anything was sent). */
-static void reqs_fail(struct store_req *list, const struct hub_pg_outcome *why) {
+/* Completes every request of list with the outcome why (NULL: each has its verdicts). */
+static void reqs_finish(struct store_req *list, const struct hub_pg_outcome *why) {
     while (list != NULL) {
         struct store_req *r = list;
         list = r->next;
@@ -985,7 +985,7 @@ static void group_done(void *arg, const struct hub_pg_outcome *failure) {
         at += r->n;
     }
     q->inflight--;
-    reqs_fail(g->reqs, failure); /* failure NULL: each request's verdicts are in */
+    reqs_finish(g->reqs, failure);
     free(g->recs);
     if (q->orphaned) {
         queue_free_if_idle(q);
@@ -1008,7 +1008,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         q->head = q->tail = NULL;
         free(g);
         free(b);
-        reqs_fail(all, &ingest_oom);
+        reqs_finish(all, &ingest_oom);
         return;
     }
     /* whole requests, up to the batch size (at least one, whatever its size) */
@@ -1031,7 +1031,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         struct store_req *mine = g->reqs;
         free(g);
         free(b);
-        reqs_fail(mine, &ingest_oom);
+        reqs_finish(mine, &ingest_oom);
         return;
     }
     n = 0;
