@@ -372,9 +372,7 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
     if (status != NULL && !status_valid(status)) {
         hub_api_errors_add(&errors, "status", STATUS_RULE);
     }
-    if (quotas != NULL && !json_is_object(quotas) && !json_is_null(quotas)) {
-        hub_api_errors_add(&errors, "quotas", "must be an object or null");
-    }
+    hub_api_quotas_check(quotas, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         goto done;
@@ -660,9 +658,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
     if (status != NULL && !json_is_null(status) && !status_valid(status)) {
         hub_api_errors_add(&errors, "status", STATUS_RULE);
     }
-    if (quotas != NULL && !json_is_object(quotas) && !json_is_null(quotas)) {
-        hub_api_errors_add(&errors, "quotas", "must be an object or null");
-    }
+    hub_api_quotas_check(quotas, &errors);
     hub_api_idempotency_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);

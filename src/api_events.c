@@ -67,22 +67,30 @@ struct events_call {
     size_t *spans; /* batch mode: element offsets (hub_envelope_batch_split) */
 };
 
-/* ---------------------------------------------------------- pull buckets -- */
+/* ---------------------------------------------------------- rate buckets -- */
+
+/*
+ * Token buckets per tenant, one table for the pull rate and one for the
+ * ingest quotas.  A bucket keeps the rate and burst it was last charged
+ * with, so a quota changed by an operator applies from the next request.
+ */
 
 #define BUCKET_SLOTS 256
-/* Above this many tenants in the table, full buckets are dropped (a full
+/* Above this many tenants in a table, full buckets are dropped (a full
  * bucket is what a missing one is). */
 #define BUCKET_SWEEP_AT 4096
 
-struct pull_bucket {
-    struct pull_bucket *next;
+struct rate_bucket {
+    struct rate_bucket *next;
     double tokens;
+    double rate;  /* tokens per second */
+    double burst; /* the most it holds */
     uint64_t at_ns;
     char tenant[];
 };
 
-struct hub_pull_buckets {
-    struct pull_bucket *slots[BUCKET_SLOTS];
+struct hub_rate_buckets {
+    struct rate_bucket *slots[BUCKET_SLOTS];
     size_t count;
 };
 
@@ -94,22 +102,22 @@ static size_t bucket_slot(const char *tenant) {
     return (size_t)(h % BUCKET_SLOTS);
 }
 
-static double bucket_refill(struct pull_bucket *b, const struct hub_config *cfg, uint64_t now) {
-    double t = b->tokens + (double)(now - b->at_ns) / 1e9 * (double)cfg->pull_rate;
-    b->tokens = t < (double)cfg->pull_burst ? t : (double)cfg->pull_burst;
+static double bucket_refill(struct rate_bucket *b, uint64_t now) {
+    double t = b->tokens + (double)(now - b->at_ns) / 1e9 * b->rate;
+    b->tokens = t < b->burst ? t : b->burst;
     b->at_ns = now;
     return b->tokens;
 }
 
-static void buckets_sweep(struct hub_pull_buckets *pb, const struct hub_config *cfg, uint64_t now) {
+static void buckets_sweep(struct hub_rate_buckets *tb, uint64_t now) {
     for (size_t i = 0; i < BUCKET_SLOTS; i++) {
-        struct pull_bucket **pp = &pb->slots[i];
+        struct rate_bucket **pp = &tb->slots[i];
         while (*pp != NULL) {
-            struct pull_bucket *b = *pp;
-            if (bucket_refill(b, cfg, now) >= (double)cfg->pull_burst) {
+            struct rate_bucket *b = *pp;
+            if (bucket_refill(b, now) >= b->burst) {
                 *pp = b->next;
                 free(b);
-                pb->count--;
+                tb->count--;
             } else {
                 pp = &b->next;
             }
@@ -117,59 +125,80 @@ static void buckets_sweep(struct hub_pull_buckets *pb, const struct hub_config *
     }
 }
 
+static void buckets_free(struct hub_rate_buckets **table) {
+    struct hub_rate_buckets *tb = *table;
+
+    for (size_t i = 0; tb != NULL && i < BUCKET_SLOTS; i++) {
+        while (tb->slots[i] != NULL) {
+            struct rate_bucket *b = tb->slots[i];
+            tb->slots[i] = b->next;
+            free(b);
+        }
+    }
+    free(tb);
+    *table = NULL;
+}
+
 /*
- * Takes one token of the tenant's bucket.  Returns 0, or the seconds to wait
- * (>= 1) when it is empty.  Out of memory lets the request through: a rate
- * limit is no reason to refuse service.
+ * Charges `cost` tokens to the tenant's bucket in *table (created on first
+ * use) at `rate` per second up to `burst`.  A request is let through while
+ * the bucket holds at least one token, and may take it below zero: a batch
+ * larger than the burst is admitted once and paid for by the wait of the
+ * requests after it, so the average stays at the rate.  Returns 0, or the
+ * seconds to wait (>= 1) when the bucket holds less than one token.  Out of
+ * memory lets the request through: a rate limit is no reason to refuse
+ * service.
  */
-static int pull_take(struct hub *hub, const char *tenant) {
-    const struct hub_config *cfg = &hub->cfg;
+static int bucket_take(struct hub_rate_buckets **table, const char *tenant, double rate,
+                       double burst, double cost) {
     uint64_t now = hub_now_ns();
-    struct hub_pull_buckets *pb = hub->pull_buckets;
-    struct pull_bucket *b;
+    struct hub_rate_buckets *tb = *table;
+    struct rate_bucket *b;
     size_t slot = bucket_slot(tenant);
     size_t len = strlen(tenant);
 
-    if (pb == NULL && (pb = hub->pull_buckets = calloc(1, sizeof(*pb))) == NULL) {
+    if (tb == NULL && (tb = *table = calloc(1, sizeof(*tb))) == NULL) {
         return 0;
     }
-    for (b = pb->slots[slot]; b != NULL && strcmp(b->tenant, tenant) != 0; b = b->next) {
+    for (b = tb->slots[slot]; b != NULL && strcmp(b->tenant, tenant) != 0; b = b->next) {
     }
     if (b == NULL) {
-        if (pb->count >= BUCKET_SWEEP_AT) {
-            buckets_sweep(pb, cfg, now);
+        if (tb->count >= BUCKET_SWEEP_AT) {
+            buckets_sweep(tb, now);
         }
         b = malloc(sizeof(*b) + len + 1);
         if (b == NULL) {
             return 0;
         }
         memcpy(b->tenant, tenant, len + 1);
-        b->tokens = (double)cfg->pull_burst;
+        b->tokens = burst;
         b->at_ns = now;
-        b->next = pb->slots[slot];
-        pb->slots[slot] = b;
-        pb->count++;
+        b->next = tb->slots[slot];
+        tb->slots[slot] = b;
+        tb->count++;
     }
-    if (bucket_refill(b, cfg, now) < 1.0) {
-        double wait = (1.0 - b->tokens) / (double)cfg->pull_rate;
-        return wait < 1.0 ? 1 : (int)ceil(wait);
+    b->rate = rate;
+    b->burst = burst;
+    if (bucket_refill(b, now) < 1.0) {
+        double wait = (1.0 - b->tokens) / rate;
+        return wait < 1.0 ? 1 : wait > 86400.0 ? 86400 : (int)ceil(wait);
     }
-    b->tokens -= 1.0;
+    b->tokens -= cost;
     return 0;
 }
 
 void hub_api_events_free(struct hub *hub) {
-    struct hub_pull_buckets *pb = hub->pull_buckets;
+    buckets_free(&hub->pull_buckets);
+    buckets_free(&hub->ingest_buckets);
+}
 
-    for (size_t i = 0; pb != NULL && i < BUCKET_SLOTS; i++) {
-        while (pb->slots[i] != NULL) {
-            struct pull_bucket *b = pb->slots[i];
-            pb->slots[i] = b->next;
-            free(b);
-        }
-    }
-    free(pb);
-    hub->pull_buckets = NULL;
+/* Answers 429 with Retry-After: `wait` seconds. */
+static void send_over_rate(h2o_req_t *req, int wait, const char *detail) {
+    char retry[16];
+
+    snprintf(retry, sizeof(retry), "%d", wait);
+    hub_api_add_header(req, "retry-after", retry);
+    hub_api_send_problem(req, 429, detail, NULL);
 }
 
 /* ---------------------------------------------------------------- ingest -- */
@@ -491,6 +520,14 @@ static void ingest_start(struct events_call *c) {
         }
         n = (size_t)count;
     }
+    if (c->call.ingest_rate > 0.0) {
+        int wait = bucket_take(&c->call.hub->ingest_buckets, c->tenant, c->call.ingest_rate,
+                               c->call.ingest_burst, (double)n);
+        if (wait > 0) {
+            send_over_rate(req, wait, "over this tenant's ingest quota; retry later");
+            return;
+        }
+    }
     h = request_headers(req, c->mode, &nh);
     c->items = calloc(n, sizeof(*c->items));
     c->recs = calloc(n, sizeof(*c->recs));
@@ -684,13 +721,12 @@ static void pull_start(struct events_call *c) {
     char seq_text[24];
     char limit_text[16];
     struct hub_pg_txn *txn;
-    int wait = pull_take(c->call.hub, c->tenant);
+    const struct hub_config *cfg = &c->call.hub->cfg;
+    int wait = bucket_take(&c->call.hub->pull_buckets, c->tenant, (double)cfg->pull_rate,
+                           (double)cfg->pull_burst, 1.0);
 
     if (wait > 0) {
-        char retry[16];
-        snprintf(retry, sizeof(retry), "%d", wait);
-        hub_api_add_header(req, "retry-after", retry);
-        hub_api_send_problem(req, 429, "over the pull rate of this tenant; retry later", NULL);
+        send_over_rate(req, wait, "over the pull rate of this tenant; retry later");
         return;
     }
     if (c->op == OP_LIST) {

@@ -14,9 +14,11 @@
  *
  * Ingest stores through the same statement, dedup and verdicts as Kafka
  * (ingest.h hub_ingest_store) and answers only once the transaction
- * committed.  Pull requests take a token from the tenant's bucket
- * (STREAMING_HUB_PULL_RATE per second, STREAMING_HUB_PULL_BURST); an empty
- * bucket is 429 with Retry-After.  Buckets are per process.
+ * committed; a tenant with an ingest quota (api_util.h
+ * hub_api_quotas_check) is charged one token per event first.  Pull requests
+ * take a token from the tenant's pull bucket (STREAMING_HUB_PULL_RATE per
+ * second, STREAMING_HUB_PULL_BURST).  An empty bucket is 429 with
+ * Retry-After.  Buckets are per process.
  */
 #ifndef HUB_API_EVENTS_H
 #define HUB_API_EVENTS_H
@@ -41,7 +43,7 @@ size_t hub_api_events_max_body(const struct hub_config *cfg);
  */
 int hub_api_events_handle(struct hub *hub, h2o_req_t *req);
 
-/* Releases the pull API's rate-limit buckets (at shutdown). */
+/* Releases the pull rate and ingest quota buckets (at shutdown). */
 void hub_api_events_free(struct hub *hub);
 
 #endif

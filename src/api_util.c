@@ -762,6 +762,48 @@ static int api_key_well_formed(h2o_iovec_t key) {
     return 1;
 }
 
+void hub_api_quotas_check(const json_t *quotas, json_t **errors) {
+    const json_t *rate, *burst;
+
+    if (quotas == NULL || json_is_null(quotas)) {
+        return;
+    }
+    if (!json_is_object(quotas)) {
+        hub_api_errors_add(errors, "quotas", "must be an object or null");
+        return;
+    }
+    rate = json_object_get(quotas, "ingest_rate");
+    burst = json_object_get(quotas, "ingest_burst");
+    if (rate != NULL && !json_is_null(rate) &&
+        (!json_is_number(rate) || !(json_number_value(rate) > 0.0) ||
+         json_number_value(rate) > HUB_QUOTA_MAX)) {
+        hub_api_errors_add(errors, "quotas.ingest_rate",
+                           "must be events per second, a number above 0 and at most 1000000");
+    }
+    if (burst != NULL && !json_is_null(burst) &&
+        (!json_is_integer(burst) || json_integer_value(burst) < 1 ||
+         json_integer_value(burst) > HUB_QUOTA_MAX)) {
+        hub_api_errors_add(errors, "quotas.ingest_burst",
+                           "must be an integer from 1 to 1000000 (events)");
+    }
+}
+
+/* A quota member as the auth query returns it (text or NULL): its value in
+ * (0, HUB_QUOTA_MAX], or 0 for none.  What the API would refuse (a row
+ * written by hand) counts as none. */
+static double quota_value(PGresult *r, int col) {
+    const char *s;
+    char *end;
+    double v;
+
+    if (PQnfields(r) <= col || PQgetisnull(r, 0, col)) {
+        return 0.0;
+    }
+    s = PQgetvalue(r, 0, col);
+    v = strtod(s, &end);
+    return end != s && *end == '\0' && v > 0.0 && v <= HUB_QUOTA_MAX ? v : 0.0;
+}
+
 static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r;
 
@@ -771,6 +813,11 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
     }
     r = out->results[0];
     if (r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        call->ingest_rate = quota_value(r, 1);
+        call->ingest_burst = quota_value(r, 2);
+        if (call->ingest_burst < 1.0) {
+            call->ingest_burst = call->ingest_rate > 1.0 ? call->ingest_rate : 1.0;
+        }
         call->on_auth(call, PQgetvalue(r, 0, 0), 200);
     } else {
         call->on_auth(call, NULL, 401);

@@ -239,6 +239,19 @@ struct hub_api_call;
 typedef void (*hub_api_call_cb)(struct hub_api_call *call, const struct hub_pg_outcome *out);
 
 /*
+ * A tenant's quotas (SPEC §5) are a JSON object; the hub reads two members
+ * and keeps any other as given:
+ *   "ingest_rate"   events per second over POST /v1/events, a number in
+ *                   (0, HUB_QUOTA_MAX]; absent or null: no quota
+ *   "ingest_burst"  events admitted at once, an integer in [1,
+ *                   HUB_QUOTA_MAX]; default max(1, ingest_rate)
+ * Adds an error naming the member ("quotas.ingest_rate") to *errors for
+ * each that is malformed; quotas NULL or JSON null is no quota.
+ */
+#define HUB_QUOTA_MAX 1000000
+void hub_api_quotas_check(const json_t *quotas, json_t **errors);
+
+/*
  * Tenant authentication result.  status is 200 with tenant_id set (borrowed
  * for the callback), or 401 / 500 / 503 with tenant_id NULL; the callback
  * then answers (hub_api_send_unauthorized, or hub_api_send_problem).
@@ -262,6 +275,10 @@ struct hub_api_call {
     hub_api_auth_cb on_auth;
     int in_flight;   /* a transaction is pending */
     int in_callback; /* a callback is running: freeing waits for it */
+    /* The tenant's ingest quota as authentication read it (SPEC §5,
+     * hub_api_quota_parse): events per second and burst, 0 when none. */
+    double ingest_rate;
+    double ingest_burst;
 };
 
 /*
@@ -298,6 +315,7 @@ void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call
  * Authenticates the request's tenant API key ("Authorization: Bearer shk_…"):
  * SHA-256 of the key, looked up among unrevoked keys of active tenants.
  * Runs cb once with the tenant id or an error status (see hub_api_auth_cb);
+ * on success the tenant's ingest quota is in call->ingest_rate/_burst;
  * cb may run before this returns (malformed or missing key: no database
  * round trip).  cb is not run if the request goes away meanwhile.
  */

@@ -152,7 +152,8 @@ const struct hub_sql hub_sql_admin_idem_forget_stale = {
 
 const struct hub_sql hub_sql_api_auth_tenant = {
     "api_auth_tenant",
-    "SELECT t.id FROM tenant_api_keys k JOIN tenants t ON t.id = k.tenant_id"
+    "SELECT t.id, t.quotas->>'ingest_rate', t.quotas->>'ingest_burst'"
+    "  FROM tenant_api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = $1::bytea AND k.revoked_at IS NULL AND t.status = 'active'",
 };
 

@@ -74,8 +74,9 @@ extern const struct hub_sql hub_sql_admin_idem_purge;
  * key can be used again. */
 extern const struct hub_sql hub_sql_admin_idem_forget_stale;
 
-/* $1 key hash (bytea, BINARY format).  One row (tenant id) when the key is
- * not revoked and its tenant is active. */
+/* $1 key hash (bytea, BINARY format).  One row (tenant id, then its quotas'
+ * ingest_rate and ingest_burst as text or NULL) when the key is not revoked
+ * and its tenant is active. */
 extern const struct hub_sql hub_sql_api_auth_tenant;
 
 #endif

@@ -18,7 +18,9 @@
 # arrival order, cursors, default and maximum limit, type filter, data vs
 # data_base64, another tenant's events never shown, bad parameters → 400
 # naming them, one event by sequence) and its per-tenant token bucket (429 +
-# Retry-After, second hub start with PULL_RATE=1 PULL_BURST=3).
+# Retry-After, second hub start with PULL_RATE=1 PULL_BURST=3); the tenant
+# ingest quota (quotas.ingest_rate / ingest_burst: 429 + Retry-After, batches
+# charged per event, malformed quotas 400).
 #
 # No `set -e`: every check below is an explicit assertion.
 set -uo pipefail
@@ -729,5 +731,85 @@ pull "$KEY" '/v1/events?limit=1' >/dev/null
 assert_eq 200 "$(http_status)" "after Retry-After seconds the tenant may pull again"
 post "$KEY" application/cloudevents+json "$(structured st-after-limit)" >/dev/null
 assert_eq 202 "$(http_status)" "the pull limit does not limit ingest"
+
+
+# ---------------------------------------------------------------------------
+# 12. the tenant ingest quota (SPEC §4/§5: quotas.ingest_rate events per
+# second, quotas.ingest_burst): 429 + Retry-After over it, nothing stored;
+# a batch is charged its event count; malformed quotas are 400 naming them;
+# other tenants and the pull API unaffected; a quota removed applies at once
+# ---------------------------------------------------------------------------
+
+admin_curl PATCH /admin/tenants/bulk '{"quotas":{"ingest_rate":"fast"}}' >/dev/null
+assert_eq 400 "$(http_status)" "a quota that is not a number → 400"
+admin_curl PATCH /admin/tenants/bulk '{"quotas":{"ingest_rate":0}}' >/dev/null
+assert_eq 400 "$(http_status)" "a quota of 0 events/s → 400"
+out=$(admin_curl PATCH /admin/tenants/bulk '{"quotas":{"ingest_rate":1,"ingest_burst":2.5}}')
+assert_eq 400 "$(http_status)" "a fractional burst → 400"
+assert_contains "$out" "quotas.ingest_burst" "the 400 names quotas.ingest_burst"
+out=$(admin_curl POST /admin/tenants '{"id":"q-bad","quotas":{"ingest_rate":-1}}')
+assert_eq 400 "$(http_status)" "creating a tenant with a negative quota → 400"
+assert_contains "$out" "quotas.ingest_rate" "the 400 names quotas.ingest_rate"
+admin_curl PATCH /admin/tenants/bulk '{"quotas":{"ingest_rate":1,"ingest_burst":3,"note":"kept"}}' >/dev/null
+assert_eq 200 "$(http_status)" "bulk gets a quota of 1 event/s, burst 3"
+assert_eq kept "$(psql_q "SELECT quotas->>'note' FROM tenants WHERE id = 'bulk'")" \
+    "other members of quotas are kept as given"
+
+# quota_post ID: one binary event of tenant bulk; prints the status
+quota_post() {
+    H=("ce-specversion=1.0" "ce-id=$1" "ce-source=/http/quota"
+        "ce-type=studio.lerian.account.created" "ce-time=$(now3339)")
+    post_bin "$BULK_KEY" application/json '{"q":1}' >/dev/null
+    http_status
+}
+codes=""
+for i in 1 2 3 4; do
+    codes="$codes $(quota_post "q-$i")"
+done
+assert_eq " 202 202 202 429" "$codes" "burst of 3 events, the 4th at once → 429"
+assert_problem "the quota's 429"
+ra=$(resp_header retry-after)
+if [[ $ra =~ ^[0-9]+$ ]] && ((ra >= 1 && ra <= 2)); then
+    pass "the quota's 429 carries Retry-After ($ra s)"
+else
+    fail "the quota's 429 without Retry-After of 1-2 s: '$ra'"
+fi
+assert_eq 0 "$(inbox_count q-4)" "the refused event is not stored"
+post "$OTHER_KEY" application/cloudevents+json "$(structured st-quota-other '.tenantid = "other"')" >/dev/null
+assert_eq 202 "$(http_status)" "another tenant is not limited by bulk's quota"
+pull "$BULK_KEY" '/v1/events?limit=1' >/dev/null
+assert_eq 200 "$(http_status)" "the ingest quota does not limit pulls"
+sleep "$ra"
+sleep 0.2
+assert_eq 202 "$(quota_post q-4)" "after Retry-After seconds the event is accepted"
+assert_eq 1 "$(inbox_count q-4)" "and stored"
+
+# a batch of 5 against a burst of 3: admitted while a token is left, then
+# paid for: the next request waits ~4 s
+admin_curl PATCH /admin/tenants/bulk '{"quotas":{"ingest_rate":1,"ingest_burst":3}}' >/dev/null
+sleep 3 # the bucket refills to its burst
+batch=$(for i in 1 2 3 4 5; do
+    jq -cn --arg id "qb-$i" --arg t "$(now3339)" '{specversion:"1.0", id:$id, source:"/http/quota",
+        type:"studio.lerian.account.created", time:$t, data:{n:1}}'
+done | jq -cs .)
+post "$BULK_KEY" application/cloudevents-batch+json "$batch" >/dev/null
+assert_eq 207 "$(http_status)" "a batch of 5 with 3 tokens left is admitted"
+assert_eq 5 "$(psql_q "SELECT count(*) FROM event_inbox WHERE event_id LIKE 'qb-%'")" \
+    "all 5 stored"
+assert_eq 429 "$(quota_post q-after-batch)" "the batch's 5 events were charged: the next is 429"
+ra=$(resp_header retry-after)
+if [[ $ra =~ ^[0-9]+$ ]] && ((ra >= 2 && ra <= 4)); then
+    pass "Retry-After covers the batch's debt ($ra s)"
+else
+    fail "Retry-After after a batch of 5 at 1/s with burst 3 should be 2-4 s: '$ra'"
+fi
+
+admin_curl PATCH /admin/tenants/bulk '{"quotas":null}' >/dev/null
+assert_eq 200 "$(http_status)" "the quota is removed"
+codes=""
+for i in 1 2 3 4 5; do
+    codes="$codes $(quota_post "qn-$i")"
+done
+assert_eq " 202 202 202 202 202" "$codes" "without a quota nothing is limited"
 
 hub_test_done
