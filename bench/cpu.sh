@@ -30,6 +30,12 @@ pg_cpu_ticks_after_clients() {
     pg_cpu_ticks
 }
 
+# machine_busy_ticks: CPU the whole machine spent busy so far, all cores
+# (user, nice, system, irq, softirq, steal: everything but idle and iowait).
+machine_busy_ticks() {
+    awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+
 # per_unit TICKS COUNT: microseconds of CPU per unit.
 per_unit() {
     awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", (n > 0 ? t * 1e6 / hz / n : 0) }'

@@ -77,9 +77,10 @@ drain() {
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
     [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" >/dev/null
-    local hub0 pg0
+    local hub0 pg0 all0
     hub0=$(cpu_ticks "$HUB_PID")
     pg0=$(pg_cpu_ticks)
+    all0=$(machine_busy_ticks)
     local hook_pid=
     if [[ -n ${DRAIN_HOOK:-} ]]; then
         $DRAIN_HOOK &
@@ -106,6 +107,7 @@ drain() {
     # CPU of the drain: the hub's, and the whole PostgreSQL server's (the
     # final polls' backend included)
     local hubcpu=$(($(cpu_ticks "$HUB_PID") - hub0)) pgcpu=$(($(pg_cpu_ticks) - pg0))
+    local allcpu=$(($(machine_busy_ticks) - all0))
     [[ -n ${PG_STATS:-} ]] && psql_q "SELECT round(total_exec_time::numeric, 0) AS ms, calls, rows,
             round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
             left(regexp_replace(query, '\s+', ' ', 'g'), 90)
@@ -136,12 +138,19 @@ drain() {
     full=$(awk -v n="$ok" -v s="$span" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
     DRAIN_RATE=$rate
     ratio=$(awk -v h="$rate" -v r="${RAW[$w]:-0}" 'BEGIN { printf "%.2f", (r > 0 ? h / r : 0) }')
-    local us_hub us_pg
+    local us_hub us_pg us_all ceiling
     us_hub=$(per_unit "$hubcpu" "$ok")
     us_pg=$(per_unit "$pgcpu" "$ok")
-    RESULTS+=("$(printf '  %-7s %3s/%-3s %7s %7s %7.2f s %8s %8s %8s %5s  %4s MiB  %4s µs %4s µs  %s  [%s warn/error log lines]' \
+    # The machine's busy CPU per delivery over the drain (every process:
+    # hub, PostgreSQL, nginx, the bench's polls), and the ratio the drain
+    # would reach if it kept every core busy at that cost: what CPU allows
+    # this build on this machine, whatever the scheduling.
+    us_all=$(per_unit "$allcpu" "$ok")
+    ceiling=$(awk -v u="$us_all" -v c="$(nproc)" -v r="${RAW[$w]:-0}" \
+        'BEGIN { printf "%.2f", (u > 0 && r > 0 ? c * 1e6 / u / r : 0) }')
+    RESULTS+=("$(printf '  %-7s %3s/%-3s %7s %7s %7.2f s %8s %8s %8s %5s  %4s MiB  %4s µs %4s µs %4s µs %5s  %s  [%s warn/error log lines]' \
         "$label" "$w" "$b" "$total" "$ok" "$span" "$full" "$rate" "${RAW[$w]:--}" "$ratio" "$((rss / 1024))" \
-        "$us_hub" "$us_pg" "$att" "$errs")")
+        "$us_hub" "$us_pg" "$us_all" "$ceiling" "$att" "$errs")")
     log "${RESULTS[-1]}"
 }
 
