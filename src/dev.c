@@ -23,6 +23,7 @@
 #include "config.h"
 #include "hub.h"
 #include "log.h"
+#include "pg.h"
 #include "util.h"
 
 #define PG_BIN "/usr/lib/postgresql/15/bin"
@@ -181,6 +182,7 @@ static int dev_create_database(const char *dsn_admin) {
     PGresult *r;
     int rc = -1;
 
+    hub_pg_log_notices(c);
     if (PQstatus(c) != CONNECTION_OK) {
         PQfinish(c);
         return -1;

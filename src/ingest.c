@@ -1233,11 +1233,6 @@ static void ingest_tick_cb(uv_timer_t *t) {
     ingest_drain(t->data);
 }
 
-static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
-    hub_log(level <= 3 ? HUB_ERROR : level <= 4 ? HUB_WARN : HUB_DEBUG, "librdkafka",
-            HUB_LS("facility", fac), HUB_LS("detail", buf));
-}
-
 static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
     hub_log(HUB_WARN, "kafka error", HUB_LS("error", rd_kafka_err2str(err)),
             HUB_LS("detail", reason));
@@ -1288,7 +1283,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
     if (rd_kafka_conf_set(conf, "heartbeat.interval.ms", num, err, sizeof(err))) {
         goto fail_conf;
     }
-    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+    rd_kafka_conf_set_log_cb(conf, hub_kafka_log_cb);
     rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);

@@ -84,6 +84,13 @@ struct hub_kafka_mock {
     char *bootstraps;
 };
 
+void hub_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    enum hub_log_level l = level <= 3 ? HUB_ERROR : level <= 4 ? HUB_WARN : HUB_DEBUG;
+
+    (void)rk;
+    hub_log(l, "librdkafka", HUB_LS("facility", fac), HUB_LS("detail", buf));
+}
+
 struct hub_kafka_mock *hub_kafka_mock_start(int brokers, const char *data_dir,
                                             const struct hub_kafka_topic_spec *topics,
                                             size_t n_topics) {
@@ -96,6 +103,7 @@ struct hub_kafka_mock *hub_kafka_mock_start(int brokers, const char *data_dir,
         return NULL;
     }
     rd_kafka_conf_set(conf, "client.id", "streaming-hub-mock", err, sizeof(err));
+    rd_kafka_conf_set_log_cb(conf, hub_kafka_log_cb);
     mock->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (mock->rk == NULL) {
         hub_log(HUB_ERROR, "embedded kafka: cannot create host handle", HUB_LS("error", err));

@@ -18,6 +18,11 @@
 rd_kafka_conf_t *hub_kafka_conf_new(const struct hub_config *cfg, const char *brokers, char *err,
                                     size_t errsz);
 
+/* librdkafka's log callback: its lines as the hub's JSON log lines (errors
+ * and warnings as such, notices and below at debug).  Without it librdkafka
+ * prints its own format on stderr. */
+void hub_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+
 /* Subscription list from STREAMING_HUB_KAFKA_TOPICS: one regex (starting with
  * '^') or a comma-separated list.  Returns owned list, NULL when empty. */
 rd_kafka_topic_partition_list_t *hub_kafka_topic_list(const char *topics);

@@ -472,6 +472,24 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
 #define PG_OPTIONS "-c jit=off"
 #define PG_CUSTOM_PLAN_SQL "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
 
+/* Notices and warnings from the server as JSON log lines (libpq would print
+ * them raw on stderr): WARNING as a warning, the rest (NOTICE, such as
+ * "relation … already exists, skipping") at debug. */
+static void notice_cb(void *arg, const PGresult *r) {
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+
+    (void)arg;
+    hub_log(sev != NULL && strcmp(sev, "WARNING") == 0 ? HUB_WARN : HUB_DEBUG, "database notice",
+            HUB_LS("severity", sev ? sev : ""), HUB_LS("detail", msg ? msg : ""));
+}
+
+void hub_pg_log_notices(PGconn *conn) {
+    if (conn != NULL) {
+        PQsetNoticeReceiver(conn, notice_cb, NULL);
+    }
+}
+
 static void pg_conn_start(struct pg_conn *c) {
     const char *keys[] = {"options", "dbname", "application_name", NULL};
     const char *vals[] = {c->pg->options, c->pg->dsn, c->pg->name, NULL};
@@ -481,6 +499,7 @@ static void pg_conn_start(struct pg_conn *c) {
         pg_conn_lost(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
         return;
     }
+    hub_pg_log_notices(c->conn);
     PQsetnonblocking(c->conn, 1);
     c->state = C_CONNECTING;
     if (pg_conn_watch(c, UV_WRITABLE) != 0) {
@@ -835,6 +854,7 @@ PGconn *hub_pg_connect_blocking(const char *dsn, const char *name) {
     const char *vals[] = {PG_OPTIONS, dsn, name, NULL};
     PGconn *conn = PQconnectdbParams(keys, vals, 1);
 
+    hub_pg_log_notices(conn);
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", conn ? PQerrorMessage(conn) : "out of memory");

@@ -116,6 +116,10 @@ int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int 
 /* Queues the transaction; it runs on the next connection with room. */
 void hub_pg_txn_submit(struct hub_pg_txn *txn);
 
+/* Routes the server's notices and warnings on conn (may be NULL) to the
+ * hub's log (SPEC §10: one JSON object per line on stderr). */
+void hub_pg_log_notices(PGconn *conn);
+
 /* Opens a blocking connection (for migrate/dev/tests before the loop runs).
  * Returns NULL and logs on failure. */
 PGconn *hub_pg_connect_blocking(const char *dsn, const char *name);

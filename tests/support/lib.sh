@@ -190,6 +190,22 @@ hub_check_sanitizer_logs() {
     done
 }
 
+# Every line the hub and the mock write is one JSON object (SPEC §10), the
+# lines of librdkafka and of PostgreSQL's notices included.  Sanitizer
+# reports are left to hub_check_sanitizer_logs.
+hub_check_log_lines() {
+    local f bad
+    command -v jq >/dev/null || return 0
+    for f in "$WORK"/hub.*.log "$WORK"/kafka.log; do
+        [[ -s $f ]] || continue
+        grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$f" && continue
+        bad=$(jq -Rr '. as $l | (try (fromjson | type) catch "none") | if . == "object" then empty else $l end' "$f" 2>/dev/null | head -n 3)
+        if [[ -n $bad ]]; then
+            fail "$(basename "$f") has lines that are not JSON objects: ${bad:0:300}"
+        fi
+    done
+}
+
 # hub_test_done: stops the hub and the mock cleanly (checking their exit
 # status), checks the logs for sanitizer reports, prints exactly one summary
 # line "N passed, M failed" and exits non-zero when M > 0 or N == 0.
@@ -201,6 +217,7 @@ hub_test_done() {
         kafka_stop
     fi
     hub_check_sanitizer_logs
+    hub_check_log_lines
     if ((HUB_TEST_FAILED > 0)); then
         hub_logs_tail
     fi
@@ -362,8 +379,9 @@ kafka_start() {
     local bootstrap_file=$WORK/kafka/kafka.bootstrap bootstrap=""
     mkdir -p "$WORK/kafka"
     rm -f "$bootstrap_file"
+    # stdout is the bootstrap list (SPEC §2.1), stderr the log
     (cd "$WORK" && STREAMING_HUB_DATA_DIR=$WORK/kafka exec "$HUB_BIN" kafka-mock "$@") \
-        >>"$WORK/kafka.log" 2>&1 &
+        >>"$WORK/kafka.out" 2>>"$WORK/kafka.log" &
     KAFKA_PID=$!
     export KAFKA_PID
     local deadline=$((SECONDS + 30))
