@@ -470,8 +470,10 @@ int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
             if (query_decode(v, (size_t)(stop - v), out) < 0) {
                 return -1;
             }
-            *value = out;
-            found = 1; /* keep going: the last occurrence wins */
+            /* keep going: the last occurrence wins; an empty value is no
+             * value ("?tenant=&reason=": no filter, SPEC §9) */
+            *value = out[0] != '\0' ? out : NULL;
+            found = out[0] != '\0';
         }
         q = stop + 1;
     }

@@ -167,7 +167,8 @@ int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed
 /*
  * Finds query parameter `name` (percent-decoded, '+' is a space; the last
  * occurrence wins).  Returns 1 and a NUL-terminated value allocated from the
- * request pool, 0 when absent, -1 when its encoding is malformed or decodes
+ * request pool, 0 when absent or empty ("?name=" or "?name": SPEC §9 writes
+ * optional filters that way), -1 when its encoding is malformed or decodes
  * to a NUL byte.
  */
 int hub_api_query_param(h2o_req_t *req, const char *name, const char **value);

@@ -327,6 +327,9 @@ admin GET /admin/quarantine/1 >/dev/null
 assert_eq 404 "$(http_status)" "absent quarantine record → 404"
 admin GET /admin/quarantine/abc >/dev/null
 assert_eq 404 "$(http_status)" "non-numeric quarantine id → 404"
+body=$(admin GET '/admin/quarantine?tenant=&reason=')
+assert_eq '200 {"items":[],"next_cursor":null}' "$(http_status) $body" \
+    "empty filters (?tenant=&reason=, as SPEC §9 writes them) are no filters"
 body=$(admin GET '/admin/quarantine?reason=bogus')
 assert_eq 400 "$(http_status)" "unknown reason filter → 400"
 assert_contains "$body" '"field":"reason"' "reason filter named"

@@ -607,6 +607,10 @@ body=$(pull "$BULK_KEY" "/v1/events?after=$c&limit=500")
 assert_eq "500|bulk-100|bulk-599" "$(jq -r '"\(.items | length)|\(.items[0].id)|\(.items[-1].id)"' <<<"$body" 2>/dev/null)" \
     "limit=500 from the cursor: the next 500 events"
 
+# empty parameters (SPEC §9 writes ?after=<seq>&limit=&type=) are absent ones
+want=$(pull "$KEY" '/v1/events' | jq -c '[.items[].sequence]' 2>/dev/null)
+got=$(pull "$KEY" '/v1/events?after=&limit=&type=' | jq -c '[.items[].sequence]' 2>/dev/null)
+assert_eq "200|$want" "$(http_status)|$got" "?after=&limit=&type= lists as no parameters do"
 # bad parameters
 for l in 0 501 abc -1; do
     pull "$KEY" "/v1/events?limit=$l" >/dev/null
