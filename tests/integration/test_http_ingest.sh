@@ -738,6 +738,23 @@ assert_eq 202 "$(http_status)" "the pull limit does not limit ingest"
 
 
 # ---------------------------------------------------------------------------
+# 11b. an event type that is a whole ce-type (SPEC §3.1: not studio.lerian.*,
+# no resourcetype/eventtype) can be subscribed to exactly and is delivered
+# ---------------------------------------------------------------------------
+
+PSUB=$(subscribe_active "$KEY" "$(subscription_json 'Com.Example.Ping' "$SINK_URL/ok/ping")") ||
+    fail "the Com.Example.Ping subscription's probe did not finish"
+pprobes=$(sink_count /ok/ping)
+ce ping-1 ce-type=Com.Example.Ping
+post_bin "$KEY" application/json '{"ping":1}' >/dev/null
+assert_eq 202 "$(http_status)" "an event of type Com.Example.Ping → 202"
+if wait_until 30 "(( \$(sink_count /ok/ping) > $pprobes ))"; then
+    pass "the exact subscription to Com.Example.Ping got the event"
+else
+    fail "no delivery for the exact subscription to Com.Example.Ping ($PSUB)"
+fi
+
+# ---------------------------------------------------------------------------
 # 12. the tenant ingest quota (SPEC §4/§5: quotas.ingest_rate events per
 # second, quotas.ingest_burst): 429 + Retry-After over it, nothing stored;
 # a batch is charged its event count; malformed quotas are 400 naming them;

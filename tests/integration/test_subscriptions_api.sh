@@ -149,12 +149,14 @@ assert_contains "$body" '"field":"event_types"' "missing event_types named"
 assert_contains "$body" '"field":"destination"' "missing destination named"
 
 body=$(api "$KEY" POST /v1/subscriptions \
-    '{"event_types":["Transaction.Posted","nodot","a.b.*","ok.type","ok.type",7],"destination":{"kind":"webhook","url":"https://example.com/h"}}')
+    '{"event_types":["*.posted","bad*type","a.b.*","ok.type","ok.type",7,"Com.Example.Order","ping"],"destination":{"kind":"webhook","url":"https://example.com/h"}}')
 assert_eq 400 "$(http_status)" "bad event types → 400"
 for f in 'event_types[0]' 'event_types[1]' 'event_types[2]' 'event_types[4]' 'event_types[5]'; do
     assert_contains "$body" "\"field\":\"$f\"" "bad entry $f named"
 done
-assert_eq 0 "$(count '"field":"event_types[3]"')" "a valid entry is not named"
+for f in 'event_types[3]' 'event_types[6]' 'event_types[7]'; do
+    assert_eq 0 "$(count "\"field\":\"$f\"")" "a valid entry ($f) is not named: any derived event type, e.g. a whole ce-type (SPEC §3.1)"
+done
 
 body=$(api "$KEY" POST /v1/subscriptions \
     '{"event_types":["*"],"destination":{"kind":"sqs","url":"ftp://example.com/x","headers":{"X-Lerian-Foo":"v","Host":"h","Bad Name":"x","X-Ok":5,"webhook-id":"x","Ce-Id":"x","X-Crlf":"a\r\nInjected: 1"},"extra":1}}')
