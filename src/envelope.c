@@ -1611,15 +1611,9 @@ static int validate_attributes(struct parse_ctx *ctx, const char *topic, struct 
             fail_attr(ctx, A_SCHEMAVERSION,
                       "schemaversion must be semver or a bare major (1.0.0, v2, ...)");
             REFUSED();
-        } else if (major == 0) {
-            /*
-             * Subscriptions name schema majors >= 1 (SPEC §6), so an event of
-             * major 0 could never be delivered; refusing it here is visible in
-             * quarantine instead of silently matching nothing.
-             */
-            fail_attr(ctx, A_SCHEMAVERSION, "schemaversion major must be at least 1");
-            REFUSED();
         }
+        /* Major 0 is valid semver: stored, and matched by no subscription
+         * (they name majors >= 1, SPEC §6); zero matches is no error. */
         ev->schema_major = major;
     } else {
         int major = hub_topic_schema_major(topic);

@@ -106,7 +106,7 @@ static void check_event(const struct hub_event *ev, const void *value, size_t va
     CHECK(ev->tenant != NULL && strlen(ev->tenant) >= 1 && strlen(ev->tenant) <= 256);
     CHECK(ev->subject == NULL || (strlen(ev->subject) >= 1 && strlen(ev->subject) <= 1024));
     CHECK(ev->content_type != NULL && ev->event_type != NULL);
-    CHECK(ev->schema_major >= 1);
+    CHECK(ev->schema_major >= 0);
 
     int64_t t = 0;
     CHECK(ev->time != NULL && hub_rfc3339_parse(ev->time, strlen(ev->time), &t) == 0);

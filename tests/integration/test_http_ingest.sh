@@ -754,6 +754,13 @@ else
     fail "no delivery for the exact subscription to Com.Example.Ping ($PSUB)"
 fi
 
+# schemaversion 0.1.0 is valid semver with major 0 (SPEC §3.1: only an
+# unparseable one is invalid): accepted, stored with schema major 0
+ce sv0-1 ce-schemaversion=0.1.0
+post_bin "$KEY" application/json '{"v":0}' >/dev/null
+assert_eq "202|0" "$(http_status)|$(psql_q "SELECT schema_major FROM event_inbox WHERE event_id = 'sv0-1'")" \
+    "schemaversion 0.1.0 → 202, schema major 0"
+
 # ---------------------------------------------------------------------------
 # 12. the tenant ingest quota (SPEC §4/§5: quotas.ingest_rate events per
 # second, quotas.ingest_burst): 429 + Retry-After over it, nothing stored;
