@@ -40,11 +40,6 @@ struct hub_http;
  * exactly as typed ("0.1", not jansson's default "0.10000000000000001"). */
 #define HUB_API_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
-/* The "host:port" the HTTP listener is bound to (the real port when the
- * configuration asked for port 0), e.g. "127.0.0.1:8080" or "[::1]:8080".
- * Borrowed from the server; valid until hub_http_stop().  Defined in http.c. */
-const char *hub_http_bound_addr(const struct hub_http *http);
-
 /* ------------------------------------------------------------ responses -- */
 
 /* Answers status with body serialised as compact JSON (application/json).

@@ -480,6 +480,7 @@ struct job {
     char *prev_secret_sealed;
     int64_t schedule[HUB_RETRY_MAX_STEPS];
     size_t n_schedule;
+    int schedule_malformed; /* a stored schedule that is not one: n_schedule 0 */
     int attempt_count; /* before this attempt */
     double max_rate;   /* deliveries per second, 0 = unlimited */
     int schema_major;
@@ -545,6 +546,7 @@ struct hub_dispatch {
     struct url_slot *urls; /* URL_SLOTS, allocated at the first attempt */
     char owner[96];
     uint64_t claim_serial; /* of the claim in flight, or of the last one */
+    uint64_t schedule_fallback_logged_ms; /* loop time of the last such warning */
     struct hub_breakers *breakers;
     uv_timer_t claim_timer;
     uv_timer_t flush_timer;
@@ -1036,6 +1038,20 @@ static void policy_failed(struct hub_dispatch *d, const struct job *j, enum hub_
     }
 }
 
+/* A failure whose retry (or exhaustion) the default curve decides because
+ * the subscription's stored schedule is malformed: counted, and logged at
+ * most once a minute. */
+static void schedule_fallback(struct hub_dispatch *d, const struct job *j) {
+    uint64_t now = uv_now(d->hub->loop);
+
+    d->hub->metrics.retry_schedule_fallbacks++;
+    if (d->schedule_fallback_logged_ms == 0 || now - d->schedule_fallback_logged_ms >= 60000) {
+        d->schedule_fallback_logged_ms = now;
+        hub_log(HUB_WARN, "malformed retry_schedule: the default curve times the retry",
+                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
+    }
+}
+
 /*
  * The delay before the next attempt of a job whose attempt just failed
  * (SPEC §7.4, §8): a policy's retry function or table first, then the
@@ -1080,6 +1096,9 @@ static int64_t job_retry_delay(struct hub_dispatch *d, const struct job *j,
         } else if (action == HUB_POLICY_RETRY_DELAY) {
             return failed < DISPATCH_POLICY_MAX_ATTEMPTS ? delay : -1;
         }
+    }
+    if (sched == cfg->retry_schedule_ms && j->schedule_malformed) {
+        schedule_fallback(d, j);
     }
     return hub_backoff_delay_ms(sched, nsched, failed, rand64());
 }
@@ -1642,8 +1661,10 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
     j->attempt_count = atoi(rows_value(x, ROWS_CLAIM, 5, &len));
     if ((v = rows_value(x, ROWS_SUB, 5, &len)) != NULL) {
         int n = hub_duration_list_parse(v, j->schedule, HUB_RETRY_MAX_STEPS);
-        /* a malformed schedule falls back to the default curve (SPEC §7.4) */
+        /* a malformed schedule falls back to the default curve, counted
+         * when a retry uses it (SPEC §7.4) */
         j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n) ? (size_t)n : 0;
+        j->schedule_malformed = j->n_schedule == 0;
     }
     j->max_rate = (v = rows_value(x, ROWS_SUB, 6, &len)) != NULL ? atof(v) : 0;
     j->schema_major = (v = rows_value(x, ROWS_EVENT, 4, &len)) != NULL ? atoi(v) : 0;

@@ -21,4 +21,9 @@ int hub_http_start(struct hub *hub, struct hub_http **out);
  * abandoned safely (their callbacks see the request is gone). */
 void hub_http_stop(struct hub_http *http);
 
+/* The "host:port" the HTTP listener is bound to (the real port when the
+ * configuration asked for port 0), e.g. "127.0.0.1:8080" or "[::1]:8080".
+ * Borrowed from the server; valid until hub_http_stop(). */
+const char *hub_http_bound_addr(const struct hub_http *http);
+
 #endif

@@ -265,6 +265,10 @@ static void signal_cb(uv_signal_t *s, int signum) {
 }
 
 static void print_banner(const struct hub *hub) {
+    /* the address bound, which differs from the configured one with port 0 */
+    const char *addr =
+        hub->http != NULL ? hub_http_bound_addr(hub->http) : hub->cfg.http_listen_addr;
+
     fprintf(stdout,
             "\n  streaming-hub %s (dev)\n\n"
             "  HTTP API      http://%s\n"
@@ -273,9 +277,9 @@ static void print_banner(const struct hub *hub) {
             "  Admin token   %s\n\n"
             "  Try: curl -H 'Authorization: Bearer %s' http://%s/admin/tenants\n"
             "  Ctrl-C stops everything.\n\n",
-            HUB_VERSION, hub->cfg.http_listen_addr, hub->brokers, hub->cfg.data_dir,
-            hub->cfg.postgres_dsn, hub->cfg.admin_token ? hub->cfg.admin_token : "(none)",
-            hub->cfg.admin_token ? hub->cfg.admin_token : "", hub->cfg.http_listen_addr);
+            HUB_VERSION, addr, hub->brokers, hub->cfg.data_dir, hub->cfg.postgres_dsn,
+            hub->cfg.admin_token ? hub->cfg.admin_token : "(none)",
+            hub->cfg.admin_token ? hub->cfg.admin_token : "", addr);
     fflush(stdout);
 }
 

@@ -1311,7 +1311,9 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
     rd_kafka_resp_err_t rerr = rd_kafka_subscribe(ing->rk, topics);
     rd_kafka_topic_partition_list_destroy(topics);
     if (rerr) {
-        snprintf(err, sizeof(err), "subscribe: %s", rd_kafka_err2str(rerr));
+        /* the only input subscribe can refuse is the variable's value */
+        snprintf(err, sizeof(err), "STREAMING_HUB_KAFKA_TOPICS: cannot subscribe to '%s': %s",
+                 hub->cfg.kafka_topics, rd_kafka_err2str(rerr));
         goto fail_rk;
     }
 

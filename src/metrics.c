@@ -95,6 +95,10 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
     render_scalar(out, "streaming_hub_policy_filtered_total", "counter",
                   "Jobs dropped before their first attempt because a policy's match said no.",
                   (long long)m->policy_filtered);
+    render_scalar(out, "streaming_hub_retry_schedule_fallbacks_total", "counter",
+                  "Failed attempts whose retry (or exhaustion) the default curve decided "
+                  "because the subscription's stored retry_schedule was malformed.",
+                  (long long)m->retry_schedule_fallbacks);
     render_scalar(out, "streaming_hub_subscriptions_auto_disabled_total", "counter",
                   "Subscriptions disabled because their destination stayed broken.",
                   (long long)m->subscriptions_auto_disabled);

@@ -50,6 +50,7 @@ struct hub_metrics {
     struct hub_histogram delivery_attempt_seconds;
     uint64_t subscriptions_auto_disabled;
     uint64_t policy_filtered; /* jobs a policy's match turned down */
+    uint64_t retry_schedule_fallbacks; /* malformed stored schedules replaced by the default */
     int64_t jobs_due; /* sampled by the dispatcher (capped) */
 };
 

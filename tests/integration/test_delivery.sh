@@ -129,6 +129,24 @@ resp=$(curl -s -H "Authorization: Bearer $ACME_KEY" "$HUB_URL/v1/deliveries/$job
 assert_contains "$resp" '"state":"dead"' "GET /v1/deliveries/{id} shows the dead job"
 assert_contains "$resp" '"attempts":[' "... with its attempts"
 
+# 6a. a malformed schedule stored behind the API's back (SPEC §7.4): the
+#     default curve (here 200ms,300ms,400ms → 4 attempts) decides each
+#     failure's retry or exhaustion, each counted; the delivery never fails
+#     for it
+BADS_ID=$(mk /status/500/badsched badsched.happened)
+activate "$BADS_ID"
+psql_q "UPDATE subscriptions SET retry_schedule = '{abc,0s}' WHERE id = '$BADS_ID'" >/dev/null
+fallbacks0=$(metric streaming_hub_retry_schedule_fallbacks_total)
+produce --topic lerian.streaming.delivery --tenant acme --count 1 --id-prefix badsched- \
+    --type studio.lerian.badsched.happened >/dev/null
+wait_until 20 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '$BADS_ID'\") == dead ]]" ||
+    fail "the job with a malformed stored schedule is not dead"
+assert_eq "exhausted|4" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '$BADS_ID'")" \
+    "a malformed stored schedule falls back to the default curve: 4 attempts"
+assert_eq 4 "$(($(metric streaming_hub_retry_schedule_fallbacks_total) - fallbacks0))" \
+    "each of its 4 failures (3 retries, then exhaustion) counted in streaming_hub_retry_schedule_fallbacks_total"
+assert_eq 1 "$(grep -c 'malformed retry_schedule' "$HUB_LOG")" "one warning (at most one a minute)"
+
 # 6b. an attempt number already recorded (an operator lowered attempt_count by
 #     hand): the outcome batch fails once on the attempts' key, the dispatcher
 #     switches to the statement that probes for it, and the outcome lands
