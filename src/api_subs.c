@@ -210,6 +210,19 @@ static char *ce_encode(const char *s) {
     return out;
 }
 
+/* An event id as X-Lerian-Event-Id and webhook-id carry it: as is when
+ * every byte is printable ASCII and it neither starts nor ends with a space,
+ * else percent-encoded like ce-id.  Owned, NULL when out of memory. */
+static char *id_header_value(const char *id) {
+    size_t len = strlen(id);
+    int plain = len > 0 && id[0] != ' ' && id[len - 1] != ' ';
+
+    for (size_t i = 0; plain && i < len; i++) {
+        plain = (unsigned char)id[i] >= 0x20 && (unsigned char)id[i] < 0x7f;
+    }
+    return plain ? strdup(id) : ce_encode(id);
+}
+
 /* Adds "name: <encoded value>". */
 static void lines_add_encoded(struct line_list *l, const char *name, const char *value) {
     char *enc = ce_encode(value);
@@ -278,8 +291,10 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     if (t->nkeys == 0 || t->nkeys > HUB_WEBHOOK_MAX_KEYS || ev->id == NULL) {
         return -1;
     }
-    /* The signed id is the header value exactly as sent. */
-    msg_id = ce_encode(ev->id);
+    /* The signed id is the header value exactly as sent: the ce-id itself
+     * (SPEC §7.2) when it is printable ASCII without edge spaces (which a
+     * receiver would trim), else its percent-encoding (as in ce-id). */
+    msg_id = id_header_value(ev->id);
     if (msg_id == NULL) {
         return -1;
     }
@@ -306,7 +321,7 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     lines_add(&l, "webhook-timestamp", num);
     lines_add(&l, "webhook-signature", wsig);
     lines_add(&l, "ce-specversion", "1.0");
-    lines_add(&l, "ce-id", msg_id);
+    lines_add_encoded(&l, "ce-id", ev->id);
     lines_add_encoded(&l, "ce-source", ev->source);
     lines_add_encoded(&l, "ce-type", ev->type);
     lines_add_encoded(&l, "ce-time", ev->time);

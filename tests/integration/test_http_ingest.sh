@@ -754,6 +754,18 @@ else
     fail "no delivery for the exact subscription to Com.Example.Ping ($PSUB)"
 fi
 
+# an id with a space and a '%' (sent percent-encoded, as the binding wants):
+# X-Lerian-Event-Id and webhook-id carry the ce-id itself (SPEC §7.2), the
+# ce-id header its percent-encoding
+pprobes=$(sink_count /ok/ping)
+ce 'pct%20id%25' ce-type=Com.Example.Ping
+post_bin "$KEY" application/json '{"ping":2}' >/dev/null
+assert_eq 202 "$(http_status)" "an event with id 'pct id%' → 202"
+wait_until 30 "(( \$(sink_count /ok/ping) > $pprobes ))" || fail "no delivery of 'pct id%'"
+assert_eq "pct id%|pct id%|pct%20id%25" \
+    "$(sink_header /ok/ping x-lerian-event-id | tail -n1)|$(sink_header /ok/ping webhook-id | tail -n1)|$(sink_header /ok/ping ce-id | tail -n1)" \
+    "X-Lerian-Event-Id and webhook-id are the ce-id; ce-id is percent-encoded"
+
 # schemaversion 0.1.0 is valid semver with major 0 (SPEC §3.1: only an
 # unparseable one is invalid): accepted, stored with schema major 0
 ce sv0-1 ce-schemaversion=0.1.0
