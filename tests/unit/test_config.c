@@ -103,6 +103,19 @@ static void test_defaults(void **state) {
     hub_config_free(&cfg);
 }
 
+/* Tests shorten the tunables (SPEC §2.2): a retention of seconds is taken. */
+static void test_short_retention(void **state) {
+    struct hub_config cfg = {0};
+    char err[256] = "";
+    (void)state;
+    clear_env();
+    setenv("STREAMING_HUB_EVENT_RETENTION", "10s", 1);
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.event_retention_ms, 10000);
+    hub_config_free(&cfg);
+    unsetenv("STREAMING_HUB_EVENT_RETENTION");
+}
+
 /* A malformed value stops start-up with one line naming the variable. */
 static void expect_error(const char *name, const char *value, const char *needle) {
     struct hub_config cfg = {0};
@@ -193,6 +206,7 @@ int main(void) {
         cmocka_unit_test(test_duration_list),
         cmocka_unit_test(test_size),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_short_retention),
         cmocka_unit_test(test_errors_name_the_variable),
         cmocka_unit_test(test_production_requirements),
         cmocka_unit_test(test_valid_overrides),
