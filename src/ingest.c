@@ -589,6 +589,7 @@ static void batch_retry_cb(uv_timer_t *t) {
 
 /* A transaction that could not be built (out of memory): never sent. */
 static const struct hub_pg_outcome ingest_oom = {HUB_PG_ECLOSED, NULL, 0, "out of memory", ""};
+static const struct hub_pg_outcome ingest_closing = {HUB_PG_ECLOSED, NULL, 0, "shutting down", ""};
 
 static void batch_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
     struct ingest_part *p = b->part;
@@ -1098,7 +1099,13 @@ void hub_ingest_queue_release(struct hub *hub) {
 
     hub->ingest_queue = NULL;
     if (q != NULL) {
-        q->orphaned = 1; /* its transactions finish (or fail) as the pools close */
+        /* Requests still waiting for a transaction get none: nothing of
+         * theirs is stored, and their callers answer (or drop) them now.
+         * The running transactions finish (or fail) as the pools close. */
+        struct store_req *waiting = q->head;
+        q->head = q->tail = NULL;
+        q->orphaned = 1;
+        reqs_finish(waiting, &ingest_closing);
         queue_free_if_idle(q);
     }
 }
