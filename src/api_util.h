@@ -272,7 +272,7 @@ struct hub_api_call {
     int in_flight;   /* a transaction is pending */
     int in_callback; /* a callback is running: freeing waits for it */
     /* The tenant's ingest quota as authentication read it (SPEC §5,
-     * hub_api_quota_parse): events per second and burst, 0 when none. */
+     * hub_api_quotas_check): events per second and burst, 0 when none. */
     double ingest_rate;
     double ingest_burst;
 };
