@@ -117,34 +117,9 @@ int hub_webhook_header_reserved(const char *name, size_t len) {
     return 0;
 }
 
-/* RFC 9110 token characters. */
-static int is_tchar(unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
+/* A destination header name: an RFC 9110 token of bounded length. */
 static int header_name_valid(const char *s, size_t len) {
-    if (len == 0 || len > HEADER_NAME_MAX) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if (!is_tchar((unsigned char)s[i])) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* A header value we may put on the wire verbatim: HTAB, SP..~ and UTF-8
- * bytes; never CR, LF, NUL or other control bytes (header injection). */
-static int header_value_safe(const char *s, size_t len) {
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c < 0x20 && c != '\t') || c == 0x7f) {
-            return 0;
-        }
-    }
-    return 1;
+    return len <= HEADER_NAME_MAX && hub_http_token(s, len);
 }
 
 struct line_list {
@@ -305,7 +280,7 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     }
     /* a stored content type is a validated media type; anything else falls back */
     lines_add(&l, "Content-Type",
-              header_value_safe(ct, strlen(ct)) && ct[0] != '\0' ? ct : "application/octet-stream");
+              hub_http_value_safe(ct, strlen(ct)) && ct[0] != '\0' ? ct : "application/octet-stream");
     lines_add(&l, "User-Agent", "streaming-hub/" HUB_VERSION);
     lines_add(&l, "X-Lerian-Event-Id", msg_id);
     lines_add_encoded(&l, "X-Lerian-Delivery-Id", t->delivery_id);
@@ -345,10 +320,10 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     }
     /* W3C trace context travels verbatim (its values contain spaces and
      * commas); one with control bytes is dropped rather than encoded. */
-    if (ev->traceparent != NULL && header_value_safe(ev->traceparent, strlen(ev->traceparent))) {
+    if (ev->traceparent != NULL && hub_http_value_safe(ev->traceparent, strlen(ev->traceparent))) {
         lines_add(&l, "traceparent", ev->traceparent);
     }
-    if (ev->tracestate != NULL && header_value_safe(ev->tracestate, strlen(ev->tracestate))) {
+    if (ev->tracestate != NULL && hub_http_value_safe(ev->tracestate, strlen(ev->tracestate))) {
         lines_add(&l, "tracestate", ev->tracestate);
     }
     if (t->dest_headers != NULL && json_is_object(t->dest_headers)) {
@@ -358,7 +333,7 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
             const char *v = json_string_value(value);
             size_t nl = strlen(name);
             if (v == NULL || v[0] == '\0' || !header_name_valid(name, nl) ||
-                hub_webhook_header_reserved(name, nl) || !header_value_safe(v, strlen(v))) {
+                hub_webhook_header_reserved(name, nl) || !hub_http_value_safe(v, strlen(v))) {
                 continue; /* validated at the API; old or foreign rows are not trusted */
             }
             lines_add(&l, name, v);
@@ -890,7 +865,7 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
         if (!json_is_string(value) || json_string_length(value) == 0 ||
             json_string_length(value) > HEADER_VALUE_MAX ||
             strlen(json_string_value(value)) != json_string_length(value) ||
-            !header_value_safe(json_string_value(value), json_string_length(value))) {
+            !hub_http_value_safe(json_string_value(value), json_string_length(value))) {
             hub_api_errors_add(errors, field, HEADER_VALUE_RULE);
             bad = 1;
             continue;

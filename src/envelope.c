@@ -743,16 +743,8 @@ static const char *check_uri(const char *s, size_t len, bool absolute) {
     return NULL;
 }
 
-/* RFC 7230 tchar (the token alphabet of RFC 2045/2046 media types). */
-static bool is_tchar(unsigned char c) {
-    if (is_alpha(c) || is_digit(c)) {
-        return true;
-    }
-    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 static size_t skip_token(const char *s, size_t len, size_t i) {
-    while (i < len && is_tchar((unsigned char)s[i])) {
+    while (i < len && hub_http_tchar((unsigned char)s[i])) {
         i++;
     }
     return i;

@@ -169,15 +169,16 @@ static void part_backpressure(struct ingest_part *p) {
 
 /* --------------------------------------------------------------- batches -- */
 
-/* FNV-1a over the dedup key parts. */
+/* The dedup key's hash; a separator between the parts keeps ("ab","c")
+ * apart from ("a","bc"). */
 static uint64_t key_hash(const struct hub_event *ev) {
-    uint64_t h = 1469598103934665603ULL;
+    static const unsigned char sep = 0xff;
     const char *parts[3] = {ev->tenant, ev->source, ev->id};
+    uint64_t h = HUB_FNV1A_BASIS;
+
     for (int k = 0; k < 3; k++) {
-        for (const unsigned char *s = (const unsigned char *)parts[k]; *s; s++) {
-            h = (h ^ *s) * 1099511628211ULL;
-        }
-        h = (h ^ 0xff) * 1099511628211ULL; /* separator: ("ab","c") != ("a","bc") */
+        h = hub_fnv1a(h, parts[k], strlen(parts[k]));
+        h = hub_fnv1a(h, &sep, 1);
     }
     return h;
 }

@@ -590,29 +590,6 @@ static void push_event(lua_State *L, struct hub_policy *p, const struct hub_poli
     }
 }
 
-/* RFC 9110: a header name is a token; a value has no control bytes. */
-static int header_name_ok(const char *s, size_t len) {
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        int tchar = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-        if (!tchar) {
-            return 0;
-        }
-    }
-    return len > 0;
-}
-
-static int header_value_ok(const char *s, size_t len) {
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c < 0x20 && c != '\t') || c == 0x7f) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Converts shape's results (body at -2, headers at -1). */
 static int shape_results(lua_State *L, struct call_ctx *c) {
     struct hub_policy_shaped *s = c->shaped;
@@ -678,7 +655,7 @@ static int shape_results(lua_State *L, struct call_ctx *c) {
         name = lua_tolstring(L, -2, &nl);
         value = lua_tolstring(L, -1, &vl);
         if (++n > HUB_POLICY_HEADERS_MAX || nl > 256 || vl > HUB_POLICY_HEADER_VALUE_MAX ||
-            !header_name_ok(name, nl) || !header_value_ok(value, vl)) {
+            !hub_http_token(name, nl) || !hub_http_value_safe(value, vl)) {
             snprintf(c->bad, sizeof(c->bad),
                      "shape: header '%.64s' is not a valid header (or over %d headers)", name,
                      HUB_POLICY_HEADERS_MAX);

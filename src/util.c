@@ -13,6 +13,43 @@
 #include <time.h>
 #include <unistd.h>
 
+uint64_t hub_fnv1a(uint64_t h, const void *p, size_t len) {
+    const unsigned char *s = p;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ s[i]) * 1099511628211ULL; /* the 64-bit FNV prime */
+    }
+    return h;
+}
+
+uint64_t hub_fnv1a_str(const char *s) {
+    return hub_fnv1a(HUB_FNV1A_BASIS, s, strlen(s));
+}
+
+int hub_http_tchar(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+int hub_http_token(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        if (!hub_http_tchar((unsigned char)s[i])) {
+            return 0;
+        }
+    }
+    return len > 0;
+}
+
+int hub_http_value_safe(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 size_t hub_utf8_prefix(const void *p, size_t len) {
     const unsigned char *s = p;
     size_t i = 0;

@@ -53,6 +53,28 @@ int hub_base64_decoded_len(const char *in, size_t inlen, size_t *outlen);
 /* 1 when c belongs to the base64url alphabet (no padding). */
 int hub_base64url_char(char c);
 
+/*
+ * FNV-1a, 64 bits: the one hash of the hub's small in-memory tables (rate
+ * buckets, the URL cache, the batch's repeated keys).  Not for anything an
+ * attacker can aim at a fixed table size to degrade it beyond a longer
+ * chain.  hub_fnv1a continues from h (start with HUB_FNV1A_BASIS), so a key
+ * of several parts hashes part by part; hub_fnv1a_str hashes one C string.
+ */
+#define HUB_FNV1A_BASIS 14695981039346656037ULL
+uint64_t hub_fnv1a(uint64_t h, const void *p, size_t len);
+uint64_t hub_fnv1a_str(const char *s);
+
+/* 1 when c is an RFC 9110 token character (header names, media types). */
+int hub_http_tchar(unsigned char c);
+
+/* 1 when s[0..len) is a non-empty RFC 9110 token (a header name). */
+int hub_http_token(const char *s, size_t len);
+
+/* 1 when s[0..len) may stand on the wire as a header value verbatim: HTAB,
+ * SP..~ and bytes >= 0x80; never CR, LF, NUL or another control byte (the
+ * bytes of header injection). */
+int hub_http_value_safe(const char *s, size_t len);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t hub_now_ns(void);
 

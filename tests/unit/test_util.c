@@ -118,11 +118,39 @@ static void test_bound(void **state) {
     assert_int_equal(decode("QUJD", 0, out, 2), -1);
 }
 
+/* The published FNV-1a 64 test vectors, and a key hashed part by part
+ * equals the same bytes hashed at once. */
+static void test_fnv1a(void **state) {
+    (void)state;
+    assert_true(hub_fnv1a_str("") == 0xcbf29ce484222325ULL);
+    assert_true(hub_fnv1a_str("a") == 0xaf63dc4c8601ec8cULL);
+    assert_true(hub_fnv1a_str("foobar") == 0x85944171f73967e8ULL);
+    assert_true(hub_fnv1a(hub_fnv1a(HUB_FNV1A_BASIS, "foo", 3), "bar", 3) ==
+                hub_fnv1a_str("foobar"));
+}
+
+static void test_http_token(void **state) {
+    (void)state;
+    assert_true(hub_http_token("X-Api-Key", 9));
+    assert_true(hub_http_token("!#$%&'*+-.^_`|~09az", 19));
+    assert_false(hub_http_token("", 0));
+    assert_false(hub_http_token("X Key", 5));
+    assert_false(hub_http_token("X:Key", 5));
+    assert_false(hub_http_token("X\0Key", 5));
+    assert_false(hub_http_token("caf\xc3\xa9", 5));
+    assert_true(hub_http_value_safe("a b\tc\xc3\xa9", 7));
+    assert_true(hub_http_value_safe("", 0));
+    assert_false(hub_http_value_safe("a\r\nX-Evil: 1", 14));
+    assert_false(hub_http_value_safe("a\0b", 3));
+    assert_false(hub_http_value_safe("a\x7f", 2));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips), cmocka_unit_test(test_alphabets),
         cmocka_unit_test(test_padding),     cmocka_unit_test(test_strict),
-        cmocka_unit_test(test_bound),
+        cmocka_unit_test(test_bound),       cmocka_unit_test(test_fnv1a),
+        cmocka_unit_test(test_http_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
