@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "api_util.h"
+#include "bucket.h"
 #include "envelope.h"
 #include "hub.h"
 #include "ingest.h"
@@ -70,126 +71,23 @@ struct events_call {
 /* ---------------------------------------------------------- rate buckets -- */
 
 /*
- * Token buckets per tenant, one table for the pull rate and one for the
- * ingest quotas.  A bucket keeps the rate and burst it was last charged
- * with, so a quota changed by an operator applies from the next request.
+ * Charges the tenant's bucket in *table (the pull rate, or the ingest
+ * quota).  Returns 0 when admitted, else the whole seconds to wait for
+ * Retry-After (1 to a day).
  */
+static int bucket_take(struct hub_buckets **table, const char *tenant, double rate, double burst,
+                       double cost) {
+    double wait = hub_bucket_take(table, tenant, rate, burst, cost, hub_now_ns());
 
-#define BUCKET_SLOTS 256
-/* Above this many tenants in a table, full buckets are dropped (a full
- * bucket is what a missing one is). */
-#define BUCKET_SWEEP_AT 4096
-
-struct rate_bucket {
-    struct rate_bucket *next;
-    double tokens;
-    double rate;  /* tokens per second */
-    double burst; /* the most it holds */
-    uint64_t at_ns;
-    char tenant[];
-};
-
-struct hub_rate_buckets {
-    struct rate_bucket *slots[BUCKET_SLOTS];
-    size_t count;
-};
-
-static size_t bucket_slot(const char *tenant) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *s = (const unsigned char *)tenant; *s; s++) {
-        h = (h ^ *s) * 1099511628211ULL;
-    }
-    return (size_t)(h % BUCKET_SLOTS);
-}
-
-static double bucket_refill(struct rate_bucket *b, uint64_t now) {
-    double t = b->tokens + (double)(now - b->at_ns) / 1e9 * b->rate;
-    b->tokens = t < b->burst ? t : b->burst;
-    b->at_ns = now;
-    return b->tokens;
-}
-
-static void buckets_sweep(struct hub_rate_buckets *tb, uint64_t now) {
-    for (size_t i = 0; i < BUCKET_SLOTS; i++) {
-        struct rate_bucket **pp = &tb->slots[i];
-        while (*pp != NULL) {
-            struct rate_bucket *b = *pp;
-            if (bucket_refill(b, now) >= b->burst) {
-                *pp = b->next;
-                free(b);
-                tb->count--;
-            } else {
-                pp = &b->next;
-            }
-        }
-    }
-}
-
-static void buckets_free(struct hub_rate_buckets **table) {
-    struct hub_rate_buckets *tb = *table;
-
-    for (size_t i = 0; tb != NULL && i < BUCKET_SLOTS; i++) {
-        while (tb->slots[i] != NULL) {
-            struct rate_bucket *b = tb->slots[i];
-            tb->slots[i] = b->next;
-            free(b);
-        }
-    }
-    free(tb);
-    *table = NULL;
-}
-
-/*
- * Charges `cost` tokens to the tenant's bucket in *table (created on first
- * use) at `rate` per second up to `burst`.  A request is let through while
- * the bucket holds at least one token, and may take it below zero: a batch
- * larger than the burst is admitted once and paid for by the wait of the
- * requests after it, so the average stays at the rate.  Returns 0, or the
- * seconds to wait (>= 1) when the bucket holds less than one token.  Out of
- * memory lets the request through: a rate limit is no reason to refuse
- * service.
- */
-static int bucket_take(struct hub_rate_buckets **table, const char *tenant, double rate,
-                       double burst, double cost) {
-    uint64_t now = hub_now_ns();
-    struct hub_rate_buckets *tb = *table;
-    struct rate_bucket *b;
-    size_t slot = bucket_slot(tenant);
-    size_t len = strlen(tenant);
-
-    if (tb == NULL && (tb = *table = calloc(1, sizeof(*tb))) == NULL) {
+    if (wait <= 0.0) {
         return 0;
     }
-    for (b = tb->slots[slot]; b != NULL && strcmp(b->tenant, tenant) != 0; b = b->next) {
-    }
-    if (b == NULL) {
-        if (tb->count >= BUCKET_SWEEP_AT) {
-            buckets_sweep(tb, now);
-        }
-        b = malloc(sizeof(*b) + len + 1);
-        if (b == NULL) {
-            return 0;
-        }
-        memcpy(b->tenant, tenant, len + 1);
-        b->tokens = burst;
-        b->at_ns = now;
-        b->next = tb->slots[slot];
-        tb->slots[slot] = b;
-        tb->count++;
-    }
-    b->rate = rate;
-    b->burst = burst;
-    if (bucket_refill(b, now) < 1.0) {
-        double wait = (1.0 - b->tokens) / rate;
-        return wait < 1.0 ? 1 : wait > 86400.0 ? 86400 : (int)ceil(wait);
-    }
-    b->tokens -= cost;
-    return 0;
+    return wait < 1.0 ? 1 : wait > 86400.0 ? 86400 : (int)ceil(wait);
 }
 
 void hub_api_events_free(struct hub *hub) {
-    buckets_free(&hub->pull_buckets);
-    buckets_free(&hub->ingest_buckets);
+    hub_buckets_free(&hub->pull_buckets);
+    hub_buckets_free(&hub->ingest_buckets);
 }
 
 /* Answers 429 with Retry-After: `wait` seconds. */

@@ -24,6 +24,7 @@
 #include "api_subs.h"
 #include "backoff.h"
 #include "breaker.h"
+#include "bucket.h"
 #include "crypto.h"
 #include "httpc.h"
 #include "hub.h"
@@ -524,25 +525,12 @@ struct url_slot {
     long path_at; /* u.path is text + path_at, or static when -1 */
 };
 
-/* One token bucket per rate-limited subscription (SPEC §7.9).  A small
- * open-addressing table: probing is bounded, and when a probe window is full
- * its least recently used bucket is recycled (a forgotten bucket starts full,
- * which errs towards delivering). */
-#define RATE_SLOTS 4096
-#define RATE_PROBE 16
-
-struct rate_bucket {
-    char sub_id[40]; /* "" = free */
-    double tokens;
-    int64_t last_ms;
-};
-
 struct hub_dispatch {
     struct hub *hub;
     struct hub_pg *pg_claim; /* one connection: claims, one at a time */
     struct hub_pg *pg_load;  /* one connection: the claimed jobs' loads */
     struct hub_pg *pg_out;   /* outcome batches */
-    struct rate_bucket *rates;
+    struct hub_buckets *rates; /* max_rate buckets per subscription (SPEC §7.9) */
     struct url_slot *urls; /* URL_SLOTS, allocated at the first attempt */
     char owner[96];
     uint64_t claim_serial; /* of the claim in flight, or of the last one */
@@ -1226,15 +1214,6 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     dispatch_maybe_done(d);
 }
 
-/* FNV-1a of a string: the slot of a small in-memory table. */
-static uint64_t fnv1a(const char *str) {
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
-        h = (h ^ *p) * 1099511628211ULL;
-    }
-    return h;
-}
-
 /*
  * hub_url_parse() of a destination, remembered by its text: a URL is parsed
  * once, not for each attempt (libcurl's URL API and its copies were 2% of
@@ -1247,7 +1226,7 @@ static int url_parse_cached(struct hub_dispatch *d, const char *url, struct hub_
     if (d->urls == NULL && (d->urls = calloc(URL_SLOTS, sizeof(*d->urls))) == NULL) {
         return hub_url_parse(url, out);
     }
-    s = &d->urls[fnv1a(url) % URL_SLOTS];
+    s = &d->urls[hub_fnv1a_str(url) % URL_SLOTS];
     if (s->text == NULL || strcmp(s->text, url) != 0) {
         char *text = strdup(url);
         if (text == NULL) {
@@ -1271,45 +1250,18 @@ static int url_parse_cached(struct hub_dispatch *d, const char *url, struct hub_
 }
 
 /*
- * Takes one token of the subscription's bucket.  Returns 0 when the attempt
- * may go, or the milliseconds to wait for the next token.
+ * Takes one token of the subscription's bucket (a second's worth of burst,
+ * at least one).  Returns 0 when the attempt may go, or the milliseconds to
+ * wait for the next token: no later than the longest retry step, since a
+ * rate far below one a day would wait longer than a timestamp can say.
  */
 static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate) {
-    uint64_t h = fnv1a(sub_id);
-    struct rate_bucket *b = NULL, *free_slot = NULL, *lru = NULL;
-    int64_t now = unix_ms();
-    double cap = rate > 1 ? rate : 1; /* a second's worth, at least one */
+    double wait = hub_bucket_take(&d->rates, sub_id, rate, rate > 1 ? rate : 1, 1.0, hub_now_ns());
+    double wait_ms = wait * 1000.0;
 
-    for (int i = 0; i < RATE_PROBE; i++) {
-        struct rate_bucket *c = &d->rates[(h + (uint64_t)i) % RATE_SLOTS];
-        if (strcmp(c->sub_id, sub_id) == 0) {
-            b = c;
-            break;
-        }
-        if (c->sub_id[0] == '\0') {
-            free_slot = free_slot ? free_slot : c;
-        } else if (lru == NULL || c->last_ms < lru->last_ms) {
-            lru = c;
-        }
-    }
-    if (b == NULL) {
-        b = free_slot ? free_slot : lru;
-        snprintf(b->sub_id, sizeof(b->sub_id), "%s", sub_id);
-        b->tokens = cap;
-        b->last_ms = now;
-    }
-    b->tokens += rate * (double)(now - b->last_ms) / 1000.0;
-    if (b->tokens > cap) {
-        b->tokens = cap;
-    }
-    b->last_ms = now;
-    if (b->tokens >= 1.0) {
-        b->tokens -= 1.0;
+    if (wait <= 0.0) {
         return 0;
     }
-    /* a rate far below one a day would wait longer than any timestamp can
-     * say: no later than the longest retry step */
-    double wait_ms = (1.0 - b->tokens) * 1000.0 / rate;
     return wait_ms < (double)DISPATCH_DEFER_MAX_MS ? (int64_t)wait_ms + 1 : DISPATCH_DEFER_MAX_MS;
 }
 
@@ -2247,7 +2199,6 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     bcfg.open_ms = hub->cfg.breaker_open_ms;
     bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
     d->breakers = hub_breakers_new(&bcfg);
-    d->rates = calloc(RATE_SLOTS, sizeof(*d->rates));
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request.  A claim's
      * commit need not wait for the disk: should the database lose it in a
@@ -2259,7 +2210,7 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     d->pg_load = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-load", DISPATCH_PG_OPTIONS);
     d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
                            DISPATCH_PG_OPTIONS);
-    if (d->breakers == NULL || d->rates == NULL || d->pg_claim == NULL || d->pg_load == NULL ||
+    if (d->breakers == NULL || d->pg_claim == NULL || d->pg_load == NULL ||
         d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);
@@ -2271,7 +2222,6 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
             hub_pg_close(d->pg_out, NULL, NULL);
         }
         hub_breakers_free(d->breakers);
-        free(d->rates);
         free(d);
         return -1;
     }
@@ -2307,7 +2257,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     void (*cb)(void *) = d->done_cb;
     void *arg = d->done_arg;
     hub_breakers_free(d->breakers);
-    free(d->rates);
+    hub_buckets_free(&d->rates);
     for (size_t i = 0; d->urls != NULL && i < URL_SLOTS; i++) {
         free(d->urls[i].text);
     }

@@ -19,7 +19,7 @@ struct hub_kafka_mock;
 struct hub_http;
 struct hub_httpc;
 struct hub_dispatch;
-struct hub_rate_buckets;
+struct hub_buckets;
 struct hub_ingest_queue;
 
 struct hub {
@@ -34,8 +34,8 @@ struct hub {
     struct hub_httpc *httpc;   /* outgoing HTTP (verification probes, deliveries) */
     struct hub_dispatch *dispatch; /* NULL for the ingest role */
     struct hub_policies *policies; /* Lua policies (SPEC §8), reloaded on SIGHUP */
-    struct hub_rate_buckets *pull_buckets;   /* pull API rate limits (api_events.c) */
-    struct hub_rate_buckets *ingest_buckets; /* tenant ingest quotas (api_events.c) */
+    struct hub_buckets *pull_buckets;   /* pull API rate limits (api_events.c) */
+    struct hub_buckets *ingest_buckets; /* tenant ingest quotas (api_events.c) */
     struct hub_ingest_queue *ingest_queue; /* HTTP ingest requests (ingest.c) */
     struct hub_kek kek;        /* STREAMING_HUB_KEK, when has_kek */
     int has_kek;

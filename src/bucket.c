@@ -1,0 +1,154 @@
+/*
+ * bucket — token buckets in a chained hash table keyed by string.
+ */
+#include "bucket.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The table starts with this many chains and doubles when it holds twice as
+ * many buckets as chains, so a chain stays short however many keys come. */
+#define BUCKET_SLOTS_MIN 256
+/* Full buckets are dropped once the table holds this many (and then again
+ * each time it has doubled since the last sweep). */
+#define BUCKET_SWEEP_MIN 4096
+
+struct bucket {
+    struct bucket *next;
+    uint64_t hash;
+    double tokens;
+    double rate;  /* tokens per second */
+    double burst; /* the most it holds */
+    uint64_t at_ns;
+    char key[];
+};
+
+struct hub_buckets {
+    struct bucket **slots;
+    size_t nslots; /* a power of two */
+    size_t count;
+    size_t sweep_at;
+};
+
+static double refill(struct bucket *b, uint64_t now) {
+    double t = b->tokens + (double)(now - b->at_ns) / 1e9 * b->rate;
+    b->tokens = t < b->burst ? t : b->burst;
+    b->at_ns = now;
+    return b->tokens;
+}
+
+/* Drops the buckets that are full again; the next sweep waits until the
+ * table has doubled, so sweeping costs O(1) per insert however many of the
+ * buckets stay partly drained. */
+static void sweep(struct hub_buckets *t, uint64_t now) {
+    for (size_t i = 0; i < t->nslots; i++) {
+        struct bucket **pp = &t->slots[i];
+        while (*pp != NULL) {
+            struct bucket *b = *pp;
+            if (refill(b, now) >= b->burst) {
+                *pp = b->next;
+                free(b);
+                t->count--;
+            } else {
+                pp = &b->next;
+            }
+        }
+    }
+    t->sweep_at = t->count * 2 > BUCKET_SWEEP_MIN ? t->count * 2 : BUCKET_SWEEP_MIN;
+}
+
+/* Doubles the chains; on out of memory the table keeps its size (longer
+ * chains, still correct). */
+static void grow(struct hub_buckets *t) {
+    size_t n = t->nslots * 2;
+    struct bucket **slots = calloc(n, sizeof(*slots));
+
+    if (slots == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < t->nslots; i++) {
+        while (t->slots[i] != NULL) {
+            struct bucket *b = t->slots[i];
+            t->slots[i] = b->next;
+            b->next = slots[b->hash & (n - 1)];
+            slots[b->hash & (n - 1)] = b;
+        }
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = n;
+}
+
+static struct hub_buckets *table_new(void) {
+    struct hub_buckets *t = calloc(1, sizeof(*t));
+
+    if (t == NULL || (t->slots = calloc(BUCKET_SLOTS_MIN, sizeof(*t->slots))) == NULL) {
+        free(t);
+        return NULL;
+    }
+    t->nslots = BUCKET_SLOTS_MIN;
+    t->sweep_at = BUCKET_SWEEP_MIN;
+    return t;
+}
+
+double hub_bucket_take(struct hub_buckets **table, const char *key, double rate, double burst,
+                       double cost, uint64_t now_ns) {
+    struct hub_buckets *t = *table;
+    uint64_t h = hub_fnv1a_str(key);
+    struct bucket *b;
+
+    if (t == NULL && (t = *table = table_new()) == NULL) {
+        return 0;
+    }
+    for (b = t->slots[h & (t->nslots - 1)]; b != NULL; b = b->next) {
+        if (b->hash == h && strcmp(b->key, key) == 0) {
+            break;
+        }
+    }
+    if (b == NULL) {
+        size_t len = strlen(key);
+        if (t->count >= t->sweep_at) {
+            sweep(t, now_ns);
+        }
+        if (t->count >= t->nslots * 2) {
+            grow(t);
+        }
+        if ((b = malloc(sizeof(*b) + len + 1)) == NULL) {
+            return 0;
+        }
+        memcpy(b->key, key, len + 1);
+        b->hash = h;
+        b->tokens = burst;
+        b->at_ns = now_ns;
+        b->next = t->slots[h & (t->nslots - 1)];
+        t->slots[h & (t->nslots - 1)] = b;
+        t->count++;
+    }
+    b->rate = rate;
+    b->burst = burst;
+    if (refill(b, now_ns) < 1.0) {
+        return (1.0 - b->tokens) / rate;
+    }
+    b->tokens -= cost;
+    return 0;
+}
+
+void hub_buckets_free(struct hub_buckets **table) {
+    struct hub_buckets *t = *table;
+
+    if (t == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < t->nslots; i++) {
+        while (t->slots[i] != NULL) {
+            struct bucket *b = t->slots[i];
+            t->slots[i] = b->next;
+            free(b);
+        }
+    }
+    free(t->slots);
+    free(t);
+    *table = NULL;
+}
