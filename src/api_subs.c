@@ -58,6 +58,7 @@
 #include "store_subs.h"
 #include "util.h"
 #include "uuid.h"
+#include "webhook.h"
 
 #define V1_PREFIX "/v1"
 #define SUBS_PATH "/v1/subscriptions"
@@ -69,7 +70,6 @@
 #define EVENT_TYPE_LEN_MAX 256
 #define URL_LEN_MAX 2048
 #define HEADERS_MAX 32
-#define HEADER_NAME_MAX 128
 #define HEADER_VALUE_MAX 4096
 #define GRACE_MAX_MS (7LL * 24 * 3600 * 1000)
 #define PROBE_CONNECT_TIMEOUT_MS 5000
@@ -91,339 +91,6 @@
     "STREAMING_HUB_KEK is required to store or use subscription secrets; the operator must "       \
     "configure it"
 #define NO_HTTPC_DETAIL "outgoing HTTP is not available in this process; retry later"
-
-/* ======================================================== webhook requests == */
-
-/* Names a subscription may never set (see api_subs.h). */
-static const char *const reserved_exact[] = {
-    "traceparent",  "tracestate",        "user-agent", "host",       "content-length",
-    "content-type", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
-    "te",           "trailer",           "upgrade",    "expect",     NULL,
-};
-static const char *const reserved_prefix[] = {"x-lerian-", "webhook-", "ce-", NULL};
-
-int hub_webhook_header_reserved(const char *name, size_t len) {
-    for (const char *const *p = reserved_exact; *p != NULL; p++) {
-        if (strlen(*p) == len && strncasecmp(name, *p, len) == 0) {
-            return 1;
-        }
-    }
-    for (const char *const *p = reserved_prefix; *p != NULL; p++) {
-        size_t pl = strlen(*p);
-        if (len >= pl && strncasecmp(name, *p, pl) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* A destination header name: an RFC 9110 token of bounded length. */
-static int header_name_valid(const char *s, size_t len) {
-    return len <= HEADER_NAME_MAX && hub_http_token(s, len);
-}
-
-struct line_list {
-    char **v;
-    size_t n, cap;
-    int oom;
-};
-
-/* Appends "name: value" (copied). */
-static void lines_add(struct line_list *l, const char *name, const char *value) {
-    size_t nl = strlen(name), vl = strlen(value);
-    char *line;
-
-    if (l->oom) {
-        return;
-    }
-    if (l->n + 2 > l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        char **v = realloc(l->v, cap * sizeof(*v));
-        if (v == NULL) {
-            l->oom = 1;
-            return;
-        }
-        l->v = v;
-        l->cap = cap;
-    }
-    line = malloc(nl + 2 + vl + 1);
-    if (line == NULL) {
-        l->oom = 1;
-        return;
-    }
-    memcpy(line, name, nl);
-    memcpy(line + nl, ": ", 2);
-    memcpy(line + nl + 2, value, vl + 1);
-    l->v[l->n++] = line;
-    l->v[l->n] = NULL;
-}
-
-/*
- * CloudEvents HTTP binding §3.1.3.2: space, '"', '%' and every byte outside
- * printable ASCII are percent-encoded (UTF-8 bytes one by one).  Returns a
- * malloc'd string or NULL on OOM.
- */
-static char *ce_encode(const char *s) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t len = strlen(s);
-    char *out = malloc(3 * len + 1), *o = out;
-
-    if (out == NULL) {
-        return NULL;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%') {
-            *o++ = '%';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 0x0f];
-        } else {
-            *o++ = (char)c;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-/* An event id as X-Lerian-Event-Id and webhook-id carry it: as is when
- * every byte is printable ASCII and it neither starts nor ends with a space,
- * else percent-encoded like ce-id.  Owned, NULL when out of memory. */
-static char *id_header_value(const char *id) {
-    size_t len = strlen(id);
-    int plain = len > 0 && id[0] != ' ' && id[len - 1] != ' ';
-
-    for (size_t i = 0; plain && i < len; i++) {
-        plain = (unsigned char)id[i] >= 0x20 && (unsigned char)id[i] < 0x7f;
-    }
-    return plain ? strdup(id) : ce_encode(id);
-}
-
-/* Adds "name: <encoded value>". */
-static void lines_add_encoded(struct line_list *l, const char *name, const char *value) {
-    char *enc = ce_encode(value);
-
-    if (enc == NULL) {
-        l->oom = 1;
-        return;
-    }
-    lines_add(l, name, enc);
-    free(enc);
-}
-
-static void lines_wipe(char **v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        OPENSSL_cleanse(v[i], strlen(v[i]));
-        free(v[i]);
-    }
-    free(v);
-}
-
-void hub_webhook_headers_free(struct hub_webhook_headers *h) {
-    if (h->lines != NULL) {
-        lines_wipe(h->lines, h->n);
-    }
-    h->lines = NULL;
-    h->n = 0;
-}
-
-/* Standard attributes, which an "extension" may not shadow. */
-static int ce_standard_attribute(const char *name) {
-    static const char *const std[] = {
-        "specversion",   "id",         "source",          "type", "time", "subject", "tenantid",
-        "schemaversion", "dataschema", "datacontenttype", NULL};
-    for (const char *const *p = std; *p != NULL; p++) {
-        if (strcmp(name, *p) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static int ce_extension_name_valid(const char *name) {
-    if (name[0] == '\0') {
-        return 0;
-    }
-    for (const char *p = name; *p != '\0'; p++) {
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'))) {
-            return 0;
-        }
-    }
-    return !ce_standard_attribute(name);
-}
-
-int hub_webhook_build_headers(const struct hub_webhook_event *ev,
-                              const struct hub_webhook_target *t, const void *body, size_t len,
-                              struct hub_webhook_headers *out) {
-    char wsig[HUB_SIGN_HEADER_SIZE(HUB_SIGN_WEBHOOK_SIZE, HUB_WEBHOOK_MAX_KEYS)];
-    char lsig[HUB_SIGN_HEADER_SIZE(HUB_SIGN_LERIAN_SIZE, HUB_WEBHOOK_MAX_KEYS)];
-    char num[32];
-    struct line_list l = {0};
-    const char *ct = ev->content_type != NULL ? ev->content_type : "application/json";
-    char *msg_id = NULL;
-
-    out->lines = NULL;
-    out->n = 0;
-    if (t->nkeys == 0 || t->nkeys > HUB_WEBHOOK_MAX_KEYS || ev->id == NULL) {
-        return -1;
-    }
-    /* The signed id is the header value exactly as sent: the ce-id itself
-     * (SPEC §7.2) when it is printable ASCII without edge spaces (which a
-     * receiver would trim), else its percent-encoding (as in ce-id). */
-    msg_id = id_header_value(ev->id);
-    if (msg_id == NULL) {
-        return -1;
-    }
-    if (hub_sign_headers(t->keys, t->nkeys, msg_id, t->unix_s, body, len, wsig, sizeof(wsig), lsig,
-                         sizeof(lsig)) != t->nkeys) {
-        free(msg_id);
-        return -1;
-    }
-    /* a stored content type is a validated media type; anything else falls back */
-    lines_add(&l, "Content-Type",
-              hub_http_value_safe(ct, strlen(ct)) && ct[0] != '\0' ? ct : "application/octet-stream");
-    lines_add(&l, "User-Agent", "streaming-hub/" HUB_VERSION);
-    lines_add(&l, "X-Lerian-Event-Id", msg_id);
-    lines_add_encoded(&l, "X-Lerian-Delivery-Id", t->delivery_id);
-    lines_add_encoded(&l, "X-Lerian-Event-Type", ev->event_type);
-    lines_add_encoded(&l, "X-Lerian-Tenant-Id", t->tenant_id);
-    lines_add_encoded(&l, "X-Lerian-Subscription-Id", t->subscription_id);
-    snprintf(num, sizeof(num), "%d", t->attempt);
-    lines_add(&l, "X-Lerian-Attempt", num);
-    snprintf(num, sizeof(num), "%lld", (long long)t->unix_s);
-    lines_add(&l, "X-Lerian-Timestamp", num);
-    lines_add(&l, "X-Lerian-Signature", lsig);
-    lines_add(&l, "webhook-id", msg_id);
-    lines_add(&l, "webhook-timestamp", num);
-    lines_add(&l, "webhook-signature", wsig);
-    lines_add(&l, "ce-specversion", "1.0");
-    lines_add_encoded(&l, "ce-id", ev->id);
-    lines_add_encoded(&l, "ce-source", ev->source);
-    lines_add_encoded(&l, "ce-type", ev->type);
-    lines_add_encoded(&l, "ce-time", ev->time);
-    if (ev->subject != NULL) {
-        lines_add_encoded(&l, "ce-subject", ev->subject);
-    }
-    lines_add_encoded(&l, "ce-tenantid", t->tenant_id);
-    if (ev->schema_version != NULL) {
-        lines_add_encoded(&l, "ce-schemaversion", ev->schema_version);
-    }
-    if (ev->dataschema != NULL) {
-        lines_add_encoded(&l, "ce-dataschema", ev->dataschema);
-    }
-    for (const char *const *x = ev->extensions; x != NULL && x[0] != NULL && x[1] != NULL; x += 2) {
-        char name[3 + 64 + 1];
-        if (strlen(x[0]) > 64 || !ce_extension_name_valid(x[0])) {
-            continue;
-        }
-        snprintf(name, sizeof(name), "ce-%s", x[0]);
-        lines_add_encoded(&l, name, x[1]);
-    }
-    /* W3C trace context travels verbatim (its values contain spaces and
-     * commas); one with control bytes is dropped rather than encoded. */
-    if (ev->traceparent != NULL && hub_http_value_safe(ev->traceparent, strlen(ev->traceparent))) {
-        lines_add(&l, "traceparent", ev->traceparent);
-    }
-    if (ev->tracestate != NULL && hub_http_value_safe(ev->tracestate, strlen(ev->tracestate))) {
-        lines_add(&l, "tracestate", ev->tracestate);
-    }
-    if (t->dest_headers != NULL && json_is_object(t->dest_headers)) {
-        const char *name;
-        json_t *value;
-        json_object_foreach((json_t *)t->dest_headers, name, value) {
-            const char *v = json_string_value(value);
-            size_t nl = strlen(name);
-            if (v == NULL || v[0] == '\0' || !header_name_valid(name, nl) ||
-                hub_webhook_header_reserved(name, nl) || !hub_http_value_safe(v, strlen(v))) {
-                continue; /* validated at the API; old or foreign rows are not trusted */
-            }
-            lines_add(&l, name, v);
-        }
-    }
-    free(msg_id);
-    if (l.oom) {
-        if (l.v != NULL) {
-            lines_wipe(l.v, l.n);
-        }
-        return -1;
-    }
-    out->lines = l.v;
-    out->n = l.n;
-    return 0;
-}
-
-/* ============================================================ secrets ====== */
-
-/* Opens one sealed secret into its HMAC key. */
-static int open_key(const struct hub_kek *kek, const char *id, const char *sealed,
-                    struct hub_sign_key *key) {
-    unsigned char *pt = NULL;
-    size_t len = 0;
-    int rc;
-
-    if (sealed == NULL || hub_open(kek, 1, sealed, id, &pt, &len) != 0) {
-        return -1;
-    }
-    rc = hub_secret_key((const char *)pt, key->key, &key->len);
-    OPENSSL_cleanse(pt, len);
-    free(pt);
-    return rc;
-}
-
-int hub_subs_open_keys(const struct hub_kek *kek, const char *subscription_id,
-                       const char *secret_sealed, const char *prev_sealed, int prev_valid,
-                       struct hub_sign_key *keys, size_t *nkeys) {
-    *nkeys = 0;
-    if (open_key(kek, subscription_id, secret_sealed, &keys[0]) != 0) {
-        return -1;
-    }
-    *nkeys = 1;
-    if (prev_valid && prev_sealed != NULL &&
-        open_key(kek, subscription_id, prev_sealed, &keys[1]) == 0) {
-        *nkeys = 2;
-    }
-    return 0;
-}
-
-int hub_subs_open_headers(const struct hub_kek *kek, const char *subscription_id,
-                          const char *headers_sealed, json_t **out) {
-    unsigned char *pt = NULL;
-    size_t len = 0;
-    json_t *obj;
-
-    *out = NULL;
-    if (headers_sealed == NULL) {
-        *out = json_object();
-        return *out != NULL ? 0 : -1;
-    }
-    if (hub_open(kek, 1, headers_sealed, subscription_id, &pt, &len) != 0) {
-        return -1;
-    }
-    obj = json_loadb((const char *)pt, len, 0, NULL);
-    OPENSSL_cleanse(pt, len);
-    free(pt);
-    if (obj == NULL || !json_is_object(obj)) {
-        json_decref(obj);
-        return -1;
-    }
-    *out = obj;
-    return 0;
-}
-
-void hub_subs_headers_free(json_t *headers) {
-    const char *name;
-    json_t *value;
-
-    if (headers == NULL) {
-        return;
-    }
-    /* jansson owns the bytes and frees them as they are: wipe them first */
-    json_object_foreach(headers, name, value) {
-        if (json_is_string(value)) {
-            OPENSSL_cleanse((char *)json_string_value(value), json_string_length(value));
-        }
-    }
-    json_decref(headers);
-}
 
 /* ====================================================== request state ====== */
 
@@ -520,7 +187,7 @@ static void input_free(struct subs_input *in) {
     free(in->event_types);
     free(in->schema_major);
     free(in->url);
-    hub_subs_headers_free(in->headers);
+    hub_webhook_headers_wipe(in->headers);
     free(in->headers_sealed);
     free(in->retry_schedule);
     free(in->policy);
@@ -610,14 +277,14 @@ static int subs_render(struct hub *hub, json_t *obj, const char *secret, int ope
         names = json_object();
     } else {
         json_t *plain = NULL;
-        if (hub->has_kek && hub_subs_open_headers(&hub->kek, id, hs, &plain) == 0) {
+        if (hub->has_kek && hub_webhook_open_headers(&hub->kek, id, hs, &plain) == 0) {
             const char *name;
             json_t *value;
             names = json_object();
             json_object_foreach(plain, name, value) {
                 json_object_set_new(names, name, json_string("***"));
             }
-            hub_subs_headers_free(plain);
+            hub_webhook_headers_wipe(plain);
         } else {
             /* names unknown: null rather than an empty (false) list */
             hub_log(HUB_WARN, "cannot open the destination headers of a subscription (KEK?)",
@@ -831,7 +498,7 @@ static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t 
 }
 
 static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
-    char field[32 + HEADER_NAME_MAX];
+    char field[32 + HUB_WEBHOOK_HEADER_NAME_MAX];
     const char *name;
     json_t *value;
     int bad = 0;
@@ -849,8 +516,8 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
         size_t nl = strlen(name);
         const char *other;
         json_t *ov;
-        snprintf(field, sizeof(field), "destination.headers.%.*s", HEADER_NAME_MAX, name);
-        if (!header_name_valid(name, nl)) {
+        snprintf(field, sizeof(field), "destination.headers.%.*s", HUB_WEBHOOK_HEADER_NAME_MAX, name);
+        if (!hub_webhook_header_name_valid(name, nl)) {
             hub_api_errors_add(errors, field,
                                "is not a valid header name (RFC 9110 token, "
                                "at most 128 characters)");
@@ -1516,9 +1183,9 @@ static int probe_row(struct subs_call *c, PGresult *r, int col, enum probe_mode 
     struct probe_args a;
 
     if (!hub->has_kek ||
-        hub_subs_open_keys(&hub->kek, c->object_id, PQgetvalue(r, 0, col + 2), prev,
+        hub_webhook_open_keys(&hub->kek, c->object_id, PQgetvalue(r, 0, col + 2), prev,
                            PQgetvalue(r, 0, col + 4)[0] == 't', keys, &nkeys) != 0 ||
-        hub_subs_open_headers(&hub->kek, c->object_id, hs, &headers) != 0) {
+        hub_webhook_open_headers(&hub->kek, c->object_id, hs, &headers) != 0) {
         OPENSSL_cleanse(keys, sizeof(keys));
         return -1;
     }
@@ -1537,7 +1204,7 @@ static int probe_row(struct subs_call *c, PGresult *r, int col, enum probe_mode 
     } else {
         probe_background(hub, &a);
     }
-    hub_subs_headers_free(headers);
+    hub_webhook_headers_wipe(headers);
     OPENSSL_cleanse(keys, sizeof(keys));
     return 0;
 }

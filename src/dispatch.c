@@ -21,7 +21,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "api_subs.h"
 #include "backoff.h"
 #include "breaker.h"
 #include "bucket.h"
@@ -36,6 +35,7 @@
 #include "store.h"
 #include "util.h"
 #include "uuid.h"
+#include "webhook.h"
 
 #define DISPATCH_IDLE_MS 50    /* claim poll when nothing was due */
 /* The tenants a claim rotates through are sampled every DISPATCH_TENANTS_MS,
@@ -956,7 +956,7 @@ static void event_from_attrs(const struct job *j, const json_t *attrs, struct hu
 
 /*
  * Builds the request headers of SPEC §7.2 with the builder the verification
- * probe uses (api_subs.h), over body[0..len) as it will be sent.  extra is
+ * probe uses (webhook.h), over body[0..len) as it will be sent.  extra is
  * what a shape policy added (reserved names are dropped: policy headers can
  * never replace the hub's own).  Returns 0, or -1 when the secrets cannot be
  * opened (wrong KEK): the attempt then fails.
@@ -970,11 +970,11 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
     json_t *dest = NULL;
     int rc;
 
-    if (hub_subs_open_keys(kek, j->sub_id, j->secret_sealed, j->prev_secret_sealed,
+    if (hub_webhook_open_keys(kek, j->sub_id, j->secret_sealed, j->prev_secret_sealed,
                            j->prev_secret_sealed != NULL, keys, &nkeys) != 0) {
         return -1;
     }
-    if (hub_subs_open_headers(kek, j->sub_id, j->headers_sealed, &dest) != 0) {
+    if (hub_webhook_open_headers(kek, j->sub_id, j->headers_sealed, &dest) != 0) {
         OPENSSL_cleanse(keys, sizeof(keys));
         return -1;
     }
@@ -1002,7 +1002,7 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
     };
     rc = hub_webhook_build_headers(ev, &t, body, len, h);
     OPENSSL_cleanse(keys, sizeof(keys));
-    hub_subs_headers_free(dest);
+    hub_webhook_headers_wipe(dest);
     return rc;
 }
 
