@@ -86,8 +86,8 @@ struct hub_event {
      * refused here; a structured event's data was parsed with the event.
      */
     int json_unchecked;
-    int structured;           /* 1 when parsed from structured mode */
-    void *arena_;             /* private */
+    int structured; /* 1 when parsed from structured mode */
+    void *arena_;   /* private */
 };
 
 /* Every attribute validation refused in one event, when the caller asks
