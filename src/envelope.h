@@ -164,7 +164,7 @@ int hub_topic_schema_major(const char *topic);
 int hub_media_type_is_json(const char *s, size_t len);
 
 /* Parses RFC 3339 (fractions and offsets allowed) into Unix microseconds.
- * Returns 0 on success, -1 when malformed. */
+ * Returns 0 on success, HUB_EINVAL (error.h) when malformed. */
 int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "envelope_int.h"
+#include "error.h"
 #include "util.h"
 
 /* Size limits of SPEC §3.1's attribute table, in bytes. */
@@ -338,13 +339,13 @@ static int64_t days_since_year_one(int y, int m, int d) {
  * forwarded to consumers, and strict parsers downstream reject it.  Fractions
  * may have any number of digits; digits past the sixth are truncated.  A
  * leap second is converted as the first second of the next minute.
- * Returns 0, or -1 when malformed.
+ * Returns 0, or HUB_EINVAL when malformed.
  */
 int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us) {
     /* The shortest form, "YYYY-MM-DDThh:mm:ssZ", is 20 bytes: the fixed
      * positions below are then all in bounds. */
     if (s == NULL || len < 20) {
-        return -1;
+        return HUB_EINVAL;
     }
     int year = digits_at(s, 4);
     int month = digits_at(s + 5, 2);
@@ -356,7 +357,7 @@ int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us) {
         day > days_in_month(year, month) || (s[10] != 'T' && s[10] != 't') || hour < 0 ||
         hour > 23 || s[13] != ':' || minute < 0 || minute > 59 || s[16] != ':' || second < 0 ||
         second > 60) {
-        return -1;
+        return HUB_EINVAL;
     }
 
     size_t i = 19;
@@ -371,7 +372,7 @@ int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us) {
             i++;
         }
         if (i == start) {
-            return -1;
+            return HUB_EINVAL;
         }
     }
 
@@ -380,12 +381,12 @@ int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us) {
         i++;
     } else if (i < len && (s[i] == '+' || s[i] == '-')) {
         if (len - i < 6) {
-            return -1;
+            return HUB_EINVAL;
         }
         int oh = digits_at(s + i + 1, 2);
         int om = digits_at(s + i + 4, 2);
         if (oh < 0 || oh > 23 || s[i + 3] != ':' || om < 0 || om > 59) {
-            return -1;
+            return HUB_EINVAL;
         }
         /* Local time minus the offset is UTC: 10:00+01:00 is 09:00Z. */
         offset_s = (int64_t)oh * 3600 + om * 60;
@@ -394,10 +395,10 @@ int hub_rfc3339_parse(const char *s, size_t len, int64_t *out_us) {
         }
         i += 6;
     } else {
-        return -1;
+        return HUB_EINVAL;
     }
     if (i != len) {
-        return -1;
+        return HUB_EINVAL;
     }
 
     /* Both dates shifted by 400 years (days_since_year_one): the difference is the same. */
