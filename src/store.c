@@ -1,132 +1,9 @@
 /*
- * store — ingest SQL and binary arrays.
+ * store — ingest SQL.
  */
 #include "store.h"
 
-#include <arpa/inet.h>
-#include <stdlib.h>
 #include <string.h>
-
-#define PGARR_HEADER 20 /* ndim, flags, oid, dim length, lower bound */
-
-/* Seconds between the Unix epoch and PostgreSQL's (2000-01-01). */
-#define PG_EPOCH_OFFSET_US (946684800LL * 1000000LL)
-
-static void pgarr_reserve(struct hub_pgarr *a, size_t more) {
-    if (a->oom || a->len + more <= a->cap) {
-        return;
-    }
-    size_t cap = a->cap ? a->cap : 4096;
-    while (cap < a->len + more) {
-        cap *= 2;
-    }
-    char *b = realloc(a->buf, cap);
-    if (b == NULL) {
-        a->oom = 1;
-        return;
-    }
-    a->buf = b;
-    a->cap = cap;
-}
-
-static void put32(char *p, uint32_t v) {
-    v = htonl(v);
-    memcpy(p, &v, 4);
-}
-
-void hub_pgarr_init(struct hub_pgarr *a, uint32_t oid) {
-    memset(a, 0, sizeof(*a));
-    a->oid = oid;
-    pgarr_reserve(a, PGARR_HEADER);
-    a->len = PGARR_HEADER;
-}
-
-void hub_pgarr_add(struct hub_pgarr *a, const void *p, size_t len) {
-    pgarr_reserve(a, 4 + (p ? len : 0));
-    if (a->oom) {
-        return;
-    }
-    if (p == NULL) {
-        put32(a->buf + a->len, 0xFFFFFFFFu);
-        a->len += 4;
-        a->has_null = 1;
-    } else {
-        put32(a->buf + a->len, (uint32_t)len);
-        memcpy(a->buf + a->len + 4, p, len);
-        a->len += 4 + len;
-    }
-    a->n++;
-}
-
-void hub_pgarr_add_text(struct hub_pgarr *a, const char *s) {
-    hub_pgarr_add(a, s, s ? strlen(s) : 0);
-}
-
-void hub_pgarr_add_i32(struct hub_pgarr *a, int32_t v) {
-    char b[4];
-    put32(b, (uint32_t)v);
-    hub_pgarr_add(a, b, 4);
-}
-
-void hub_pgarr_add_i64(struct hub_pgarr *a, int64_t v) {
-    char b[8];
-    put32(b, (uint32_t)((uint64_t)v >> 32));
-    put32(b + 4, (uint32_t)((uint64_t)v & 0xFFFFFFFFu));
-    hub_pgarr_add(a, b, 8);
-}
-
-void hub_pgarr_add_bool(struct hub_pgarr *a, int v) {
-    char b = v ? 1 : 0;
-    hub_pgarr_add(a, &b, 1);
-}
-
-void hub_pgarr_add_ts(struct hub_pgarr *a, int64_t unix_us) {
-    hub_pgarr_add_i64(a, unix_us - PG_EPOCH_OFFSET_US);
-}
-
-void hub_pgarr_add_jsonb(struct hub_pgarr *a, const char *json, size_t len) {
-    /* jsonb's binary input is a version byte (1) followed by the JSON text */
-    pgarr_reserve(a, 5 + len);
-    if (a->oom) {
-        return;
-    }
-    put32(a->buf + a->len, (uint32_t)(len + 1));
-    a->buf[a->len + 4] = 1;
-    memcpy(a->buf + a->len + 5, json, len);
-    a->len += 5 + len;
-    a->n++;
-}
-
-const char *hub_pgarr_finish(struct hub_pgarr *a, int *len) {
-    if (a->oom || a->len > (size_t)INT32_MAX) {
-        return NULL;
-    }
-    put32(a->buf, 1);
-    put32(a->buf + 4, (uint32_t)a->has_null);
-    put32(a->buf + 8, a->oid);
-    put32(a->buf + 12, a->n);
-    put32(a->buf + 16, 1);
-    *len = (int)a->len;
-    return a->buf;
-}
-
-char *hub_pgarr_take(struct hub_pgarr *a, int *len) {
-    char *buf;
-    if (hub_pgarr_finish(a, len) == NULL) {
-        hub_pgarr_free(a);
-        return NULL;
-    }
-    buf = a->buf;
-    a->buf = NULL;
-    a->len = a->cap = 0;
-    return buf;
-}
-
-void hub_pgarr_free(struct hub_pgarr *a) {
-    free(a->buf);
-    a->buf = NULL;
-    a->len = a->cap = 0;
-}
 
 /*
  * Why one statement: the roster gate, the dedup lookups and the insert all
@@ -205,9 +82,7 @@ void hub_pgarr_free(struct hub_pgarr *a) {
     "  ORDER BY r.ord"
 
 const struct hub_sql hub_sql_ingest_insert = {
-    "ingest_insert",
-    INGEST_INSERT_SQL,
-    1, /* plan per batch: see struct hub_sql */
+    "ingest_insert", INGEST_INSERT_SQL, 1, /* plan per batch: see struct hub_sql */
 };
 
 const struct hub_sql hub_sql_ingest_insert_prepared = {

@@ -1,8 +1,6 @@
 /*
- * store — the SQL of ingest and schema upkeep, and the binary array encoder
- * that lets one statement write a whole partition batch (`unnest` over
- * arrays sent in PostgreSQL's binary format: no escaping, payload bytes as
- * they are).
+ * store — the SQL of ingest and schema upkeep.  Its statements take whole
+ * partition batches as binary arrays (pg_array.h).
  */
 #ifndef HUB_STORE_H
 #define HUB_STORE_H
@@ -11,42 +9,9 @@
 #include <stdint.h>
 
 #include "pg.h"
-
-/* Element type OIDs used in parameter arrays. */
-#define HUB_OID_BOOL 16
-#define HUB_OID_BYTEA 17
-#define HUB_OID_INT8 20
-#define HUB_OID_INT4 23
-#define HUB_OID_TEXT 25
-#define HUB_OID_TIMESTAMPTZ 1184
-#define HUB_OID_JSONB 3802
-
-/* A one-dimensional array in binary wire format, built element by element. */
-struct hub_pgarr {
-    char *buf;
-    size_t len;
-    size_t cap;
-    uint32_t n;
-    uint32_t oid;
-    int has_null;
-    int oom;
-};
-
-void hub_pgarr_init(struct hub_pgarr *a, uint32_t oid);
-/* Appends raw element bytes (already in the element's binary form); p == NULL appends NULL. */
-void hub_pgarr_add(struct hub_pgarr *a, const void *p, size_t len);
-void hub_pgarr_add_text(struct hub_pgarr *a, const char *s); /* NULL → SQL NULL */
-void hub_pgarr_add_i32(struct hub_pgarr *a, int32_t v);
-void hub_pgarr_add_i64(struct hub_pgarr *a, int64_t v);
-void hub_pgarr_add_bool(struct hub_pgarr *a, int v);
-void hub_pgarr_add_ts(struct hub_pgarr *a, int64_t unix_us); /* timestamptz */
-void hub_pgarr_add_jsonb(struct hub_pgarr *a, const char *json, size_t len);
-/* Writes the header; returns the buffer (owned by a) and its length, or NULL on OOM. */
-const char *hub_pgarr_finish(struct hub_pgarr *a, int *len);
-void hub_pgarr_free(struct hub_pgarr *a);
-/* Finishes the array and hands its malloc'd buffer to the caller (for
- * hub_pg_txn_add_owned); a is left empty.  NULL on OOM (a is then freed). */
-char *hub_pgarr_take(struct hub_pgarr *a, int *len);
+/* The binary array encoder lived here before it moved to pg_array; the
+ * modules that still reach it through store.h keep working. */
+#include "pg_array.h"
 
 /*
  * Ingest: one statement per partition batch.  Parameters (binary arrays, one
