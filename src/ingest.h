@@ -1,5 +1,14 @@
 /*
- * ingest — reads CloudEvents from Kafka and decides their verdicts (SPEC §3).
+ * ingest — reads CloudEvents from Kafka and decides their verdicts (SPEC §3),
+ * and stores the events of HTTP ingest requests the same way (SPEC §4).
+ *
+ * Its parts (ingest_batch.h draws how a batch goes from one to the next):
+ *   ingest_kafka.c  the consumer: hub_ingest_start/stop and the figures;
+ *   ingest_http.c   the HTTP ingest queue: hub_ingest_store and
+ *                   hub_ingest_queue_release;
+ *   ingest_batch.c  the batch writer both share (SQL in store_ingest.h);
+ *   ingest.c        the records: hub_ingest_headers_evidence and what is
+ *                   read from a Kafka record.
  *
  * A librdkafka consumer in a consumer group, served on the hub's loop: the
  * consumer queue signals a pipe that a uv_poll_t watches, so records are
@@ -27,7 +36,9 @@ struct hub_ingest;
 
 /*
  * Creates the consumer for hub->brokers / hub->cfg and subscribes it.
- * Returns 0 and stores *out, or -1 (logged).  Borrows hub until freed.
+ * Returns 0 and stores *out, or (logged) HUB_ENOMEM, HUB_EKAFKA (librdkafka
+ * refused the configuration), HUB_EINVAL (STREAMING_HUB_KAFKA_TOPICS empty
+ * or refused) or HUB_EIO (no wake-up pipe).  Borrows hub until freed.
  */
 int hub_ingest_start(struct hub *hub, struct hub_ingest **out);
 
@@ -71,7 +82,7 @@ struct hub_ingest_rec {
     /* results */
     enum hub_verdict verdict;
     int64_t seq; /* accepted: its arrival sequence */
-    /* private */
+    /* private (ingest's own; an HTTP caller need not set them) */
     void *msg;           /* the Kafka record (rd_kafka_message_t), NULL for HTTP */
     int first;           /* index of the earlier record with the same key, or -1 */
     char old_digest[65]; /* hex digest stored under the key, "" if none */

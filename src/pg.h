@@ -28,14 +28,17 @@
  * PostgreSQL plans it for the actual parameters, whatever the session's
  * plan_cache_mode.  For statements whose best plan depends on them, e.g. the
  * ingest insert of a big batch, where the generic plan of a prepared
- * statement costs PostgreSQL ~25% more CPU per row (measured).
+ * statement costs PostgreSQL more CPU per row.
  *
  * Prepared statements follow the session's plan_cache_mode.  Under "auto",
  * PostgreSQL keeps planning a statement for every execution whenever the
  * generic plan looks costlier than the custom ones, as it does for
- * statements over unnest($n::type[]) arrays: 1-3 ms of planning for a
- * statement that runs in 0.3.  Pools that run such statements pass
- * HUB_PG_GENERIC_PLANS (hub_pg_new). */
+ * statements over unnest($n::type[]) arrays, whose planning then costs more
+ * than their run.  Pools that run such statements pass
+ * HUB_PG_GENERIC_PLANS (hub_pg_new).
+ *
+ * The figures behind both: docs/performance.md, "Notes moved out of the
+ * ingest code (issue 22)". */
 #define HUB_PG_GENERIC_PLANS "-c plan_cache_mode=force_generic_plan"
 
 struct hub_sql {

@@ -59,4 +59,19 @@ void hub_pgarr_free(struct hub_pgarr *a);
  * hub_pg_txn_add_owned); a is left empty.  NULL on OOM (a is then freed). */
 char *hub_pgarr_take(struct hub_pgarr *a, int *len);
 
+/* The most arrays hub_pgarr_txn_add() takes for one statement. */
+#define HUB_PGARR_TXN_MAX 32
+
+/*
+ * Finishes a[0..n) and appends sql to txn with them as its parameters $1..$n
+ * (binary), without copying them: the transaction takes every buffer, and
+ * each a[k] is left empty (freed), also on failure.  Returns 0, or:
+ *   HUB_ENOMEM  an array ran out of memory: nothing was added, and txn is
+ *               NOT marked failed (it still runs its other statements), or
+ *               txn could not take the statement: txn then fails at submit;
+ *   HUB_EINVAL  n outside 1..HUB_PGARR_TXN_MAX.
+ */
+int hub_pgarr_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, struct hub_pgarr *a,
+                      int n);
+
 #endif

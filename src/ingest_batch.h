@@ -1,0 +1,131 @@
+/*
+ * ingest_batch — the batch writer, and how ingest's parts hand a batch and
+ * its records to one another.  Internal to ingest: only ingest*.c include it.
+ *
+ * The parts:
+ *   ingest_kafka.c  the consumer: a partition's pending records become a
+ *                   batch (at most one in flight per partition); its offset
+ *                   is committed once the batch is stored;
+ *   ingest_http.c   the HTTP ingest queue: requests waiting together become
+ *                   one batch, a transaction they share;
+ *   ingest_batch.c  the writer: records → verdicts, durably;
+ *   ingest.c        the records: what is read from a Kafka record (headers,
+ *                   position, quarantine evidence).
+ *
+ * A batch's path through the writer:
+ *
+ *   owner fills the batch ──► ingest_batch_start(): Kafka records parsed,
+ *     refused ones get their verdict, in-batch repeats of a key marked
+ *   ──► one transaction: quarantine rows of the refused records + the insert
+ *       of the valid ones (store_ingest.h)
+ *   ──► verdicts read from the insert's rows; a key raced by another hub:
+ *       the transaction again
+ *       (the insert failed on a payload that is not JSON: the row-by-row
+ *       check, those records refused, then the transaction again)
+ *   ──► digest conflicts found: a second transaction quarantines them
+ *   ──► verdicts counted, dispatch kicked ──► owner->stored(b)
+ *
+ *   any transaction failed ──► owner->failed(b, out): a Kafka partition
+ *   waits ingest_batch_backoff_ms() and calls ingest_batch_submit() again;
+ *   an HTTP group hands the failure to its requests (their clients retry).
+ *
+ * Ownership: the owner allocates the batch and its records and fills the
+ * members marked "owner".  From ingest_batch_start() until the owner's
+ * stored() or failed() callback the writer has the batch: the owner may
+ * read it but neither change nor free it.  From the callback on it is the
+ * owner's again, to free or to submit again.
+ */
+#ifndef HUB_INGEST_BATCH_H
+#define HUB_INGEST_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "ingest.h"
+#include "pg.h"
+#include "store_ingest.h"
+
+struct hub;
+struct ingest_batch;
+
+/* How the writer reports to a batch's owner; both run on the loop, and the
+ * batch is the owner's from the call on. */
+struct ingest_batch_owner {
+    /* Every record has its verdict; the rows, their jobs and the
+     * quarantine rows are committed, the verdicts counted in the metrics. */
+    void (*stored)(struct ingest_batch *b);
+    /* A transaction failed (out borrowed for the call; no results).  What
+     * the batch wrote before stays written: b->quarantined and b->stored say
+     * what, and a later submit does not write it twice. */
+    void (*failed)(struct ingest_batch *b, const struct hub_pg_outcome *out);
+};
+
+struct ingest_batch {
+    /* owner: set before ingest_batch_start() */
+    struct hub *hub;
+    struct hub_pg *pg;           /* the pool its transactions run on */
+    struct hub_ingest_rec *recs; /* the owner's; the writer sets their verdicts */
+    size_t n;                    /* >= 1 */
+    uint64_t started_ns;         /* for the batch-duration histogram */
+    const struct ingest_batch_owner *owner;
+    void *owner_arg;  /* the Kafka partition or the HTTP group */
+    uv_timer_t retry; /* the Kafka owner's retry timer; unused by HTTP */
+    /* the writer's progress (the owner reads them) */
+    int attempts;       /* failed tries so far (reset once stored) */
+    int quarantined;    /* refused records already written (never twice) */
+    int stored;         /* the insert statement succeeded */
+    int conflicts_left; /* digest conflicts still to quarantine */
+    int in_txn;         /* a transaction is outstanding: the batch cannot be dropped */
+};
+
+/* The outcome a batch fails with when its transaction could not even be
+ * built (out of memory): never sent, nothing stored. */
+extern const struct hub_pg_outcome ingest_outcome_oom;
+
+/*
+ * Takes b (filled by its owner, records with their zeroed results) and
+ * writes it: Kafka records (msg != NULL) are parsed here, HTTP records come
+ * parsed.  Ends in exactly one call of b->owner->stored or ->failed,
+ * possibly before this returns.
+ */
+void ingest_batch_start(struct ingest_batch *b);
+
+/* Sends whatever b still has to write; for an owner retrying after
+ * failed().  Takes b back as ingest_batch_start() does. */
+void ingest_batch_submit(struct ingest_batch *b);
+
+/* The delay before a failed batch's next try: 100 ms doubling with each
+ * failure up to 5 s.  Counts the failure in b->attempts. */
+uint64_t ingest_batch_backoff_ms(struct ingest_batch *b);
+
+/* ------------------------------------------------ records (ingest.c) -- */
+
+/*
+ * Parses r's Kafka record (r->msg) under lim into r->ev / r->err and sets
+ * r->ok.  Returns 0, or HUB_ENOMEM when the record's headers could not be
+ * read: r->ok is then 0 with an "out of memory" error.
+ */
+int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_limits *lim);
+
+/* Where r was read: its topic, partition and offset, or topic NULL for an
+ * HTTP record.  The topic is borrowed from the record. */
+void ingest_rec_pos(const struct hub_ingest_rec *r, struct hub_store_kafka_pos *pos);
+
+/* Strings made for a record's quarantine row; ingest_evidence_free()
+ * frees them once the row is added. */
+struct ingest_evidence {
+    char *owned[4];
+};
+
+/*
+ * Fills the evidence members of row ($4..$11: tenant, source, id, position,
+ * headers, value) for record r: the event's own key when r->ok (a digest
+ * conflict), else what the record claimed.  row borrows from r and from
+ * *ev until ingest_evidence_free(ev).
+ */
+void ingest_rec_evidence(const struct hub_ingest_rec *r, struct hub_store_quarantine_row *row,
+                         struct ingest_evidence *ev);
+void ingest_evidence_free(struct ingest_evidence *ev);
+
+#endif

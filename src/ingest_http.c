@@ -1,0 +1,231 @@
+/*
+ * ingest_http — the queue of HTTP ingest requests (SPEC §4): requests that
+ * arrive together share one transaction (see ingest.h, hub_ingest_store).
+ *
+ * A request's records stay the caller's (api_events.c) throughout: a group
+ * copies them side by side into one array for the batch writer, and copies
+ * them back, verdicts and all, before it calls the requests' callbacks.
+ *
+ *   hub_ingest_store() ──► request queued ──► queue_pump(): fewer than
+ *   STORE_INFLIGHT_MAX groups running? ──► group_start(): the requests at
+ *   the head, whole, up to the batch size ──► ingest_batch_start()
+ *   ──► group_stored() / group_failed() ──► group_done(): records copied
+ *   back, each request's callback, the next group.
+ */
+#include "ingest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hub.h"
+#include "ingest_batch.h"
+#include "util.h"
+
+/*
+ * HTTP ingest requests share transactions: a request arriving while
+ * STORE_INFLIGHT_MAX transactions are running waits, and the waiting ones
+ * go together into the next (up to the batch size, whole requests), as
+ * records arriving during a partition's batch form its next one.  One
+ * transaction per request costs PostgreSQL a commit and a statement each;
+ * the figures, and the other limits tried: docs/performance.md, "HTTP
+ * ingest" and "Notes moved out of the ingest code (issue 22)".
+ */
+#define STORE_INFLIGHT_MAX 2
+
+/* One waiting or running request. */
+struct store_req {
+    struct store_req *next;
+    struct hub_ingest_rec *recs; /* the caller's; copied into the group while it runs */
+    size_t n;
+    hub_ingest_store_cb cb;
+    void *arg;
+};
+
+/* hub->ingest_queue: made by the first request, freed at shutdown once idle. */
+struct hub_ingest_queue {
+    struct store_req *head, *tail; /* waiting */
+    int inflight;                  /* groups running */
+    int orphaned;                  /* the hub is finishing: free once idle */
+};
+
+/* One shared transaction: its requests and their records, side by side. */
+struct store_group {
+    struct hub *hub;
+    struct hub_ingest_queue *q;
+    struct store_req *reqs;
+    struct hub_ingest_rec *recs;
+    size_t n;
+};
+
+/* The outcome of requests that never got a transaction because the hub is
+ * finishing. */
+static const struct hub_pg_outcome ingest_closing = {HUB_PG_ECLOSED, NULL, 0, "shutting down", ""};
+
+static void queue_pump(struct hub *hub, struct hub_ingest_queue *q);
+
+static void queue_free_if_idle(struct hub_ingest_queue *q) {
+    if (q->orphaned && q->inflight == 0 && q->head == NULL) {
+        free(q);
+    }
+}
+
+/* Completes every request of list with the outcome why (NULL: each has its
+ * verdicts), and frees them.  The callbacks may queue new requests. */
+static void reqs_finish(struct store_req *list, const struct hub_pg_outcome *why) {
+    while (list != NULL) {
+        struct store_req *r = list;
+        list = r->next;
+        r->cb(r->arg, why);
+        free(r);
+    }
+}
+
+/* The group's transaction ended (failure NULL: stored): give the records
+ * back to their requests, complete them, start the next group, free g. */
+static void group_done(void *arg, const struct hub_pg_outcome *failure) {
+    struct store_group *g = arg;
+    struct hub_ingest_queue *q = g->q;
+    size_t at = 0;
+
+    /* the verdicts (and records the JSON check refused) go back first */
+    for (struct store_req *r = g->reqs; r != NULL; r = r->next) {
+        memcpy(r->recs, g->recs + at, sizeof(*r->recs) * r->n);
+        at += r->n;
+    }
+    q->inflight--;
+    reqs_finish(g->reqs, failure);
+    free(g->recs);
+    if (q->orphaned) {
+        queue_free_if_idle(q);
+    } else {
+        queue_pump(g->hub, q);
+    }
+    free(g);
+}
+
+/* The batch writer's reports (ingest_batch.h).  The batch is the group's
+ * own, freed once the group is done; the records are the group's. */
+static void group_stored(struct ingest_batch *b) {
+    group_done(b->owner_arg, NULL);
+    free(b);
+}
+
+/* HTTP ingest does not retry: the failure goes to the clients, who do. */
+static void group_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
+    group_done(b->owner_arg, out);
+    free(b);
+}
+
+static const struct ingest_batch_owner group_owner = {group_stored, group_failed};
+
+/* Starts one shared transaction with the requests at the head of q. */
+static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
+    size_t cap = (size_t)hub->cfg.ingest_batch_max;
+    struct store_group *g = calloc(1, sizeof(*g));
+    struct store_req **last = &g->reqs;
+    struct ingest_batch *b = calloc(1, sizeof(*b));
+    size_t n = 0;
+
+    if (g == NULL || b == NULL) {
+        struct store_req *all = q->head;
+        q->head = q->tail = NULL;
+        free(g);
+        free(b);
+        reqs_finish(all, &ingest_outcome_oom);
+        return;
+    }
+    /* whole requests, up to the batch size (at least one, whatever its size) */
+    while (q->head != NULL && (n == 0 || n + q->head->n <= cap)) {
+        struct store_req *r = q->head;
+        q->head = r->next;
+        r->next = NULL;
+        *last = r;
+        last = &r->next;
+        n += r->n;
+    }
+    if (q->head == NULL) {
+        q->tail = NULL;
+    }
+    g->hub = hub;
+    g->q = q;
+    g->n = n;
+    g->recs = malloc(sizeof(*g->recs) * n);
+    if (g->recs == NULL) {
+        struct store_req *mine = g->reqs;
+        free(g);
+        free(b);
+        reqs_finish(mine, &ingest_outcome_oom);
+        return;
+    }
+    n = 0;
+    for (struct store_req *r = g->reqs; r != NULL; r = r->next) {
+        memcpy(g->recs + n, r->recs, sizeof(*r->recs) * r->n);
+        n += r->n;
+    }
+    /* the results the caller may not have zeroed (the writer sets them) */
+    for (size_t i = 0; i < n; i++) {
+        struct hub_ingest_rec *rec = &g->recs[i];
+        rec->msg = NULL;
+        rec->seq = 0;
+        rec->old_digest[0] = '\0';
+    }
+    b->hub = hub;
+    b->pg = hub->pg_ingest != NULL ? hub->pg_ingest : hub->pg; /* the delivery role has no
+                                                                 ingest pool */
+    b->recs = g->recs;
+    b->n = n;
+    b->started_ns = hub_now_ns();
+    b->owner = &group_owner;
+    b->owner_arg = g;
+    q->inflight++;
+    ingest_batch_start(b); /* group_done runs, whatever happens */
+}
+
+/* Starts groups while there is room and requests wait. */
+static void queue_pump(struct hub *hub, struct hub_ingest_queue *q) {
+    while (q->inflight < STORE_INFLIGHT_MAX && q->head != NULL) {
+        group_start(hub, q);
+    }
+}
+
+void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
+                      hub_ingest_store_cb cb, void *arg) {
+    struct hub_ingest_queue *q = hub->ingest_queue;
+    struct store_req *r = calloc(1, sizeof(*r));
+
+    if (q == NULL && r != NULL && (q = hub->ingest_queue = calloc(1, sizeof(*q))) == NULL) {
+        free(r);
+        r = NULL;
+    }
+    if (r == NULL) {
+        cb(arg, &ingest_outcome_oom);
+        return;
+    }
+    r->recs = recs;
+    r->n = n;
+    r->cb = cb;
+    r->arg = arg;
+    if (q->tail != NULL) {
+        q->tail->next = r;
+    } else {
+        q->head = r;
+    }
+    q->tail = r;
+    queue_pump(hub, q);
+}
+
+void hub_ingest_queue_release(struct hub *hub) {
+    struct hub_ingest_queue *q = hub->ingest_queue;
+
+    hub->ingest_queue = NULL;
+    if (q != NULL) {
+        /* Requests still waiting for a transaction get none: nothing of
+         * theirs is stored, and their callers answer (or drop) them now.
+         * The running transactions finish (or fail) as the pools close. */
+        struct store_req *waiting = q->head;
+        q->head = q->tail = NULL;
+        q->orphaned = 1;
+        reqs_finish(waiting, &ingest_closing);
+        queue_free_if_idle(q);
+    }
+}

@@ -1,0 +1,685 @@
+/*
+ * ingest_kafka — the Kafka consumer (see ingest.h): partitions, their
+ * pending records and batches, backpressure, offset commits, and the
+ * loop's wake-up.
+ *
+ * Everything runs on the hub's loop: librdkafka's consumer queue writes to
+ * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
+ * which takes them into their partitions' pending lists.  A partition with
+ * pending records and no batch in flight starts one (part_maybe_start); the
+ * batch writer (ingest_batch.c) reports back through part_owner, and the
+ * partition commits the offset after the batch's last record.
+ *
+ * Who owns a record: librdkafka until ingest_take(), then its partition's
+ * pending list, then the batch, which destroys it once the batch is stored
+ * or dropped (a revoked partition's records are dropped: the next owner
+ * reads them again from the committed offset).
+ */
+#include "ingest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <librdkafka/rdkafka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "hub.h"
+#include "ingest_batch.h"
+#include "kafka.h"
+#include "log.h"
+#include "util.h"
+
+#define INGEST_POLL_BUDGET 8192 /* records taken per loop turn */
+/* Stop taking records from librdkafka's queue above this much pending in
+ * partitions (not yet in a batch): the queue is the buffer (see its bound
+ * in hub_ingest_start). */
+#define INGEST_PENDING_BYTES (4 << 20)
+
+/* One topic partition this consumer was assigned at some point.  Kept
+ * after a revocation (assigned 0) until the consumer stops: its batch in
+ * flight may still finish, and the partition may come back. */
+struct ingest_part {
+    struct hub_ingest *ing;
+    char *topic;
+    int32_t partition;
+    int assigned;                 /* ours now: records are taken and offsets committed */
+    int paused;                   /* fetching paused (part_backpressure) */
+    rd_kafka_message_t **pending; /* taken, not yet in a batch; owned */
+    size_t n_pending;
+    size_t cap_pending;
+    size_t pending_bytes;
+    struct ingest_batch *inflight; /* at most one batch per partition */
+    struct ingest_part *next;
+};
+
+/* The consumer.  Freed by ingest_finish_stop once stopping, with no batch
+ * in flight and every handle closed. */
+struct hub_ingest {
+    struct hub *hub;
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *queue; /* the consumer queue (records, errors, rebalances) */
+    int pipe_fds[2];         /* librdkafka writes [1] when its queue gets records */
+    uv_poll_t wake;          /* on pipe_fds[0] */
+    uv_timer_t tick;         /* drains every 100 ms even without a wake-up */
+    uv_idle_t more;          /* keeps draining when a turn's budget ran out */
+    struct ingest_part *parts;
+    int ready;                  /* joined the group (an assignment, even empty) */
+    int stopping;               /* hub_ingest_stop ran: no new batches, no retries */
+    int open_handles;           /* handles not yet closed: wake, tick, more, batch timers */
+    int batches_inflight;       /* batches not yet released, over every partition */
+    size_t pending_bytes;       /* over every partition */
+    void (*done_cb)(void *arg); /* hub_ingest_stop's */
+    void *done_arg;
+    size_t batch_max; /* records per batch (STREAMING_HUB_INGEST_BATCH_MAX) */
+};
+
+static void ingest_drain(struct hub_ingest *ing);
+static void ingest_more_cb(uv_idle_t *h);
+static void part_maybe_start(struct ingest_part *p);
+static void ingest_finish_stop(struct hub_ingest *ing);
+
+/* ------------------------------------------------------------ partitions -- */
+
+/* The partition (topic, partition), made when create and not known yet.
+ * NULL when unknown (or on OOM). */
+static struct ingest_part *part_find(struct hub_ingest *ing, const char *topic, int32_t partition,
+                                     int create) {
+    for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
+        if (p->partition == partition && strcmp(p->topic, topic) == 0) {
+            return p;
+        }
+    }
+    if (!create) {
+        return NULL;
+    }
+    struct ingest_part *p = calloc(1, sizeof(*p));
+    if (p == NULL || (p->topic = strdup(topic)) == NULL) {
+        free(p);
+        return NULL;
+    }
+    p->ing = ing;
+    p->partition = partition;
+    p->next = ing->parts;
+    ing->parts = p;
+    return p;
+}
+
+/* Pauses or resumes fetching for an assigned partition. */
+static void part_set_paused(struct ingest_part *p, int paused) {
+    rd_kafka_topic_partition_list_t *l;
+
+    if (p->paused == paused || !p->assigned) {
+        return;
+    }
+    l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, p->topic, p->partition);
+    if (paused) {
+        rd_kafka_pause_partitions(p->ing->rk, l);
+    } else {
+        rd_kafka_resume_partitions(p->ing->rk, l);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    p->paused = paused;
+}
+
+/* Destroys the partition's pending records (not in a batch yet). */
+static void part_drop_pending(struct ingest_part *p) {
+    for (size_t i = 0; i < p->n_pending; i++) {
+        rd_kafka_message_destroy(p->pending[i]);
+    }
+    p->ing->pending_bytes -= p->pending_bytes;
+    p->n_pending = 0;
+    p->pending_bytes = 0;
+}
+
+/* Appends m to the pending list, which takes it.  Returns 0, or HUB_ENOMEM
+ * (m is then still the caller's). */
+static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
+    if (p->n_pending == p->cap_pending) {
+        size_t cap = p->cap_pending ? p->cap_pending * 2 : 256;
+        rd_kafka_message_t **a = realloc(p->pending, sizeof(*a) * cap);
+        if (a == NULL) {
+            return HUB_ENOMEM;
+        }
+        p->pending = a;
+        p->cap_pending = cap;
+    }
+    p->pending[p->n_pending++] = m;
+    p->pending_bytes += m->len;
+    p->ing->pending_bytes += m->len;
+    return 0;
+}
+
+/*
+ * A partition whose batch keeps failing stops fetching, so that it does not
+ * pile up records while the others go on; it resumes once its batch is stored.
+ *
+ * Backpressure for speed is global instead (ingest_drain stops taking records
+ * above INGEST_PENDING_BYTES, and librdkafka's bounded queue then stops the
+ * fetcher): pausing partitions for that costs librdkafka a fetch back-off of
+ * up to a second on every resume (what bench/ingest showed: docs/performance.md,
+ * "Notes moved out of the ingest code (issue 22)").
+ */
+static void part_backpressure(struct ingest_part *p) {
+    int failing = p->inflight != NULL && p->inflight->attempts > 0 && !p->inflight->stored;
+    part_set_paused(p, failing);
+}
+
+/* ------------------------------------------------------- their batches -- */
+
+/* Frees a partition's batch: its records (events and Kafka messages) and
+ * itself. */
+static void part_batch_free(struct ingest_batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        hub_event_free(&b->recs[i].ev);
+        rd_kafka_message_destroy(b->recs[i].msg);
+    }
+    free(b->recs);
+    free(b);
+}
+
+/* Offset of a Kafka batch's i-th record. */
+static int64_t batch_offset(const struct ingest_batch *b, size_t i) {
+    return ((const rd_kafka_message_t *)b->recs[i].msg)->offset;
+}
+
+/* A released batch's timer closed: free the batch, and finish stopping if
+ * it was the last thing the consumer waited for. */
+static void batch_timer_closed(uv_handle_t *h) {
+    struct ingest_batch *b = h->data;
+    struct ingest_part *p = b->owner_arg;
+    struct hub_ingest *ing = p->ing;
+    part_batch_free(b);
+    if (--ing->open_handles == 0 && ing->stopping && ing->batches_inflight == 0) {
+        ingest_finish_stop(ing);
+    }
+}
+
+/* Detaches the batch from its partition and frees it (after its timer
+ * closed: the timer is a handle, freed only in its close callback).  Its
+ * records not committed are read again by the partition's next owner, or
+ * by this one after a restart. */
+static void batch_release(struct ingest_batch *b) {
+    struct ingest_part *p = b->owner_arg;
+    struct hub_ingest *ing = p->ing;
+
+    p->inflight = NULL;
+    ing->batches_inflight--;
+    ing->open_handles++;
+    uv_close((uv_handle_t *)&b->retry, batch_timer_closed);
+}
+
+/* Commits next_offset for p: asynchronously, but synchronously while
+ * stopping.  A failure is counted and logged; the records after the last
+ * committed offset are then read again by the partition's next owner. */
+static void commit_offset(struct hub_ingest *ing, struct ingest_part *p, int64_t next_offset) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t err;
+
+    rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = next_offset;
+    /* While stopping, commit synchronously: the process is about to leave. */
+    err = rd_kafka_commit(ing->rk, l, ing->stopping ? 0 : 1);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ing->hub->metrics.ingest_commit_failures++;
+        hub_log(HUB_WARN, "offset commit failed", HUB_LS("topic", p->topic),
+                HUB_LI("partition", p->partition), HUB_LI("offset", next_offset),
+                HUB_LS("error", rd_kafka_err2str(err)));
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* The batch writer's report: everything of the batch is durable.  Commit
+ * past its last record (if the partition is still ours), free it, move on. */
+static void part_batch_stored(struct ingest_batch *b) {
+    struct ingest_part *p = b->owner_arg;
+
+    if (p->assigned) {
+        commit_offset(p->ing, p, batch_offset(b, b->n - 1) + 1);
+    }
+    batch_release(b);
+    part_backpressure(p);
+    part_maybe_start(p);
+}
+
+/* The backoff of a failed batch ended: submit it again, unless the
+ * partition is no longer ours or the consumer is stopping. */
+static void batch_retry_cb(uv_timer_t *t) {
+    struct ingest_batch *b = t->data;
+    struct ingest_part *p = b->owner_arg;
+
+    if (!p->assigned || p->ing->stopping) {
+        /* Not ours any more (or leaving): the next owner replays from the
+         * committed offset, which never moved past this batch. */
+        batch_release(b);
+        if (p->ing->stopping && p->ing->batches_inflight == 0) {
+            ingest_finish_stop(p->ing);
+        }
+        return;
+    }
+    ingest_batch_submit(b);
+}
+
+/* The batch writer's report: a transaction failed.  The partition keeps the
+ * batch and tries again after a backoff, paused meanwhile; the offset stays
+ * where it is, so nothing is lost if the partition moves. */
+static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
+    struct ingest_part *p = b->owner_arg;
+    struct hub_ingest *ing = p->ing;
+    const char *error = out->error != NULL ? out->error : "transaction failed";
+    const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
+    uint64_t delay = ingest_batch_backoff_ms(b);
+
+    /* Log the first failure and then every tenth, not a line per retry. */
+    if (b->attempts == 1 || b->attempts % 10 == 0) {
+        hub_log(HUB_WARN, "partition batch not stored, retrying", HUB_LS("topic", p->topic),
+                HUB_LI("partition", p->partition), HUB_LI("offset", batch_offset(b, 0)),
+                HUB_LI("records", b->n), HUB_LI("attempt", b->attempts),
+                HUB_LS("sqlstate", sqlstate), HUB_LS("error", error));
+    }
+    part_backpressure(p);
+    if (ing->stopping) {
+        batch_release(b);
+        if (ing->batches_inflight == 0) {
+            ingest_finish_stop(ing);
+        }
+        return;
+    }
+    uv_timer_start(&b->retry, batch_retry_cb, delay, 0);
+}
+
+/* How the batch writer reports to a partition (ingest_batch.h). */
+static const struct ingest_batch_owner part_owner = {part_batch_stored, part_batch_failed};
+
+/* Starts the partition's next batch when it has pending records and none in
+ * flight: the oldest pending records, up to batch_max, move to the batch,
+ * which owns them from here (one batch per partition keeps the commits in
+ * offset order). */
+static void part_maybe_start(struct ingest_part *p) {
+    struct hub_ingest *ing = p->ing;
+    struct ingest_batch *b;
+    size_t n;
+
+    if (p->inflight != NULL || p->n_pending == 0 || ing->stopping) {
+        return;
+    }
+    n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->recs = calloc(n, sizeof(*b->recs))) == NULL) {
+        free(b);
+        return; /* retried at the next tick */
+    }
+    b->hub = ing->hub;
+    b->pg = ing->hub->pg_ingest;
+    b->owner = &part_owner;
+    b->owner_arg = p;
+    b->n = n;
+    b->started_ns = hub_now_ns();
+    uv_timer_init(ing->hub->loop, &b->retry);
+    b->retry.data = b;
+    /* the records move from the pending list to the batch */
+    for (size_t i = 0; i < n; i++) {
+        b->recs[i].msg = p->pending[i];
+        p->pending_bytes -= p->pending[i]->len;
+        ing->pending_bytes -= p->pending[i]->len;
+    }
+    memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
+    p->n_pending -= n;
+    p->inflight = b;
+    ing->batches_inflight++;
+    ingest_batch_start(b);
+}
+
+/* ------------------------------------------------------------- consumer -- */
+
+/* librdkafka's group rebalance (called from rd_kafka_consumer_poll, on the
+ * loop): takes an assignment, or gives partitions up. */
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+    struct hub_ingest *ing = opaque;
+
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        for (int i = 0; i < parts->cnt; i++) {
+            struct ingest_part *p =
+                part_find(ing, parts->elems[i].topic, parts->elems[i].partition, 1);
+            if (p != NULL) {
+                p->assigned = 1;
+                p->paused = 0;
+            }
+        }
+        rd_kafka_assign(rk, parts);
+        ing->ready = 1;
+        hub_log(HUB_INFO, "kafka partitions assigned", HUB_LI("count", parts->cnt));
+    } else {
+        for (int i = 0; i < parts->cnt; i++) {
+            struct ingest_part *p =
+                part_find(ing, parts->elems[i].topic, parts->elems[i].partition, 0);
+            if (p != NULL) {
+                /* The next owner starts from the committed offset; what we hold
+                 * and have not stored yet is simply read again there. */
+                p->assigned = 0;
+                p->paused = 0;
+                part_drop_pending(p);
+            }
+        }
+        rd_kafka_assign(rk, NULL);
+        hub_log(HUB_INFO, "kafka partitions revoked", HUB_LI("count", parts->cnt),
+                HUB_LS("reason", rd_kafka_err2str(err)));
+    }
+}
+
+/* The asynchronous commits' outcome: failures are counted and logged. */
+static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque) {
+    struct hub_ingest *ing = opaque;
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        ing->hub->metrics.ingest_commit_failures++;
+        hub_log(HUB_WARN, "offset commit failed", HUB_LS("error", rd_kafka_err2str(err)));
+    }
+}
+
+/* Takes m (owned) from the consumer queue: an error or event is handled and
+ * destroyed, a record goes to its partition's pending list. */
+static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
+    struct ingest_part *p;
+
+    if (m->err) {
+        if (m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+            m->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC) {
+            /* The brokers answered and no topic matches the subscription yet:
+             * there is nothing to assign, which is a ready state.  A matching
+             * topic created later is picked up by the metadata refresh. */
+            if (!ing->ready) {
+                hub_log(HUB_INFO, "no kafka topic matches the subscription yet",
+                        HUB_LS("topics", ing->hub->cfg.kafka_topics));
+            }
+            ing->ready = 1;
+        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            hub_log(HUB_WARN, "kafka consumer error", HUB_LS("error", rd_kafka_message_errstr(m)),
+                    HUB_LS("topic", m->rkt ? rd_kafka_topic_name(m->rkt) : NULL),
+                    HUB_LI("partition", m->partition));
+        }
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    {
+        /* how far behind the producer we read (the record's timestamp) */
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+        if (ts > 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            double age = (double)now.tv_sec + (double)now.tv_nsec / 1e9 - (double)ts / 1000.0;
+            hub_histogram_observe(&ing->hub->metrics.ingest_record_age_seconds, age > 0 ? age : 0);
+        }
+    }
+    p = part_find(ing, rd_kafka_topic_name(m->rkt), m->partition, 1);
+    if (p == NULL || !p->assigned || part_push(p, m) != 0) {
+        /* not ours (a late record of a revoked partition) or OOM: the owner
+         * reads it again from the committed offset */
+        rd_kafka_message_destroy(m);
+        return;
+    }
+}
+
+/* Takes what the consumer queue holds, up to a budget per loop turn. */
+static void ingest_drain(struct hub_ingest *ing) {
+    char buf[64];
+    int taken = 0;
+
+    if (ing->stopping) {
+        return;
+    }
+    /* empty the wake-up pipe: one read per turn covers every write */
+    while (read(ing->pipe_fds[0], buf, sizeof(buf)) > 0) {
+    }
+    /* Over the pending budget, take one record per turn: enough to keep the
+     * consumer polled (rebalances, max.poll.interval.ms), while librdkafka's
+     * bounded queue holds the rest back. */
+    int budget = ing->pending_bytes > INGEST_PENDING_BYTES ? 1 : INGEST_POLL_BUDGET;
+    while (taken < budget) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(ing->rk, 0);
+        if (m == NULL) {
+            break;
+        }
+        ingest_take(ing, m);
+        taken++;
+    }
+    for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
+        part_backpressure(p);
+        part_maybe_start(p);
+    }
+    if (taken == INGEST_POLL_BUDGET) {
+        uv_idle_start(&ing->more, ingest_more_cb);
+    }
+}
+
+/* The previous turn used its whole budget: drain again on the next turn,
+ * after the loop has served everything else once. */
+static void ingest_more_cb(uv_idle_t *h) {
+    uv_idle_stop(h);
+    ingest_drain(h->data);
+}
+
+/* librdkafka wrote to the pipe: its queue has something. */
+static void ingest_wake_cb(uv_poll_t *h, int status, int events) {
+    ingest_drain(h->data);
+}
+
+/* Every 100 ms whatever the pipe says: rebalances and retries of a batch
+ * that could not even be allocated need a poll without new records. */
+static void ingest_tick_cb(uv_timer_t *t) {
+    ingest_drain(t->data);
+}
+
+/* librdkafka's client-level errors (brokers down, ...): logged; librdkafka
+ * retries on its own. */
+static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    hub_log(HUB_WARN, "kafka error", HUB_LS("error", rd_kafka_err2str(err)),
+            HUB_LS("detail", reason));
+}
+
+int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
+    struct hub_ingest *ing = calloc(1, sizeof(*ing));
+    rd_kafka_conf_t *conf = NULL;
+    rd_kafka_topic_partition_list_t *topics = NULL;
+    char err[512];
+    char num[32], wait[32];
+    int rc = HUB_EKAFKA; /* what librdkafka refused, unless set otherwise below */
+
+    if (ing == NULL) {
+        return HUB_ENOMEM;
+    }
+    ing->hub = hub;
+    ing->batch_max = (size_t)hub->cfg.ingest_batch_max;
+    ing->pipe_fds[0] = ing->pipe_fds[1] = -1;
+
+    conf = hub_kafka_conf_new(&hub->cfg, hub->brokers, err, sizeof(err));
+    if (conf == NULL) {
+        goto fail_conf;
+    }
+    snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms);
+    snprintf(wait, sizeof(wait), "%lld", (long long)hub->cfg.kafka_fetch_wait_ms);
+    if (rd_kafka_conf_set(conf, "group.id", hub->cfg.kafka_group, err, sizeof(err)) ||
+        /* offsets are committed by us, after the batch is stored */
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "enable.auto.offset.store", "false", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "session.timeout.ms", num, err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "enable.partition.eof", "false", err, sizeof(err)) ||
+        /* new topics matching the regex are picked up within seconds */
+        rd_kafka_conf_set(conf, "topic.metadata.refresh.interval.ms", "2000", err, sizeof(err)) ||
+        /* Bounded prefetch, for the whole consumer queue (librdkafka 2.0
+         * measures the forwarded queue): memory stays flat however far behind
+         * we are.  Once the queue is full the fetcher stops, and it starts
+         * again only when its broker thread next wakes up; the queue must
+         * cover that gap, with a small pending budget (INGEST_PENDING_BYTES)
+         * beside it.  Why 24 MiB: docs/performance.md, "Notes moved out of
+         * the ingest code (issue 22)". */
+        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "24576", err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "fetch.wait.max.ms", wait, err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "fetch.max.bytes", "8388608", err, sizeof(err))) {
+        goto fail_conf;
+    }
+    snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms / 3);
+    if (rd_kafka_conf_set(conf, "heartbeat.interval.ms", num, err, sizeof(err))) {
+        goto fail_conf;
+    }
+    rd_kafka_conf_set_log_cb(conf, hub_kafka_log_cb);
+    rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
+    rd_kafka_conf_set_opaque(conf, ing);
+
+    ing->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    if (ing->rk == NULL) {
+        goto fail_conf;
+    }
+    conf = NULL; /* owned by rk now */
+    rd_kafka_poll_set_consumer(ing->rk);
+    ing->queue = rd_kafka_queue_get_consumer(ing->rk);
+
+    if (pipe2(ing->pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, sizeof(err), "pipe: %s", strerror(errno));
+        rc = HUB_EIO;
+        goto fail_rk;
+    }
+    /* librdkafka writes one byte whenever the queue goes from empty to not */
+    rd_kafka_queue_io_event_enable(ing->queue, ing->pipe_fds[1], "1", 1);
+
+    topics = hub_kafka_topic_list(hub->cfg.kafka_topics);
+    if (topics == NULL) {
+        snprintf(err, sizeof(err), "STREAMING_HUB_KAFKA_TOPICS is empty");
+        rc = HUB_EINVAL;
+        goto fail_rk;
+    }
+    rd_kafka_resp_err_t rerr = rd_kafka_subscribe(ing->rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (rerr) {
+        /* the only input subscribe can refuse is the variable's value */
+        snprintf(err, sizeof(err), "STREAMING_HUB_KAFKA_TOPICS: cannot subscribe to '%s': %s",
+                 hub->cfg.kafka_topics, rd_kafka_err2str(rerr));
+        rc = HUB_EINVAL;
+        goto fail_rk;
+    }
+
+    /* served on the loop from here: wake-up, tick, and the idle handle that
+     * continues a drain whose budget ran out */
+    uv_poll_init(hub->loop, &ing->wake, ing->pipe_fds[0]);
+    ing->wake.data = ing;
+    uv_poll_start(&ing->wake, UV_READABLE, ingest_wake_cb);
+    uv_timer_init(hub->loop, &ing->tick);
+    ing->tick.data = ing;
+    uv_timer_start(&ing->tick, ingest_tick_cb, 100, 100);
+    uv_idle_init(hub->loop, &ing->more);
+    ing->more.data = ing;
+    ing->open_handles = 3;
+    hub_log(HUB_INFO, "kafka consumer started", HUB_LS("brokers", hub->brokers),
+            HUB_LS("topics", hub->cfg.kafka_topics), HUB_LS("group", hub->cfg.kafka_group));
+    *out = ing;
+    return 0;
+
+fail_rk:
+    if (ing->queue) {
+        rd_kafka_queue_destroy(ing->queue);
+    }
+    rd_kafka_destroy(ing->rk);
+    if (ing->pipe_fds[0] >= 0) {
+        close(ing->pipe_fds[0]);
+        close(ing->pipe_fds[1]);
+    }
+fail_conf:
+    if (conf) {
+        rd_kafka_conf_destroy(conf);
+    }
+    hub_log(HUB_ERROR, "kafka consumer not started", HUB_LS("error", err),
+            HUB_LS("code", hub_strerror(rc)));
+    free(ing);
+    return rc;
+}
+
+/* One of the consumer's handles closed (hub_ingest_stop). */
+static void ingest_handle_closed(uv_handle_t *h) {
+    struct hub_ingest *ing = h->data;
+    if (--ing->open_handles == 0 && ing->batches_inflight == 0) {
+        ingest_finish_stop(ing);
+    }
+}
+
+/* Runs once no batch is in flight and every handle is closed: leaves the
+ * group, frees the consumer and the partitions (dropping their pending
+ * records), then calls the done_cb of hub_ingest_stop. */
+static void ingest_finish_stop(struct hub_ingest *ing) {
+    if (ing->open_handles > 0 || ing->done_cb == NULL) {
+        return;
+    }
+    /* Leave the group now so that the partitions move at once rather than
+     * after the session timeout; blocking, but only at exit. */
+    rd_kafka_consumer_close(ing->rk);
+    rd_kafka_queue_destroy(ing->queue);
+    rd_kafka_destroy(ing->rk);
+    close(ing->pipe_fds[0]);
+    close(ing->pipe_fds[1]);
+    while (ing->parts != NULL) {
+        struct ingest_part *p = ing->parts;
+        ing->parts = p->next;
+        part_drop_pending(p);
+        free(p->pending);
+        free(p->topic);
+        free(p);
+    }
+    void (*cb)(void *) = ing->done_cb;
+    void *arg = ing->done_arg;
+    free(ing);
+    cb(arg);
+}
+
+void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *arg) {
+    ing->stopping = 1;
+    ing->done_cb = done_cb;
+    ing->done_arg = arg;
+    /* Batches waiting in retry give up now (their records replay on the next
+     * start); batches with a transaction outstanding finish and commit. */
+    for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
+        if (p->inflight != NULL && !p->inflight->in_txn) {
+            uv_timer_stop(&p->inflight->retry);
+            batch_release(p->inflight);
+        }
+    }
+    uv_poll_stop(&ing->wake);
+    uv_close((uv_handle_t *)&ing->wake, ingest_handle_closed);
+    uv_close((uv_handle_t *)&ing->tick, ingest_handle_closed);
+    uv_close((uv_handle_t *)&ing->more, ingest_handle_closed);
+}
+
+/* ----------------------------------------------------------- figures -- */
+
+int hub_ingest_ready(const struct hub_ingest *ing) {
+    return ing != NULL && ing->ready;
+}
+
+int hub_ingest_assigned(const struct hub_ingest *ing) {
+    int n = 0;
+    for (const struct ingest_part *p = ing ? ing->parts : NULL; p != NULL; p = p->next) {
+        n += p->assigned;
+    }
+    return n;
+}
+
+int hub_ingest_paused(const struct hub_ingest *ing) {
+    int n = 0;
+    for (const struct ingest_part *p = ing ? ing->parts : NULL; p != NULL; p = p->next) {
+        n += p->paused;
+    }
+    return n;
+}
+
+long hub_ingest_pending(const struct hub_ingest *ing) {
+    long n = 0;
+    for (const struct ingest_part *p = ing ? ing->parts : NULL; p != NULL; p = p->next) {
+        n += (long)p->n_pending + (p->inflight ? (long)p->inflight->n : 0);
+    }
+    return n;
+}

@@ -1,0 +1,259 @@
+/*
+ * store_ingest — the ingest statements and their row builders (see
+ * store_ingest.h).
+ */
+#include "store_ingest.h"
+
+#include <string.h>
+
+/*
+ * Batches of fewer rows use the prepared statement (generic plan), bigger
+ * ones have the insert planned for their actual arrays.  Planning this
+ * statement costs a few ms: worth it for a big batch, whose custom plan is
+ * cheaper per row than the generic one, not for the few records a batch
+ * holds at a steady, low rate, where it would be most of the batch's
+ * latency.  Figures: docs/performance.md, "Notes moved out of the ingest
+ * code (issue 22)".
+ */
+#define INGEST_PLAN_MIN_ROWS 16
+
+/*
+ * Why one statement: the roster gate, the dedup lookups and the insert all
+ * happen server-side in one round trip.
+ *
+ * Dedup has two halves (see migrations/0002_inbox.sql): the per-day unique
+ * index arbitrates today's partition through ON CONFLICT, at no extra cost;
+ * keys stored on earlier days are looked up by the NOT EXISTS, which only
+ * visits partitions older than today (pruned at executor start, `now()` being
+ * stable).  Only rows that were not inserted — replays, normally rare — pay
+ * for fetching the stored digest that tells a duplicate from a conflict.  A
+ * row inserted meanwhile by a concurrent hub is invisible to this
+ * statement's snapshot: it comes back with neither seq nor digest, and ingest
+ * runs the batch again to classify it.
+ *
+ * Each stored event gets its delivery jobs in the same statement, so an event
+ * and its jobs commit (and the offset moves) together.
+ *
+ * r checks the grammar of the JSON payloads (envelope.h json_unchecked) with
+ * PostgreSQL's JSON parser, every row's, the roster's rejects included: r is
+ * read twice, so it is materialized whole.  A bad payload fails the
+ * statement, and ingest finds it with hub_sql_ingest_json_errors.
+ */
+#define INGEST_INSERT_SQL                                                                          \
+    "WITH b AS ("                                                                                  \
+    "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"           \
+    "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"  \
+    "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[],"    \
+    "                       $16::bool[])"                                                          \
+    "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
+    "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset,"       \
+    "         json_check)"                                                                         \
+    "), r AS ("                                                                                    \
+    "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
+    "   WHERE NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL"               \
+    "), ins AS ("                                                                                  \
+    "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"       \
+    "                           schema_major, event_time, content_type, headers, payload,"         \
+    "                           digest, topic, kafka_partition, kafka_offset)"                     \
+    "  SELECT nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date, r.tenant_id, r.source,"      \
+    "         r.event_id, r.ce_type, r.event_type, r.schema_major, r.event_time,"                  \
+    "         r.content_type, r.headers, r.payload, r.digest, r.topic, r.kafka_partition,"         \
+    "         r.kafka_offset"                                                                      \
+    "    FROM r"                                                                                   \
+    "   WHERE r.status = 'active'"                                                                 \
+    "     AND NOT EXISTS (SELECT 1 FROM event_inbox e"                                             \
+    "                      WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                \
+    "                        AND e.event_id = r.event_id"                                          \
+    "                        AND e.day < (now() AT TIME ZONE 'UTC')::date)"                        \
+    "   ORDER BY r.ord"                                                                            \
+    "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
+    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"                  \
+    "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
+                    * resource wildcard and '*', of subscriptions enabled AND verified */          \
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
+    "                             event_type, fifo)"                                               \
+    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
+    "         s.ordering = 'fifo'"                                                                 \
+    "    FROM ins i"                                                                               \
+    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
+    "         AND sr.schema_major = i.schema_major"                                                \
+    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
+    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
+    "         AND s.verification_state = 'active'"                                                 \
+    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
+    ")"                                                                                            \
+    " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
+    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
+    "          (SELECT e.digest FROM event_inbox e"                                                \
+    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
+    "              AND e.event_id = r.event_id LIMIT 1)"                                           \
+    "        END,"                                                                                 \
+    "        ins.seq"                                                                              \
+    "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
+    "                       AND ins.event_id = r.event_id"                                         \
+    "  ORDER BY r.ord"
+
+const struct hub_sql hub_sql_ingest_insert = {
+    "ingest_insert", INGEST_INSERT_SQL, 1, /* plan per batch: see struct hub_sql */
+};
+
+const struct hub_sql hub_sql_ingest_insert_prepared = {
+    "ingest_insert_prepared",
+    INGEST_INSERT_SQL,
+    0,
+};
+
+/* hub_json_error() (migrations/0004) catches what the cast raises, row by
+ * row: slow, and run only after an insert failed on a bad payload. */
+const struct hub_sql hub_sql_ingest_json_errors = {
+    "ingest_json_errors",
+    "SELECT ord, e FROM (" /* enum hub_json_errors_col */
+    "  SELECT u.ord, hub_json_error(u.payload) AS e"
+    "    FROM unnest($1::int4[], $2::bytea[]) AS u(ord, payload)) x"
+    " WHERE e IS NOT NULL",
+    0,
+};
+
+/* The arrays' order is the table's column order: unnest's output goes in
+ * as is. */
+const struct hub_sql hub_sql_quarantine_insert = {
+    "quarantine_insert",
+    "INSERT INTO quarantine (reason, field, detail, tenant_id, source, event_id, topic,"
+    "                        kafka_partition, kafka_offset, headers, value)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    "                      $6::text[], $7::text[], $8::int4[], $9::int8[], $10::jsonb[],"
+    "                      $11::bytea[])",
+    0,
+};
+
+int hub_sqlstate_json_grammar(const char *sqlstate) {
+    /* what json input and convert_from raise (as hub_json_error catches):
+     * invalid_text_representation, character_not_in_repertoire,
+     * untranslatable_character, statement_too_complex (nesting depth) */
+    static const char *const codes[] = {"22P02", "22021", "22P05", "54001"};
+    for (size_t i = 0; sqlstate != NULL && i < sizeof(codes) / sizeof(codes[0]); i++) {
+        if (strcmp(sqlstate, codes[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------- the insert -- */
+
+void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
+    /* the element types of $1..$16, in order */
+    static const uint32_t oids[HUB_INGEST_NPARAMS] = {
+        HUB_OID_INT4, HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,
+        HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ,
+        HUB_OID_TEXT, HUB_OID_JSONB, HUB_OID_BYTEA, HUB_OID_BYTEA,
+        HUB_OID_TEXT, HUB_OID_INT4,  HUB_OID_INT8,  HUB_OID_BOOL};
+
+    rows->n = 0;
+    for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
+        hub_pgarr_init(&rows->a[k], oids[k]);
+    }
+}
+
+void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
+                               const struct hub_event *ev, const struct hub_store_kafka_pos *pos) {
+    struct hub_pgarr *a = rows->a;
+
+    hub_pgarr_add_i32(&a[0], ord);
+    hub_pgarr_add_text(&a[1], ev->tenant);
+    hub_pgarr_add_text(&a[2], ev->source);
+    hub_pgarr_add_text(&a[3], ev->id);
+    hub_pgarr_add_text(&a[4], ev->type);
+    hub_pgarr_add_text(&a[5], ev->event_type);
+    hub_pgarr_add_i32(&a[6], ev->schema_major);
+    hub_pgarr_add_ts(&a[7], ev->time_us);
+    hub_pgarr_add_text(&a[8], ev->content_type);
+    hub_pgarr_add_jsonb(&a[9], ev->attrs_json, ev->attrs_json_len);
+    /* an empty payload is bytes of length 0, not NULL */
+    hub_pgarr_add(&a[10], ev->payload ? (const void *)ev->payload : "", ev->payload_len);
+    hub_pgarr_add(&a[11], ev->digest, sizeof(ev->digest));
+    if (pos->topic != NULL) {
+        hub_pgarr_add_text(&a[12], pos->topic);
+        hub_pgarr_add_i32(&a[13], pos->partition);
+        hub_pgarr_add_i64(&a[14], pos->offset);
+    } else { /* HTTP ingest: no topic, partition or offset */
+        hub_pgarr_add(&a[12], NULL, 0);
+        hub_pgarr_add(&a[13], NULL, 0);
+        hub_pgarr_add(&a[14], NULL, 0);
+    }
+    hub_pgarr_add_bool(&a[15], ev->json_unchecked);
+    rows->n++;
+}
+
+int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows, struct hub_pg_txn *txn) {
+    if (rows->n == 0) {
+        for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
+            hub_pgarr_free(&rows->a[k]);
+        }
+        return 0;
+    }
+    return hub_pgarr_txn_add(txn,
+                             rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
+                                                             : &hub_sql_ingest_insert_prepared,
+                             rows->a, HUB_INGEST_NPARAMS);
+}
+
+/* --------------------------------------------------- the JSON check -- */
+
+void hub_store_json_rows_init(struct hub_store_json_rows *rows) {
+    hub_pgarr_init(&rows->a[0], HUB_OID_INT4);
+    hub_pgarr_init(&rows->a[1], HUB_OID_BYTEA);
+}
+
+void hub_store_json_rows_add(struct hub_store_json_rows *rows, int32_t ord, const void *payload,
+                             size_t len) {
+    hub_pgarr_add_i32(&rows->a[0], ord);
+    hub_pgarr_add(&rows->a[1], payload, len);
+}
+
+int hub_store_json_rows_txn_add(struct hub_store_json_rows *rows, struct hub_pg_txn *txn) {
+    return hub_pgarr_txn_add(txn, &hub_sql_ingest_json_errors, rows->a, HUB_JSON_ERRORS_NPARAMS);
+}
+
+/* ------------------------------------------------------ quarantine -- */
+
+void hub_store_quarantine_rows_init(struct hub_store_quarantine_rows *rows) {
+    /* the element types of $1..$11, in order */
+    static const uint32_t oids[HUB_QUARANTINE_NPARAMS] = {
+        HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_TEXT, HUB_OID_TEXT,
+        HUB_OID_TEXT, HUB_OID_INT4, HUB_OID_INT8, HUB_OID_JSONB, HUB_OID_BYTEA};
+
+    for (int k = 0; k < HUB_QUARANTINE_NPARAMS; k++) {
+        hub_pgarr_init(&rows->a[k], oids[k]);
+    }
+}
+
+void hub_store_quarantine_rows_add(struct hub_store_quarantine_rows *rows,
+                                   const struct hub_store_quarantine_row *row) {
+    struct hub_pgarr *a = rows->a;
+
+    hub_pgarr_add_text(&a[0], row->reason);
+    hub_pgarr_add_text(&a[1], row->field);
+    hub_pgarr_add_text(&a[2], row->detail);
+    hub_pgarr_add_text(&a[3], row->tenant_id);
+    hub_pgarr_add_text(&a[4], row->source);
+    hub_pgarr_add_text(&a[5], row->event_id);
+    if (row->pos.topic != NULL) {
+        hub_pgarr_add_text(&a[6], row->pos.topic);
+        hub_pgarr_add_i32(&a[7], row->pos.partition);
+        hub_pgarr_add_i64(&a[8], row->pos.offset);
+    } else { /* HTTP ingest: no topic, partition or offset */
+        hub_pgarr_add(&a[6], NULL, 0);
+        hub_pgarr_add(&a[7], NULL, 0);
+        hub_pgarr_add(&a[8], NULL, 0);
+    }
+    /* the headers column is NOT NULL: a record without headers has [] */
+    hub_pgarr_add_jsonb(&a[9], row->headers_json ? row->headers_json : "[]",
+                        row->headers_json ? strlen(row->headers_json) : 2);
+    hub_pgarr_add(&a[10], row->value ? row->value : "", row->value_len);
+}
+
+int hub_store_quarantine_rows_txn_add(struct hub_store_quarantine_rows *rows,
+                                      struct hub_pg_txn *txn) {
+    return hub_pgarr_txn_add(txn, &hub_sql_quarantine_insert, rows->a, HUB_QUARANTINE_NPARAMS);
+}
