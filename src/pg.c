@@ -5,6 +5,22 @@
  * in order (a prepare's result, a query's result, a pipeline sync).  Reading
  * results is then a matter of matching each PGresult to the head of the ring,
  * which keeps pipelining of several transactions per connection simple.
+ *
+ * A transaction's life:
+ *
+ *   hub_pg_txn_new ──► hub_pg_txn_add* (parameters copied or taken)
+ *   ──► hub_pg_txn_submit: the pool's queue ──► pg_pump: the least loaded
+ *   connection that is up and has room ──► pg_conn_send: every statement
+ *   and one Sync, pipelined ──► pg_conn_read: results matched to the ring
+ *   ──► the Sync arrives: txn_complete runs the callback and frees it.
+ *
+ *   The connection lost meanwhile: every transaction it owed completes with
+ *   HUB_PG_ECONN (the outcome is unknown: it may have committed) and the
+ *   connection reconnects after a jittered backoff.
+ *
+ * A connection's states: C_DOWN (waiting to retry) ──► C_CONNECTING
+ * (PQconnectPoll) ──► C_UP (pipeline mode) ──► C_DOWN on any error, or
+ * C_CLOSED once the pool closes.
  */
 #include "pg.h"
 
@@ -13,23 +29,33 @@
 
 #include "log.h"
 
-#define PG_MAX_INFLIGHT 8 /* transactions in flight per connection */
+/* Transactions in flight per connection.  They are pipelined: each one's
+ * results come after those of every transaction sent before it on the same
+ * connection, so a slow one delays the others behind it. */
+#define PG_MAX_INFLIGHT 8
+/* Reconnect delays per connection: doubling from the minimum after each
+ * failed attempt, up to the maximum, jittered (pg_conn_schedule_retry). */
 #define PG_BACKOFF_MIN_MS 100
 #define PG_BACKOFF_MAX_MS 5000
 
 /* Results a never-run transaction answers with (see txn_complete). */
 #define HUB_PG_NO_RESULTS 8
 
+/* One statement of a transaction, with its parameters.  values, lengths
+ * and formats live in one malloc'd block (values is its start); the
+ * parameter bytes follow in the same block, unless `owned`. */
 struct pg_stmt {
     const struct hub_sql *sql;
     int nparams;
-    int result_format;
-    int owned; /* values[i] are separate malloc'd buffers (hub_pg_txn_add_owned) */
+    int result_format; /* 0 text, 1 binary (hub_pg_txn_add_binary) */
+    int owned;         /* values[i] are separate malloc'd buffers (hub_pg_txn_add_owned) */
     char **values;
     int *lengths;
     int *formats;
 };
 
+/* A transaction: built by the caller, owned by the pool from submit until
+ * txn_complete() frees it after the callback. */
 struct hub_pg_txn {
     struct hub_pg *pg;
     hub_pg_cb cb;
@@ -37,8 +63,8 @@ struct hub_pg_txn {
     struct pg_stmt *stmts;
     int n_stmts;
     int cap_stmts;
-    int oom;
-    PGresult **results;
+    int oom;                /* building it failed: submit completes it at once */
+    PGresult **results;     /* one per statement, allocated when it is sent */
     PGresult *error_result; /* the failing result, owned via results[] or here */
     char error_text[256];
     struct hub_pg_txn *next; /* pool queue */
@@ -48,14 +74,18 @@ struct hub_pg_txn {
  * (its result is dropped, its error fails the transaction). */
 enum pg_expect_kind { EXP_PREPARE, EXP_SETUP, EXP_QUERY, EXP_SYNC };
 
+/* One thing the server owes a connection, in the order it was sent. */
 struct pg_expect {
     enum pg_expect_kind kind;
     struct hub_pg_txn *txn;
-    int stmt;
+    int stmt; /* the statement's index in txn; -1 for EXP_SYNC */
 };
 
 enum pg_conn_state { C_DOWN, C_CONNECTING, C_UP, C_CLOSED };
 
+/* The poll handle of one socket.  Separate from the connection because
+ * libpq may change sockets while connecting: the old handle is closed (and
+ * freed in its close callback) while a new one watches the new socket. */
 struct pg_poll {
     uv_poll_t handle;
     struct pg_conn *conn;
@@ -63,38 +93,47 @@ struct pg_poll {
     int events;
 };
 
+/* One connection of the pool, embedded in hub_pg.conns. */
 struct pg_conn {
     struct hub_pg *pg;
-    int index;
+    int index; /* in pg->conns, for logs */
     enum pg_conn_state state;
     PGconn *conn;
     struct pg_poll *poll;
-    uv_timer_t retry;
-    int64_t backoff_ms;
+    uv_timer_t retry;   /* the reconnect timer */
+    int64_t backoff_ms; /* the next reconnect delay, doubling up to PG_BACKOFF_MAX_MS */
+    /* statements prepared on this session (compared by address); emptied
+     * on reconnect, since a new session has none */
     const struct hub_sql **prepared;
     size_t n_prepared;
     size_t cap_prepared;
+    /* ring of expectations: exp[exp_head] is the oldest, exp_len of
+     * exp_cap slots are used */
     struct pg_expect *exp;
-    size_t exp_head; /* ring of expectations */
+    size_t exp_head;
     size_t exp_len;
     size_t exp_cap;
     int inflight; /* transactions sent and not completed */
+    /* libpq still holds bytes to send: the poll watches for writability
+     * too until pg_conn_flush has sent them all */
     int want_write;
     int logged_down; /* log the first failure of a streak only */
 };
 
+/* The pool.  Transactions wait in the queue until a connection has room. */
 struct hub_pg {
     uv_loop_t *loop;
     char *dsn;
     char *name;
-    char *options; /* PG_OPTIONS plus the pool's own settings */
-    struct pg_conn *conns;
+    char *options;         /* PG_OPTIONS plus the pool's own settings */
+    struct pg_conn *conns; /* nconns of them */
     int nconns;
+    /* submitted, not yet sent: a FIFO through hub_pg_txn.next */
     struct hub_pg_txn *queue_head;
     struct hub_pg_txn *queue_tail;
     size_t queued;
-    int closing;
-    int pending_closes;
+    int closing;        /* hub_pg_close ran: nothing new is accepted */
+    int pending_closes; /* retry timers still closing; the pool is freed at 0 */
     void (*closed_cb)(void *arg);
     void *closed_arg;
 };
@@ -106,6 +145,8 @@ static void pg_poll_cb(uv_poll_t *handle, int status, int events);
 
 /* ---------------------------------------------------------------- txns -- */
 
+/* An empty transaction; nothing happens until hub_pg_txn_submit.  NULL on
+ * OOM (the caller then has no callback to wait for). */
 struct hub_pg_txn *hub_pg_txn_new(struct hub_pg *pg, hub_pg_cb cb, void *arg) {
     struct hub_pg_txn *txn = calloc(1, sizeof(*txn));
     if (txn == NULL) {
@@ -117,6 +158,8 @@ struct hub_pg_txn *hub_pg_txn_new(struct hub_pg *pg, hub_pg_cb cb, void *arg) {
     return txn;
 }
 
+/* Appends sql with a copy of its parameters (see hub_pg_txn_add); a
+ * failure marks txn, which then fails at submit.  Returns 0 or -1. */
 static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                    const char *const *values, const int *lengths, const int *formats,
                    int result_format) {
@@ -140,7 +183,9 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     st->nparams = nparams;
     st->result_format = result_format;
 
-    /* One block per statement: pointer array, lengths, formats, then bytes. */
+    /* One block per statement: pointer array, lengths, formats, then bytes.
+     * A text parameter is measured with strlen; every copy gets a NUL so
+     * that libpq may read text values as C strings. */
     for (int i = 0; i < nparams; i++) {
         if (values[i] != NULL) {
             size_t len = (formats && formats[i]) ? (size_t)lengths[i] : strlen(values[i]);
@@ -175,6 +220,8 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     return 0;
 }
 
+/* Like txn_add, but the statement keeps the caller's buffers (freed by
+ * txn_free): the block holds only the pointer, length and format arrays. */
 int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                          char **values, const int *lengths) {
     struct pg_stmt *st;
@@ -209,6 +256,7 @@ int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int 
     return 0;
 
 fail:
+    /* the buffers were handed over: free them here, as the contract says */
     for (int i = 0; i < nparams; i++) {
         free(values[i]);
     }
@@ -216,6 +264,7 @@ fail:
     return -1;
 }
 
+/* The two public forms of txn_add: text or binary results. */
 int hub_pg_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                    const char *const *values, const int *lengths, const int *formats) {
     return txn_add(txn, sql, nparams, values, lengths, formats, 0);
@@ -226,6 +275,7 @@ int hub_pg_txn_add_binary(struct hub_pg_txn *txn, const struct hub_sql *sql, int
     return txn_add(txn, sql, nparams, values, lengths, formats, 1);
 }
 
+/* Frees txn with its statements, parameters (owned ones too) and results. */
 static void txn_free(struct hub_pg_txn *txn) {
     for (int i = 0; i < txn->n_stmts; i++) {
         if (txn->stmts[i].owned) {
@@ -246,7 +296,10 @@ static void txn_free(struct hub_pg_txn *txn) {
     free(txn);
 }
 
-/* Runs the callback and frees the transaction. */
+/* Runs the callback and frees the transaction.  status is what the pool
+ * knows; a statement's error result turns OK into HUB_PG_ESTMT, with its
+ * SQLSTATE and message.  error (may be NULL) is the text of a failure that
+ * has no result. */
 static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, const char *error) {
     struct hub_pg_outcome out;
     const char *sqlstate = "";
@@ -275,6 +328,8 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
     txn_free(txn);
 }
 
+/* Failures known before sending (OOM while building, a closing pool)
+ * complete the transaction at once, inside this call. */
 void hub_pg_txn_submit(struct hub_pg_txn *txn) {
     struct hub_pg *pg = txn->pg;
 
@@ -299,8 +354,9 @@ void hub_pg_txn_submit(struct hub_pg_txn *txn) {
 
 /* --------------------------------------------------------- connections -- */
 
-static int exp_push(struct pg_conn *c, enum pg_expect_kind kind, struct hub_pg_txn *txn,
-                    int stmt) {
+/* Appends an expectation to c's ring, growing it (by copying into a new
+ * array from the head, so the ring is contiguous again).  Returns 0 or -1. */
+static int exp_push(struct pg_conn *c, enum pg_expect_kind kind, struct hub_pg_txn *txn, int stmt) {
     if (c->exp_len == c->exp_cap) {
         size_t cap = c->exp_cap ? c->exp_cap * 2 : 64;
         struct pg_expect *e = malloc(sizeof(*e) * cap);
@@ -320,15 +376,19 @@ static int exp_push(struct pg_conn *c, enum pg_expect_kind kind, struct hub_pg_t
     return 0;
 }
 
+/* The oldest expectation, or NULL when the server owes c nothing. */
 static struct pg_expect *exp_front(struct pg_conn *c) {
     return c->exp_len ? &c->exp[c->exp_head] : NULL;
 }
 
+/* Drops the oldest expectation (the caller checked there is one). */
 static void exp_pop(struct pg_conn *c) {
     c->exp_head = (c->exp_head + 1) % c->exp_cap;
     c->exp_len--;
 }
 
+/* The prepared-statement list of a session: a few dozen statements at
+ * most, so a linear scan is enough. */
 static int prepared_has(struct pg_conn *c, const struct hub_sql *sql) {
     for (size_t i = 0; i < c->n_prepared; i++) {
         if (c->prepared[i] == sql) {
@@ -338,6 +398,8 @@ static int prepared_has(struct pg_conn *c, const struct hub_sql *sql) {
     return 0;
 }
 
+/* Records sql as prepared on this session, once its Prepare is sent (a
+ * failed Prepare removes it again).  Returns 0 or -1 on OOM. */
 static int prepared_add(struct pg_conn *c, const struct hub_sql *sql) {
     if (c->n_prepared == c->cap_prepared) {
         size_t cap = c->cap_prepared ? c->cap_prepared * 2 : 16;
@@ -352,6 +414,7 @@ static int prepared_add(struct pg_conn *c, const struct hub_sql *sql) {
     return 0;
 }
 
+/* Forgets sql on this session (order does not matter: swap with the last). */
 static void prepared_remove(struct pg_conn *c, const struct hub_sql *sql) {
     for (size_t i = 0; i < c->n_prepared; i++) {
         if (c->prepared[i] == sql) {
@@ -361,6 +424,7 @@ static void prepared_remove(struct pg_conn *c, const struct hub_sql *sql) {
     }
 }
 
+/* A poll handle closed: its struct pg_poll can go. */
 static void poll_close_cb(uv_handle_t *h) {
     free(h->data);
 }
@@ -399,6 +463,8 @@ static int pg_conn_watch(struct pg_conn *c, int events) {
     return 0;
 }
 
+/* Closes c's socket watch and its libpq connection; what the server owed
+ * is left to the caller (pg_conn_lost). */
 static void pg_conn_teardown(struct pg_conn *c) {
     if (c->poll != NULL) {
         uv_poll_stop(&c->poll->handle);
@@ -413,6 +479,7 @@ static void pg_conn_teardown(struct pg_conn *c) {
     c->want_write = 0;
 }
 
+/* The reconnect timer: connect again unless the pool is closing. */
 static void pg_retry_cb(uv_timer_t *t) {
     struct pg_conn *c = t->data;
     if (c->state == C_DOWN && !c->pg->closing) {
@@ -420,6 +487,8 @@ static void pg_retry_cb(uv_timer_t *t) {
     }
 }
 
+/* Marks c down and arms its reconnect after the current backoff, which
+ * doubles for the next time (reset once a connect succeeds). */
 static void pg_conn_schedule_retry(struct pg_conn *c) {
     int64_t delay = c->backoff_ms;
 
@@ -430,9 +499,13 @@ static void pg_conn_schedule_retry(struct pg_conn *c) {
     uv_timer_start(&c->retry, pg_retry_cb, (uint64_t)delay, 0);
 }
 
-/* Fails what this connection owed and schedules a reconnect. */
+/* Fails what this connection owed and schedules a reconnect (or marks it
+ * closed when the pool is closing).  Every transaction with a Sync in the
+ * ring completes with HUB_PG_ECONN: it was sent, so it may have committed,
+ * and its owner must treat the outcome as unknown.  Logs the first loss of
+ * a streak only. */
 static void pg_conn_lost(struct pg_conn *c, const char *reason) {
-    char why[256];
+    char why[256]; /* one line: the log and the callbacks' error text */
 
     /* `reason` may point into the PGconn freed below: keep a copy. */
     snprintf(why, sizeof(why), "%s", reason ? reason : "unknown error");
@@ -453,6 +526,7 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
             txn_complete(e.txn, HUB_PG_ECONN, why);
         }
     }
+    /* every transaction it owed was completed above */
     c->inflight = 0;
     if (c->pg->closing) {
         c->state = C_CLOSED;
@@ -464,10 +538,11 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
 /*
  * Connection keywords.  "options" comes before "dbname" so that options in
  * the operator's DSN win: libpq keeps the last value of a repeated keyword.
- * JIT is off: its compile cost (~50 ms measured, seconds on a cold start)
- * lands on short OLTP statements whose estimated cost crosses
- * jit_above_cost once a table is large — a claim on a 1M-job backlog took
- * 900 ms instead of 10.
+ * JIT is off: its compile cost lands on short OLTP statements whose
+ * estimated cost crosses jit_above_cost once a table is large (figures:
+ * docs/performance.md, "Notes moved out of the ingest code (issue 22)").
+ * PG_CUSTOM_PLAN_SQL runs ahead of a plan_each_time statement: `true` makes
+ * the setting local to the transaction.
  */
 #define PG_OPTIONS "-c jit=off"
 #define PG_CUSTOM_PLAN_SQL "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
@@ -484,12 +559,16 @@ static void notice_cb(void *arg, const PGresult *r) {
             HUB_LS("severity", sev ? sev : ""), HUB_LS("detail", msg ? msg : ""));
 }
 
+/* Installs notice_cb on conn; the pool's connections and the blocking ones
+ * all do, so no server message reaches stderr unformatted. */
 void hub_pg_log_notices(PGconn *conn) {
     if (conn != NULL) {
         PQsetNoticeReceiver(conn, notice_cb, NULL);
     }
 }
 
+/* Starts a non-blocking connect; its steps run from pg_poll_cb.  A
+ * failure to even start goes through pg_conn_lost (a retry). */
 static void pg_conn_start(struct pg_conn *c) {
     const char *keys[] = {"options", "dbname", "application_name", NULL};
     const char *vals[] = {c->pg->options, c->pg->dsn, c->pg->name, NULL};
@@ -507,10 +586,13 @@ static void pg_conn_start(struct pg_conn *c) {
     }
 }
 
-/* Advances a non-blocking connect. */
+/* Advances a non-blocking connect: PQconnectPoll says which way to wait
+ * next.  Once up, the connection enters pipeline mode and takes queued
+ * transactions at once. */
 static void pg_conn_connecting(struct pg_conn *c) {
     switch (PQconnectPoll(c->conn)) {
     case PGRES_POLLING_FAILED: {
+        /* copy the message: pg_conn_lost frees the PGconn it lives in */
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c->conn));
         msg[strcspn(msg, "\n")] = '\0';
@@ -518,6 +600,8 @@ static void pg_conn_connecting(struct pg_conn *c) {
         return;
     }
     case PGRES_POLLING_OK:
+        /* pipeline mode for the whole session: every transaction is sent
+         * as statements + Sync without waiting for earlier results */
         if (PQenterPipelineMode(c->conn) != 1) {
             pg_conn_lost(c, "cannot enter pipeline mode");
             return;
@@ -535,6 +619,7 @@ static void pg_conn_connecting(struct pg_conn *c) {
         }
         pg_pump(c->pg);
         return;
+    /* not done yet: wait for the direction libpq asks for */
     case PGRES_POLLING_READING:
         if (pg_conn_watch(c, UV_READABLE) != 0) {
             pg_conn_lost(c, "cannot watch the database socket");
@@ -549,7 +634,12 @@ static void pg_conn_connecting(struct pg_conn *c) {
 }
 
 /* Reads every result available and completes transactions whose sync
- * arrived.  Returns -1 when the connection was lost. */
+ * arrived.  Returns -1 when the connection was lost.
+ *
+ * Each statement's results end with a NULL from PQgetResult, which moves
+ * the ring on; a failed statement keeps its first error result (the one
+ * txn_complete reports), and the statements after it in the same
+ * transaction answer PGRES_PIPELINE_ABORTED until the Sync. */
 static int pg_conn_read(struct pg_conn *c) {
     if (PQconsumeInput(c->conn) == 0) {
         char msg[256];
@@ -570,6 +660,8 @@ static int pg_conn_read(struct pg_conn *c) {
             st = PQresultStatus(r);
             PQclear(r);
             if (st != PGRES_PIPELINE_SYNC) {
+                /* the ring and the server disagree: nothing read from here
+                 * on can be matched to its transaction */
                 pg_conn_lost(c, "protocol out of step (expected a pipeline sync)");
                 return -1;
             }
@@ -587,6 +679,7 @@ static int pg_conn_read(struct pg_conn *c) {
             continue;
         }
         st = PQresultStatus(r);
+        /* our own setting ahead of a statement: only its failure matters */
         if (e->kind == EXP_SETUP) {
             if (st == PGRES_FATAL_ERROR && e->txn->error_result == NULL) {
                 e->txn->error_result = r;
@@ -595,6 +688,7 @@ static int pg_conn_read(struct pg_conn *c) {
             }
             continue;
         }
+        /* a Prepare: success has nothing to keep */
         if (e->kind == EXP_PREPARE) {
             if (st != PGRES_COMMAND_OK) {
                 /* not prepared after all: the next use must prepare again */
@@ -609,7 +703,8 @@ static int pg_conn_read(struct pg_conn *c) {
             }
             continue;
         }
-        /* EXP_QUERY */
+        /* EXP_QUERY: keep the last result (a statement yields one; a
+         * second would replace the first), or the first error */
         if (st == PGRES_FATAL_ERROR) {
             if (e->txn->error_result == NULL) {
                 e->txn->error_result = r;
@@ -628,6 +723,8 @@ static int pg_conn_read(struct pg_conn *c) {
     return 0;
 }
 
+/* Sends what libpq has buffered; watches for writability while some is
+ * left.  Returns -1 when the connection was lost. */
 static int pg_conn_flush(struct pg_conn *c) {
     int r = PQflush(c->conn);
     if (r < 0) {
@@ -638,6 +735,8 @@ static int pg_conn_flush(struct pg_conn *c) {
     return pg_conn_watch(c, UV_READABLE | (c->want_write ? UV_WRITABLE : 0));
 }
 
+/* The socket is ready: connect steps, or write what is buffered and read
+ * what arrived; then hand the connection more work. */
 static void pg_poll_cb(uv_poll_t *handle, int status, int events) {
     struct pg_poll *p = handle->data;
     struct pg_conn *c = p->conn;
@@ -645,6 +744,7 @@ static void pg_poll_cb(uv_poll_t *handle, int status, int events) {
     if (c->poll != p) {
         return; /* a stale handle being closed */
     }
+    /* while connecting, any readiness is PQconnectPoll's to interpret */
     if (c->state == C_CONNECTING) {
         pg_conn_connecting(c);
         return;
@@ -663,6 +763,8 @@ static void pg_poll_cb(uv_poll_t *handle, int status, int events) {
         if (pg_conn_read(c) != 0 || c->state != C_UP) {
             return;
         }
+        /* libpq marked the connection bad while reading (the server ended
+         * the session) */
         if (c->state == C_UP && PQstatus(c->conn) == CONNECTION_BAD) {
             pg_conn_lost(c, "connection closed by the server");
             return;
@@ -671,14 +773,20 @@ static void pg_poll_cb(uv_poll_t *handle, int status, int events) {
     pg_pump(c->pg);
 }
 
-/* Sends one transaction on c.  Returns -1 if the connection was lost. */
+/* Sends one transaction on c: each statement (prepared first if this
+ * session has not seen it, or sent as text after the custom-plan setting
+ * when plan_each_time), then the Sync that ends the implicit transaction.
+ * c owns txn from here.  Returns -1 if the connection was lost. */
 static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
+    /* at least one slot: an empty transaction still has a results array */
     txn->results = calloc((size_t)(txn->n_stmts ? txn->n_stmts : 1), sizeof(PGresult *));
     if (txn->results == NULL) {
         txn_complete(txn, HUB_PG_ESTMT, "out of memory");
         return 0;
     }
     c->inflight++;
+    /* libpq only buffers here; pg_conn_flush sends it all at the end, so a
+     * transaction is one write however many statements it holds */
     for (int i = 0; i < txn->n_stmts; i++) {
         struct pg_stmt *st = &txn->stmts[i];
         if (st->sql->plan_each_time) {
@@ -696,6 +804,8 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
             }
             continue;
         }
+        /* the Prepare and the first execution travel in the same pipeline:
+         * no extra round trip for a statement's first use on a session */
         if (!prepared_has(c, st->sql)) {
             if (PQsendPrepare(c->conn, st->sql->name, st->sql->text, 0, NULL) != 1 ||
                 prepared_add(c, st->sql) != 0 || exp_push(c, EXP_PREPARE, txn, i) != 0) {
@@ -715,7 +825,9 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
     return pg_conn_flush(c);
 
 fail:
-    /* Make sure the sync entry exists so that pg_conn_lost completes txn. */
+    /* libpq refused to queue (the connection broke) or the ring could not
+     * grow: the connection is unusable from here.
+     * Make sure the sync entry exists so that pg_conn_lost completes txn. */
     if (c->exp_len == 0 || c->exp[(c->exp_head + c->exp_len - 1) % c->exp_cap].txn != txn ||
         c->exp[(c->exp_head + c->exp_len - 1) % c->exp_cap].kind != EXP_SYNC) {
         if (exp_push(c, EXP_SYNC, txn, -1) != 0) {
@@ -727,7 +839,9 @@ fail:
     return -1;
 }
 
-/* Hands queued transactions to the least loaded connections with room. */
+/* Hands queued transactions to the least loaded connections with room
+ * (fewer than PG_MAX_INFLIGHT in flight); what finds none waits for the
+ * next completion or connect. */
 static void pg_pump(struct hub_pg *pg) {
     while (pg->queue_head != NULL) {
         struct pg_conn *best = NULL;
@@ -747,12 +861,16 @@ static void pg_pump(struct hub_pg *pg) {
             pg->queue_tail = NULL;
         }
         pg->queued--;
+        /* a lost connection completes txn itself (HUB_PG_ECONN) and drops
+         * out of the choice: the loop goes on with the others */
         pg_conn_send(best, txn);
     }
 }
 
 /* ---------------------------------------------------------------- pool -- */
 
+/* Every connection starts connecting at once; transactions submitted
+ * before any is up wait in the queue. */
 struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const char *name,
                           const char *options) {
     struct hub_pg *pg = calloc(1, sizeof(*pg));
@@ -763,6 +881,7 @@ struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const ch
     pg->loop = loop;
     pg->dsn = strdup(dsn);
     pg->name = strdup(name);
+    /* PG_OPTIONS first: a pool's own setting of the same name wins */
     if (asprintf(&pg->options, "%s %s", PG_OPTIONS, options ? options : "") < 0) {
         pg->options = NULL;
     }
@@ -788,6 +907,7 @@ struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const ch
     return pg;
 }
 
+/* Gauges (metrics and readiness). */
 int hub_pg_connected(const struct hub_pg *pg) {
     int n = 0;
     for (int i = 0; i < pg->nconns; i++) {
@@ -796,6 +916,7 @@ int hub_pg_connected(const struct hub_pg *pg) {
     return n;
 }
 
+/* Queued plus in flight: the backlog a caller would wait behind. */
 size_t hub_pg_pending(const struct hub_pg *pg) {
     size_t n = pg->queued;
     for (int i = 0; i < pg->nconns; i++) {
@@ -804,6 +925,8 @@ size_t hub_pg_pending(const struct hub_pg *pg) {
     return n;
 }
 
+/* One connection's retry timer closed; the last one frees the pool, after
+ * the closed_cb of hub_pg_close. */
 static void pg_timer_closed(uv_handle_t *h) {
     struct pg_conn *c = h->data;
     struct hub_pg *pg = c->pg;
@@ -825,6 +948,9 @@ static void pg_timer_closed(uv_handle_t *h) {
     free(pg);
 }
 
+/* Queued transactions fail with HUB_PG_ECLOSED (never sent), in-flight ones
+ * with HUB_PG_ECONN through pg_conn_lost; their callbacks run inside this
+ * call.  The pool itself goes once every retry timer has closed. */
 void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg) {
     pg->closing = 1;
     pg->closed_cb = closed_cb;
@@ -836,6 +962,8 @@ void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg) {
         txn_complete(txn, HUB_PG_ECLOSED, "database pool is closing");
     }
     pg->queue_tail = NULL;
+    /* the pool is freed when the last retry timer's close callback runs,
+     * after every poll handle's close was requested (pg_conn_teardown) */
     pg->pending_closes = pg->nconns;
     for (int i = 0; i < pg->nconns; i++) {
         struct pg_conn *c = &pg->conns[i];
@@ -849,6 +977,9 @@ void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg) {
     }
 }
 
+/* The same connection keywords as a pool's, with PG_OPTIONS only (no
+ * per-pool settings); used before the loop runs (migrate, dev, start-up
+ * partition upkeep). */
 PGconn *hub_pg_connect_blocking(const char *dsn, const char *name) {
     const char *keys[] = {"options", "dbname", "application_name", NULL};
     const char *vals[] = {PG_OPTIONS, dsn, name, NULL};
