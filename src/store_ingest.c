@@ -141,6 +141,20 @@ int hub_sqlstate_json_grammar(const char *sqlstate) {
 
 /* ------------------------------------------------------- the insert -- */
 
+/* Adds where a record was read to a[0..3): its topic, partition and offset
+ * columns, or three NULLs for HTTP ingest (pos->topic NULL). */
+static void add_pos(struct hub_pgarr *a, const struct hub_store_kafka_pos *pos) {
+    if (pos->topic != NULL) {
+        hub_pgarr_add_text(&a[0], pos->topic);
+        hub_pgarr_add_i32(&a[1], pos->partition);
+        hub_pgarr_add_i64(&a[2], pos->offset);
+    } else { /* HTTP ingest: no topic, partition or offset */
+        hub_pgarr_add(&a[0], NULL, 0);
+        hub_pgarr_add(&a[1], NULL, 0);
+        hub_pgarr_add(&a[2], NULL, 0);
+    }
+}
+
 void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
     /* the element types of $1..$16, in order */
     static const uint32_t oids[HUB_INGEST_NPARAMS] = {
@@ -172,15 +186,7 @@ void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
     /* an empty payload is bytes of length 0, not NULL */
     hub_pgarr_add(&a[10], ev->payload ? (const void *)ev->payload : "", ev->payload_len);
     hub_pgarr_add(&a[11], ev->digest, sizeof(ev->digest));
-    if (pos->topic != NULL) {
-        hub_pgarr_add_text(&a[12], pos->topic);
-        hub_pgarr_add_i32(&a[13], pos->partition);
-        hub_pgarr_add_i64(&a[14], pos->offset);
-    } else { /* HTTP ingest: no topic, partition or offset */
-        hub_pgarr_add(&a[12], NULL, 0);
-        hub_pgarr_add(&a[13], NULL, 0);
-        hub_pgarr_add(&a[14], NULL, 0);
-    }
+    add_pos(&a[12], pos);
     hub_pgarr_add_bool(&a[15], ev->json_unchecked);
     rows->n++;
 }
@@ -238,15 +244,7 @@ void hub_store_quarantine_rows_add(struct hub_store_quarantine_rows *rows,
     hub_pgarr_add_text(&a[3], row->tenant_id);
     hub_pgarr_add_text(&a[4], row->source);
     hub_pgarr_add_text(&a[5], row->event_id);
-    if (row->pos.topic != NULL) {
-        hub_pgarr_add_text(&a[6], row->pos.topic);
-        hub_pgarr_add_i32(&a[7], row->pos.partition);
-        hub_pgarr_add_i64(&a[8], row->pos.offset);
-    } else { /* HTTP ingest: no topic, partition or offset */
-        hub_pgarr_add(&a[6], NULL, 0);
-        hub_pgarr_add(&a[7], NULL, 0);
-        hub_pgarr_add(&a[8], NULL, 0);
-    }
+    add_pos(&a[6], &row->pos);
     /* the headers column is NOT NULL: a record without headers has [] */
     hub_pgarr_add_jsonb(&a[9], row->headers_json ? row->headers_json : "[]",
                         row->headers_json ? strlen(row->headers_json) : 2);
