@@ -16,7 +16,7 @@
 #include "hub.h"
 #include "ingest.h"
 #include "log.h"
-#include "store.h"
+#include "store_events.h"
 #include "util.h"
 
 #define V1_PREFIX "/v1"
@@ -453,32 +453,6 @@ static void ingest_start(struct events_call *c) {
 
 /* ------------------------------------------------------------------ pull -- */
 
-/*
- * The tenant's accepted events after a sequence, optionally of one event
- * type or pattern ("resource.*", "*": SPEC §6), in arrival order.  Binary
- * results: seq int8, then the stored attributes, event type, content type
- * and payload as raw bytes.  event_inbox_tenant_seq (migration 0009) keeps
- * the cost of a page independent of other tenants and of older events.
- */
-static const struct hub_sql sql_events_list = {
-    "events_list",
-    "SELECT seq, headers::text, event_type, content_type, payload"
-    "  FROM event_inbox"
-    " WHERE tenant_id = $1 AND seq > $2::int8"
-    "   AND ($4::text IS NULL OR $4 = '*' OR event_type = $4"
-    "        OR (right($4, 2) = '.*' AND split_part(event_type, '.', 1) || '.*' = $4))"
-    " ORDER BY seq LIMIT $3::int4",
-    0,
-};
-
-static const struct hub_sql sql_events_one = {
-    "events_one",
-    "SELECT seq, headers::text, event_type, content_type, payload"
-    "  FROM event_inbox"
-    " WHERE tenant_id = $1 AND seq = $2::int8",
-    0,
-};
-
 static int64_t be64(const char *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) {
@@ -494,11 +468,13 @@ static int64_t be64(const char *p) {
  * malloc'd text or NULL (OOM, or stored attributes that are not an object).
  */
 static char *event_json(PGresult *r, int row) {
-    const char *ct = PQgetvalue(r, row, 3);
-    const char *payload = PQgetvalue(r, row, 4);
-    size_t plen = (size_t)PQgetlength(r, row, 4);
-    int json_data = plen > 0 && hub_media_type_is_json(ct, (size_t)PQgetlength(r, row, 3));
-    json_t *o = json_loadb(PQgetvalue(r, row, 1), (size_t)PQgetlength(r, row, 1), 0, NULL);
+    const char *ct = PQgetvalue(r, row, HUB_EVENTS_COL_CONTENT_TYPE);
+    const char *payload = PQgetvalue(r, row, HUB_EVENTS_COL_PAYLOAD);
+    size_t plen = (size_t)PQgetlength(r, row, HUB_EVENTS_COL_PAYLOAD);
+    int json_data = plen > 0 && hub_media_type_is_json(
+                                    ct, (size_t)PQgetlength(r, row, HUB_EVENTS_COL_CONTENT_TYPE));
+    json_t *o = json_loadb(PQgetvalue(r, row, HUB_EVENTS_COL_HEADERS),
+                           (size_t)PQgetlength(r, row, HUB_EVENTS_COL_HEADERS), 0, NULL);
     char *text = NULL;
     char *out = NULL;
 
@@ -506,9 +482,10 @@ static char *event_json(PGresult *r, int row) {
         json_decref(o);
         return NULL;
     }
-    json_object_set_new(o, "sequence", json_integer(be64(PQgetvalue(r, row, 0))));
+    json_object_set_new(o, "sequence", json_integer(be64(PQgetvalue(r, row, HUB_EVENTS_COL_SEQ))));
     json_object_set_new(o, "event_type",
-                        json_stringn(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2)));
+                        json_stringn(PQgetvalue(r, row, HUB_EVENTS_COL_EVENT_TYPE),
+                                     (size_t)PQgetlength(r, row, HUB_EVENTS_COL_EVENT_TYPE)));
     if (plen > 0 && !json_data) {
         char *b64 = hub_base64(payload, plen);
         json_object_set_new(o, "data_base64", b64 != NULL ? json_string(b64) : NULL);
@@ -564,7 +541,7 @@ static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcom
     }
     if (rows > 0 && rows == c->limit) { /* a full page: there may be more */
         snprintf(tail, sizeof(tail), "],\"next_cursor\":\"%lld\"}",
-                 (long long)be64(PQgetvalue(r, rows - 1, 0)));
+                 (long long)be64(PQgetvalue(r, rows - 1, HUB_EVENTS_COL_SEQ)));
     } else {
         snprintf(tail, sizeof(tail), "],\"next_cursor\":null}");
     }
@@ -659,9 +636,11 @@ static void pull_start(struct events_call *c) {
         return;
     }
     if (c->op == OP_LIST) {
-        hub_pg_txn_add_binary(txn, &sql_events_list, 4, params, NULL, NULL);
+        hub_pg_txn_add_binary(txn, &hub_sql_events_list, HUB_SQL_EVENTS_LIST_NPARAMS, params, NULL,
+                              NULL);
     } else {
-        hub_pg_txn_add_binary(txn, &sql_events_one, 2, params, NULL, NULL);
+        hub_pg_txn_add_binary(txn, &hub_sql_events_one, HUB_SQL_EVENTS_ONE_NPARAMS, params, NULL,
+                              NULL);
     }
     hub_api_call_submit(&c->call, txn);
 }
