@@ -4,12 +4,21 @@
 #include "webhook.h"
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "error.h"
 #include "util.h"
+#include "uuid.h"
+
+/* The synthetic event of a verification probe (SPEC §6). */
+#define PROBE_EVENT_TYPE "subscription.verification"
+#define PROBE_CE_TYPE "studio.lerian.subscription.verification"
+#define PROBE_CE_SOURCE "/streaming-hub"
+#define PROBE_CHALLENGE_RAW 24 /* random bytes: base64url gives 32 characters */
 
 /* Names a subscription may never set (see webhook.h). */
 static const char *const reserved_exact[] = {
@@ -180,19 +189,19 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     out->lines = NULL;
     out->n = 0;
     if (t->nkeys == 0 || t->nkeys > HUB_WEBHOOK_MAX_KEYS || ev->id == NULL) {
-        return -1;
+        return HUB_EINVAL;
     }
     /* The signed id is the header value exactly as sent: the ce-id itself
      * (SPEC §7.2) when it is printable ASCII without edge spaces (which a
      * receiver would trim), else its percent-encoding (as in ce-id). */
     msg_id = id_header_value(ev->id);
     if (msg_id == NULL) {
-        return -1;
+        return HUB_ENOMEM;
     }
     if (hub_sign_headers(t->keys, t->nkeys, msg_id, t->unix_s, body, len, wsig, sizeof(wsig), lsig,
                          sizeof(lsig)) != t->nkeys) {
         free(msg_id);
-        return -1;
+        return HUB_ECRYPTO;
     }
     /* a stored content type is a validated media type; anything else falls back */
     lines_add(&l, "Content-Type",
@@ -261,11 +270,64 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
         if (l.v != NULL) {
             lines_wipe(l.v, l.n);
         }
-        return -1;
+        return HUB_ENOMEM;
     }
     out->lines = l.v;
     out->n = l.n;
     return 0;
+}
+
+/* ============================================================= probes ====== */
+
+int hub_webhook_build_probe(const struct hub_webhook_target *t, struct hub_webhook_probe *out) {
+    unsigned char raw[PROBE_CHALLENGE_RAW];
+    char event_uuid[HUB_UUID_TEXT_SIZE], event_id[8 + HUB_UUID_TEXT_SIZE], ce_time[64];
+    struct hub_webhook_event ev;
+    struct hub_webhook_target stamped = *t;
+    json_t *body_json;
+    int64_t us;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    /* the challenge must be unguessable: a destination passes only by
+     * echoing what it received, not by answering 2xx to anything */
+    if (RAND_bytes(raw, sizeof(raw)) != 1 || hub_uuid7_text(event_uuid) != 0) {
+        return HUB_ECRYPTO;
+    }
+    hub_base64url(raw, sizeof(raw), out->challenge);
+    /* an id no producer's event can have, and a new one per probe so that a
+     * receiver deduplicating by webhook-id still answers each */
+    snprintf(event_id, sizeof(event_id), "verify-%s", event_uuid);
+    body_json = json_pack("{s:s}", "challenge", out->challenge);
+    out->body = body_json != NULL ? json_dumps(body_json, JSON_COMPACT) : NULL;
+    json_decref(body_json);
+    if (out->body == NULL) {
+        return HUB_ENOMEM;
+    }
+    out->body_len = strlen(out->body);
+    memset(&ev, 0, sizeof(ev));
+    ev.id = event_id;
+    ev.source = PROBE_CE_SOURCE;
+    ev.type = PROBE_CE_TYPE;
+    ev.event_type = PROBE_EVENT_TYPE;
+    ev.content_type = "application/json";
+    /* one clock reading: the signed timestamp and ce-time agree */
+    us = hub_unix_us();
+    hub_rfc3339(us, 3, ce_time, sizeof(ce_time));
+    ev.time = ce_time;
+    stamped.unix_s = us / 1000000;
+    rc = hub_webhook_build_headers(&ev, &stamped, out->body, out->body_len, &out->headers);
+    if (rc != 0) {
+        hub_webhook_probe_free(out);
+    }
+    return rc;
+}
+
+void hub_webhook_probe_free(struct hub_webhook_probe *p) {
+    hub_webhook_headers_free(&p->headers);
+    free(p->body);
+    p->body = NULL;
+    p->body_len = 0;
 }
 
 /* ============================================================ secrets ====== */
@@ -278,12 +340,12 @@ static int open_key(const struct hub_kek *kek, const char *id, const char *seale
     int rc;
 
     if (sealed == NULL || hub_open(kek, 1, sealed, id, &pt, &len) != 0) {
-        return -1;
+        return HUB_ECRYPTO;
     }
     rc = hub_secret_key((const char *)pt, key->key, &key->len);
     OPENSSL_cleanse(pt, len);
     free(pt);
-    return rc;
+    return rc == 0 ? 0 : HUB_ECRYPTO;
 }
 
 int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id,
@@ -291,7 +353,7 @@ int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id
                           struct hub_sign_key *keys, size_t *nkeys) {
     *nkeys = 0;
     if (open_key(kek, subscription_id, secret_sealed, &keys[0]) != 0) {
-        return -1;
+        return HUB_ECRYPTO;
     }
     *nkeys = 1;
     if (prev_valid && prev_sealed != NULL &&
@@ -310,17 +372,17 @@ int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription
     *out = NULL;
     if (headers_sealed == NULL) {
         *out = json_object();
-        return *out != NULL ? 0 : -1;
+        return *out != NULL ? 0 : HUB_ENOMEM;
     }
     if (hub_open(kek, 1, headers_sealed, subscription_id, &pt, &len) != 0) {
-        return -1;
+        return HUB_ECRYPTO;
     }
     obj = json_loadb((const char *)pt, len, 0, NULL);
     OPENSSL_cleanse(pt, len);
     free(pt);
     if (obj == NULL || !json_is_object(obj)) {
         json_decref(obj);
-        return -1;
+        return HUB_EINVAL;
     }
     *out = obj;
     return 0;

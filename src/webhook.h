@@ -80,8 +80,9 @@ struct hub_webhook_headers {
  * destination headers.  webhook-id is the encoded ce-id, and the signature
  * covers exactly that header value, so Standard Webhooks verifiers work.
  *
- * Returns 0 with *out filled (owned by the caller), or -1 (out of memory,
- * no key, a key OpenSSL refuses) with *out empty.
+ * Returns 0 with *out filled (owned by the caller), or with *out empty
+ * HUB_EINVAL (no key, or more than HUB_WEBHOOK_MAX_KEYS; no event id),
+ * HUB_ECRYPTO (a key OpenSSL refuses) or HUB_ENOMEM.
  */
 int hub_webhook_build_headers(const struct hub_webhook_event *ev,
                               const struct hub_webhook_target *t, const void *body, size_t len,
@@ -89,6 +90,37 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
 
 /* Wipes and frees the lines; h is left empty.  Safe on an empty h. */
 void hub_webhook_headers_free(struct hub_webhook_headers *h);
+
+/* The challenge of a verification probe as text: base64url of 24 random
+ * bytes (32 characters) and its NUL. */
+#define HUB_WEBHOOK_CHALLENGE_SIZE 33
+
+/* A verification probe's request (SPEC §6).  Owned by the caller; release
+ * with hub_webhook_probe_free(). */
+struct hub_webhook_probe {
+    char challenge[HUB_WEBHOOK_CHALLENGE_SIZE]; /* a passing response body contains it */
+    char *body;                                 /* {"challenge":"<challenge>"} */
+    size_t body_len;
+    struct hub_webhook_headers headers; /* as a delivery's (credentials) */
+};
+
+/*
+ * Builds the verification probe for target t: a POST of a fresh random
+ * challenge, {"challenge":"..."}, with every header of a delivery
+ * (hub_webhook_build_headers) for a synthetic event: ce-id
+ * "verify-<UUIDv7>", ce-source "/streaming-hub", ce-type
+ * "studio.lerian.subscription.verification", X-Lerian-Event-Type
+ * "subscription.verification", application/json.  The probe is stamped
+ * with the current time: t->unix_s is not read, and ce-time is the same
+ * instant with milliseconds.  t is borrowed for the call.
+ *
+ * Returns 0 with *out filled, or with *out empty HUB_ECRYPTO (no
+ * randomness), HUB_ENOMEM, or what hub_webhook_build_headers returned.
+ */
+int hub_webhook_build_probe(const struct hub_webhook_target *t, struct hub_webhook_probe *out);
+
+/* Wipes and frees what p holds; p is left empty.  Safe on an empty p. */
+void hub_webhook_probe_free(struct hub_webhook_probe *p);
 
 /* The longest destination header name a subscription may set. */
 #define HUB_WEBHOOK_HEADER_NAME_MAX 128
@@ -112,9 +144,10 @@ int hub_webhook_header_reserved(const char *name, size_t len);
  * and, when prev_valid and prev_sealed is not NULL, the previous one.
  * Sealed texts are bound to the subscription id (AAD).  keys must hold
  * HUB_WEBHOOK_MAX_KEYS entries; the caller wipes them (OPENSSL_cleanse)
- * after use.  Returns 0 with *nkeys = 1 or 2, or -1 when the current secret
- * does not open (wrong KEK, tampered row).  A previous secret that does not
- * open is left out (*nkeys 1): the current one still signs.
+ * after use.  Returns 0 with *nkeys = 1 or 2, or HUB_ECRYPTO when the
+ * current secret does not open (wrong KEK, tampered row).  A previous
+ * secret that does not open is left out (*nkeys 1): the current one still
+ * signs.
  */
 int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id,
                           const char *secret_sealed, const char *prev_sealed, int prev_valid,
@@ -123,8 +156,8 @@ int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id
 /*
  * Opens a subscription's destination headers.  headers_sealed NULL means
  * none: *out is then an empty object.  Returns 0 with *out owned by the
- * caller (credentials: never log it), or -1 with *out NULL when the text
- * does not open or is not a JSON object.
+ * caller (credentials: never log it), or with *out NULL HUB_ECRYPTO (the
+ * text does not open), HUB_EINVAL (it is not a JSON object) or HUB_ENOMEM.
  */
 int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription_id,
                              const char *headers_sealed, json_t **out);
