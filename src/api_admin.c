@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_idem.h"
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
@@ -61,18 +62,16 @@ enum admin_op {
 struct admin_call {
     struct hub_api_call call; /* first: api_util hands this pointer back */
     enum admin_op op;
-    int limit;       /* lists: page size (one more row is fetched) */
-    int relooked;    /* Idempotency-Key looked up again after a collision */
-    char *tenant_id; /* the tenant of the path or body */
-    char *object_id; /* key id, quarantine id */
-    char *status;    /* new status, or NULL */
-    int quotas_set;  /* quotas given (possibly null) */
-    char *quotas;    /* quotas as JSON text, NULL for SQL NULL */
-    char *audit;     /* audit detail as JSON text */
-    char *idem_key;  /* Idempotency-Key, or NULL */
-    char *idem_req;  /* with a key: the request's marker (hub_api_request_marker) */
-    char *after;     /* lists: cursor value */
-    char *reason;    /* quarantine filter */
+    int limit;                /* lists: page size (one more row is fetched) */
+    char *tenant_id;          /* the tenant of the path or body */
+    char *object_id;          /* key id, quarantine id */
+    char *status;             /* new status, or NULL */
+    int quotas_set;           /* quotas given (possibly null) */
+    char *quotas;             /* quotas as JSON text, NULL for SQL NULL */
+    char *audit;              /* audit detail as JSON text */
+    struct hub_api_idem idem; /* creations: the Idempotency-Key, if any */
+    char *after;              /* lists: cursor value */
+    char *reason;             /* quarantine filter */
     char api_key[API_KEY_TEXT];
     unsigned char key_hash[32];
 };
@@ -85,13 +84,12 @@ static void admin_call_free(struct hub_api_call *call) {
     free(a->status);
     free(a->quotas);
     free(a->audit);
-    free(a->idem_key);
-    free(a->idem_req);
+    hub_api_idem_free(&a->idem);
     free(a->after);
     free(a->reason);
     OPENSSL_cleanse(a->api_key, sizeof(a->api_key));
     a->tenant_id = a->object_id = a->status = a->quotas = a->audit = NULL;
-    a->idem_key = a->idem_req = a->after = a->reason = NULL;
+    a->after = a->reason = NULL;
 }
 
 static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum admin_op op) {
@@ -102,7 +100,6 @@ static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum a
     return a;
 }
 
-/* strdup of a path segment or NULL-able string; sets *oom on failure. */
 static void send_not_found(h2o_req_t *req, const char *what) {
     hub_api_send_problem(req, 404, what, NULL);
 }
@@ -112,11 +109,9 @@ static void send_not_found(h2o_req_t *req, const char *what) {
  * key, when given, fills the "key" member (a new API key, never stored). */
 static void send_pg_object(h2o_req_t *req, int status, const char *text, size_t len,
                            const char *key) {
-    json_t *obj = json_loadb(text, len, 0, NULL);
+    json_t *obj = hub_api_pg_object(req, text, len);
 
     if (obj == NULL) {
-        hub_log(HUB_ERROR, "database returned malformed JSON");
-        hub_api_send_problem(req, 500, "malformed object from the database", NULL);
         return;
     }
     json_object_del(obj, "_req"); /* a stored response's request marker */
@@ -136,64 +131,22 @@ static void send_one_row(struct admin_call *a, const struct hub_pg_outcome *out,
     if (r == NULL) {
         return;
     }
-    send_pg_object(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), NULL);
+    send_pg_object(req, 200, PQgetvalue(r, 0, HUB_ADMIN_OBJECT),
+                   (size_t)PQgetlength(r, 0, HUB_ADMIN_OBJECT), NULL);
 }
 
 /* -------------------------------------------------------------- lists -- */
 
-/* Rows are (key, object JSON); limit + 1 were asked for, so a full page plus
- * one row means there is a next page, starting after the last one shown. */
+/* Rows are (hub_admin_page_col); limit + 1 were asked for (run_list). */
 static void send_page(struct admin_call *a, const struct hub_pg_outcome *out, const char *kind) {
-    h2o_req_t *req = a->call.req;
     PGresult *r = out->results[0];
-    json_t *body = NULL, *items = NULL;
-    char *cursor = NULL;
-    int n, shown;
 
     if (out->status != HUB_PG_OK || r == NULL) {
-        hub_api_send_db_error(req, out);
+        hub_api_send_db_error(a->call.req, out);
         return;
     }
-    n = PQntuples(r);
-    shown = n > a->limit ? a->limit : n;
-    items = json_array();
-    if (items == NULL) {
-        goto fail_oom;
-    }
-    for (int i = 0; i < shown; i++) {
-        json_t *it = json_loadb(PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1), 0, NULL);
-        if (it == NULL || json_array_append_new(items, it) != 0) {
-            goto fail_items;
-        }
-    }
-    if (n > a->limit) {
-        cursor = hub_api_cursor_encode(kind, PQgetvalue(r, shown - 1, 0));
-        if (cursor == NULL) {
-            goto fail_items;
-        }
-    }
-    body = json_object();
-    if (body == NULL || json_object_set_new(body, "items", items) != 0) {
-        items = NULL; /* json_object_set_new took it even on failure */
-        goto fail_body;
-    }
-    items = NULL;
-    if (json_object_set_new(body, "next_cursor",
-                            cursor != NULL ? json_string(cursor) : json_null()) != 0) {
-        goto fail_body;
-    }
-    hub_api_send_json(req, 200, body);
-    json_decref(body);
-    free(cursor);
-    return;
-
-fail_body:
-    json_decref(body);
-    free(cursor);
-fail_items:
-    json_decref(items);
-fail_oom:
-    hub_api_send_problem(req, 500, "out of memory rendering the list", NULL);
+    hub_api_send_page(a->call.req, r, a->limit, kind, HUB_ADMIN_PAGE_KEY, HUB_ADMIN_PAGE_OBJECT,
+                      NULL, NULL);
 }
 
 static void tenant_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
@@ -209,18 +162,13 @@ static void run_list(struct admin_call *a, const struct hub_sql *sql, hub_api_ca
                      int nparams, const char **params) {
     const char *values[8];
     char limit[16];
-    struct hub_pg_txn *txn = hub_api_call_txn(&a->call, cb);
 
-    if (txn == NULL) {
-        return;
-    }
     for (int i = 0; i < nparams; i++) {
         values[i] = params[i];
     }
     snprintf(limit, sizeof(limit), "%d", a->limit + 1);
     values[nparams] = limit;
-    hub_pg_txn_add(txn, sql, nparams + 1, values, NULL, NULL);
-    hub_api_call_submit(&a->call, txn);
+    hub_api_call_query(&a->call, cb, sql, nparams + 1, values);
 }
 
 static void tenant_list(struct hub *hub, h2o_req_t *req) {
@@ -314,7 +262,6 @@ static void quarantine_get_done(struct hub_api_call *call, const struct hub_pg_o
 static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const struct hub_sql *sql,
                     hub_api_call_cb cb, h2o_iovec_t id) {
     struct admin_call *a = admin_call_new(hub, req, op);
-    struct hub_pg_txn *txn;
     int oom = 0;
 
     if (a == NULL) {
@@ -325,12 +272,7 @@ static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const str
         hub_api_send_oom(req);
         return;
     }
-    txn = hub_api_call_txn(&a->call, cb);
-    if (txn == NULL) {
-        return;
-    }
-    hub_pg_txn_add(txn, sql, 1, (const char *[]){a->object_id}, NULL, NULL);
-    hub_api_call_submit(&a->call, txn);
+    hub_api_call_query(&a->call, cb, sql, 1, (const char *[]){a->object_id});
 }
 
 static void tenant_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
@@ -360,7 +302,6 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
     json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
     json_t *errors = NULL, *status, *quotas, *audit = NULL;
     struct admin_call *a;
-    struct hub_pg_txn *txn;
     int oom = 0;
 
     if (body == NULL) {
@@ -399,15 +340,9 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
         hub_api_send_oom(req);
         goto done;
     }
-    txn = hub_api_call_txn(&a->call, tenant_patch_done);
-    if (txn == NULL) {
-        goto done;
-    }
-    hub_pg_txn_add(txn, &hub_sql_admin_tenant_patch, 5,
-                   (const char *[]){a->tenant_id, a->status, a->quotas_set ? "true" : "false",
-                                    a->quotas, a->audit},
-                   NULL, NULL);
-    hub_api_call_submit(&a->call, txn);
+    hub_api_call_query(&a->call, tenant_patch_done, &hub_sql_admin_tenant_patch, 5,
+                       (const char *[]){a->tenant_id, a->status, a->quotas_set ? "true" : "false",
+                                        a->quotas, a->audit});
 
 done:
     json_decref(audit);
@@ -424,7 +359,6 @@ static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outco
 
 static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_iovec_t key_id) {
     struct admin_call *a;
-    struct hub_pg_txn *txn;
     int oom = 0;
 
     if (!hub_api_tenant_id_valid(tenant.base, tenant.len) ||
@@ -442,27 +376,24 @@ static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_
         hub_api_send_oom(req);
         return;
     }
-    txn = hub_api_call_txn(&a->call, key_revoke_done);
-    if (txn == NULL) {
-        return;
-    }
-    hub_pg_txn_add(txn, &hub_sql_admin_api_key_revoke, 2,
-                   (const char *[]){a->tenant_id, a->object_id}, NULL, NULL);
-    hub_api_call_submit(&a->call, txn);
+    hub_api_call_query(&a->call, key_revoke_done, &hub_sql_admin_api_key_revoke, 2,
+                       (const char *[]){a->tenant_id, a->object_id});
 }
 
 /* ------------------------------------------- creations (idempotent POSTs) -- */
 
-static void post_execute(struct admin_call *a);
-static void idem_lookup(struct admin_call *a);
-
-/* Answers a creation: the object PostgreSQL rendered (stored or fresh). */
+/*
+ * Answers a creation with the object PostgreSQL rendered: fresh from the
+ * creating statement, or as the Idempotency-Key record stored it
+ * (replayed).  A fresh tenant gets its Location; a fresh key its plaintext,
+ * which exists only in this answer.
+ */
 static void send_created(struct admin_call *a, int status, const char *text, size_t len,
                          int replayed) {
     h2o_req_t *req = a->call.req;
 
     if (replayed) {
-        hub_api_add_header(req, "idempotent-replayed", "true");
+        hub_api_idem_mark_replayed(req);
     }
     if (a->op == OP_TENANT_CREATE && status == 201) {
         char location[sizeof(ADMIN_PREFIX) + 16 + HUB_API_TENANT_ID_MAX];
@@ -472,7 +403,9 @@ static void send_created(struct admin_call *a, int status, const char *text, siz
     send_pg_object(req, status, text, len, a->op == OP_KEY_CREATE && !replayed ? a->api_key : NULL);
 }
 
-/* The answer when the creation did not happen and nothing can be replayed. */
+/* The answer when the creation did not happen and nothing can be replayed:
+ * a tenant id that is taken, or a race on the key whose winner did not
+ * commit. */
 static void send_not_created(struct admin_call *a) {
     char detail[64 + HUB_API_TENANT_ID_MAX];
 
@@ -486,83 +419,14 @@ static void send_not_created(struct admin_call *a) {
     }
 }
 
-/* 1 when a stored response was made by this same request (its marker), or
- * was stored before responses kept one. */
-static int idem_same_request(const struct admin_call *a, const char *text, size_t len) {
-    json_t *obj = json_loadb(text, len, 0, NULL);
-    const char *marker = json_string_value(json_object_get(obj, "_req"));
-    int same = marker == NULL || strcmp(marker, a->idem_req) == 0;
-
-    json_decref(obj);
-    return same;
-}
-
-static void idem_looked(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    struct admin_call *a = (struct admin_call *)call;
-    PGresult *r = out->results[1];
-
-    if (out->status != HUB_PG_OK || r == NULL) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (PQntuples(r) == 1) {
-        if (!idem_same_request(a, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
-            hub_api_send_problem(call->req, 409,
-                                 "this Idempotency-Key was already used for a different request",
-                                 NULL);
-            return;
-        }
-        send_created(a, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
-                     (size_t)PQgetlength(r, 0, 1), 1);
-        return;
-    }
-    if (a->relooked) {
-        send_not_created(a);
-        return;
-    }
-    post_execute(a);
-}
-
-static void idem_lookup(struct admin_call *a) {
-    struct hub_pg_txn *txn = hub_api_call_txn(&a->call, idem_looked);
-
-    if (txn == NULL) {
-        return;
-    }
-    hub_pg_txn_add(txn, &hub_sql_admin_idem_purge, 0, NULL, NULL, NULL);
-    hub_pg_txn_add(txn, &hub_sql_admin_idem_lookup, 2, (const char *[]){ADMIN_SCOPE, a->idem_key},
-                   NULL, NULL);
-    hub_api_call_submit(&a->call, txn);
-}
-
-/* A creation with an Idempotency-Key: the request's marker, then the lookup
- * of the key (which replays, refuses or runs the creation). */
-static void idem_start(struct admin_call *a) {
-    const char *op = a->op == OP_TENANT_CREATE ? "tenant.create" : "api_key.create";
-
-    a->idem_req = hub_api_request_marker(a->call.req, op, a->tenant_id);
-    if (a->idem_req == NULL) {
-        hub_api_send_oom(a->call.req);
-        return;
-    }
-    idem_lookup(a);
-}
-
 static void post_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct admin_call *a = (struct admin_call *)call;
-    int last = a->idem_key != NULL ? 1 : 0;
-    PGresult *r = out->results[last];
+    PGresult *r = out->results[hub_api_idem_first(call)];
 
     if (out->status != HUB_PG_OK) {
-        /* 23505 unique_violation: another request stored this Idempotency-Key
-         * first; our whole transaction rolled back, so replay theirs. */
-        if (out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
-            a->idem_key != NULL && !a->relooked) {
-            a->relooked = 1;
-            idem_lookup(a);
-            return;
+        if (!hub_api_idem_collided(call, out)) {
+            hub_api_send_db_error(call->req, out);
         }
-        hub_api_send_db_error(call->req, out);
         return;
     }
     if (r == NULL || PQntuples(r) == 0) {
@@ -570,16 +434,15 @@ static void post_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
             send_not_found(call->req, "tenant not found");
             return;
         }
-        /* The tenant exists: maybe created by a concurrent request with our key. */
-        if (a->idem_key != NULL && !a->relooked) {
-            a->relooked = 1;
-            idem_lookup(a);
-            return;
+        /* The tenant exists: maybe created by a concurrent request with our
+         * key, whose response the second lookup then finds. */
+        if (!hub_api_idem_relook(call)) {
+            send_not_created(a);
         }
-        send_not_created(a);
         return;
     }
-    send_created(a, 201, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), 0);
+    send_created(a, 201, PQgetvalue(r, 0, HUB_ADMIN_OBJECT),
+                 (size_t)PQgetlength(r, 0, HUB_ADMIN_OBJECT), 0);
 }
 
 /* A new key: "shk_" + base64url(32 random bytes); only its SHA-256 is kept. */
@@ -603,35 +466,67 @@ out:
     return rc;
 }
 
-static void post_execute(struct admin_call *a) {
+/*
+ * Runs the creation (no response stored under its key): one transaction
+ * whose creating statement also writes the audit row and, with a key, the
+ * idempotency record.  The key is generated only now, so a replay never
+ * makes one that nobody sees.
+ */
+static void post_execute(struct hub_api_call *call) {
+    struct admin_call *a = (struct admin_call *)call;
+    struct hub_api_idem *idem = &a->idem;
     struct hub_pg_txn *txn;
 
     if (a->op == OP_KEY_CREATE && make_api_key(a) != 0) {
-        hub_log(HUB_ERROR, "cannot generate an API key (RAND_bytes or SHA-256 failed)");
-        hub_api_send_problem(a->call.req, 500, "cannot generate a key", NULL);
+        hub_api_send_internal(a->call.req,
+                              "cannot generate an API key (RAND_bytes or SHA-256 failed)",
+                              "cannot generate a key");
         return;
     }
-    txn = hub_api_call_txn(&a->call, post_done);
+    txn = hub_api_idem_txn(&a->call, post_done);
     if (txn == NULL) {
         return;
     }
-    if (a->idem_key != NULL) {
-        /* an expired record of this key would make the insert collide */
-        hub_pg_txn_add(txn, &hub_sql_admin_idem_forget_stale, 2,
-                       (const char *[]){ADMIN_SCOPE, a->idem_key}, NULL, NULL);
-    }
     if (a->op == OP_TENANT_CREATE) {
-        hub_pg_txn_add(txn, &hub_sql_admin_tenant_create, 6,
-                       (const char *[]){a->tenant_id, a->status, a->quotas, a->audit, a->idem_key,
-                                        a->idem_req},
-                       NULL, NULL);
+        hub_pg_txn_add(
+            txn, &hub_sql_admin_tenant_create, 6,
+            (const char *[]){a->tenant_id, a->status, a->quotas, a->audit, idem->key, idem->marker},
+            NULL, NULL);
     } else {
         hub_pg_txn_add(
             txn, &hub_sql_admin_api_key_create, 4,
-            (const char *[]){a->tenant_id, (const char *)a->key_hash, a->idem_key, a->idem_req},
+            (const char *[]){a->tenant_id, (const char *)a->key_hash, idem->key, idem->marker},
             (const int[]){0, (int)sizeof(a->key_hash), 0, 0}, (const int[]){0, 1, 0, 0});
     }
     hub_api_call_submit(&a->call, txn);
+}
+
+/* A stored response of this request: the same status and object, and for
+ * a key creation no key (its plaintext was never stored). */
+static void post_replay(struct hub_api_call *call, int status, const char *body, size_t len) {
+    send_created((struct admin_call *)call, status, body, len, 1);
+}
+
+static void post_unfinished(struct hub_api_call *call) {
+    send_not_created((struct admin_call *)call);
+}
+
+/* Admin records were stored before they kept a request marker: one without
+ * a marker still replays (unmarked_same). */
+static const struct hub_api_idem_ops post_idem = {
+    .proceed = post_execute,
+    .replay = post_replay,
+    .unfinished = post_unfinished,
+    .unmarked_same = 1,
+};
+
+/* Runs a validated creation under its Idempotency-Key (api_idem.h); the
+ * admin's records share one scope, ADMIN_SCOPE, which the creating
+ * statements write as a constant (store_admin.c). */
+static void post_start(struct admin_call *a, h2o_iovec_t key) {
+    const char *op = a->op == OP_TENANT_CREATE ? "tenant.create" : "api_key.create";
+
+    hub_api_idem_start(&a->call, &a->idem, key, ADMIN_SCOPE, NULL, op, a->tenant_id, &post_idem);
 }
 
 static void tenant_create(struct hub *hub, h2o_req_t *req) {
@@ -659,7 +554,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
         hub_api_errors_add(&errors, "status", STATUS_RULE);
     }
     hub_api_quotas_check(quotas, &errors);
-    hub_api_idempotency_key(req, &idem, &errors);
+    hub_api_idem_read_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         goto done;
@@ -671,18 +566,13 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
     a->tenant_id = hub_api_strdup(json_string_value(id), &oom);
     a->status = hub_api_strdup(status_valid(status) ? json_string_value(status) : "active", &oom);
     a->quotas = json_param(quotas, &oom);
-    a->idem_key = hub_api_strndup(idem.base, idem.len, &oom);
     audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas", quotas);
     a->audit = audit != NULL ? json_param(audit, &oom) : NULL;
     if (oom || audit == NULL) {
         hub_api_send_oom(req);
         goto done;
     }
-    if (a->idem_key != NULL) {
-        idem_start(a);
-    } else {
-        post_execute(a);
-    }
+    post_start(a, idem);
 
 done:
     json_decref(audit);
@@ -710,7 +600,7 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
         hub_api_reject_unknown_members(body, allowed, &errors);
         json_decref(body);
     }
-    hub_api_idempotency_key(req, &idem, &errors);
+    hub_api_idem_read_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         return;
@@ -720,16 +610,11 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
         return;
     }
     a->tenant_id = hub_api_strndup(tenant.base, tenant.len, &oom);
-    a->idem_key = hub_api_strndup(idem.base, idem.len, &oom);
     if (oom) {
         hub_api_send_oom(req);
         return;
     }
-    if (a->idem_key != NULL) {
-        idem_start(a);
-    } else {
-        post_execute(a);
-    }
+    post_start(a, idem);
 }
 
 /* -------------------------------------------------------------- routing -- */

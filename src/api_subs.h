@@ -25,7 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 struct hub;
 
 /*

@@ -197,6 +197,11 @@ void hub_api_send_oom(h2o_req_t *req) {
     hub_api_send_problem(req, 500, "out of memory", NULL);
 }
 
+void hub_api_send_internal(h2o_req_t *req, const char *why, const char *detail) {
+    hub_log(HUB_ERROR, why);
+    hub_api_send_problem(req, 500, detail, NULL);
+}
+
 void hub_api_send_unauthorized(h2o_req_t *req, const char *detail) {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                    H2O_STRLIT("Bearer"));
@@ -248,6 +253,19 @@ void hub_api_errors_add(json_t **errors, const char *field, const char *message)
     json_array_append_new(*errors, e);
 }
 
+int hub_api_input_refused(h2o_req_t *req, json_t *errors, int oom) {
+    /* errors first: a client can fix them, whatever else went wrong */
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return 1;
+    }
+    if (oom) {
+        hub_api_send_oom(req);
+        return 1;
+    }
+    return 0;
+}
+
 PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int index,
                         const char *missing) {
     PGresult *r = out->results[index];
@@ -261,6 +279,16 @@ PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int in
         return NULL;
     }
     return r;
+}
+
+json_t *hub_api_pg_object(h2o_req_t *req, const char *text, size_t len) {
+    json_t *obj = json_loadb(text, len, 0, NULL);
+
+    if (obj == NULL) {
+        hub_api_send_internal(req, "database returned malformed JSON",
+                              "malformed object from the database");
+    }
+    return obj;
 }
 
 /* ------------------------------------------------------------- requests -- */
@@ -301,47 +329,6 @@ int hub_api_path_under(h2o_iovec_t path, const char *prefix) {
 
 int hub_api_segment_is(h2o_iovec_t seg, const char *s) {
     return h2o_memis(seg.base, seg.len, s, strlen(s));
-}
-
-int hub_api_idempotency_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
-    if (!hub_api_header(req, "idempotency-key", key)) {
-        key->base = NULL;
-        key->len = 0;
-        return 0;
-    }
-    if (key->len == 0 || key->len > HUB_API_IDEM_KEY_MAX) {
-        goto bad;
-    }
-    for (size_t i = 0; i < key->len; i++) {
-        if (key->base[i] < 0x21 || key->base[i] > 0x7e) {
-            goto bad;
-        }
-    }
-    return 0;
-bad:
-    hub_api_errors_add(errors, "Idempotency-Key", "must be 1 to 255 visible ASCII characters");
-    return -1;
-}
-
-char *hub_api_request_marker(const h2o_req_t *req, const char *op, const char *object) {
-    unsigned char digest[32];
-    char hex[65];
-    unsigned int dn = 0;
-    size_t need = strlen(op) + 1 + (object != NULL ? strlen(object) + 1 : 0) + sizeof(hex);
-    char *m;
-
-    if (EVP_Digest(req->entity.base != NULL ? req->entity.base : "", req->entity.len, digest, &dn,
-                   EVP_sha256(), NULL) != 1 ||
-        (m = malloc(need)) == NULL) {
-        return NULL;
-    }
-    hub_hex(digest, sizeof(digest), hex);
-    if (object != NULL) {
-        snprintf(m, need, "%s:%s:%s", op, object, hex);
-    } else {
-        snprintf(m, need, "%s:%s", op, hex);
-    }
-    return m;
 }
 
 int hub_api_positive_id(const char *s, size_t len) {
@@ -595,6 +582,48 @@ const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *
     return h2o_strdup(&req->pool, (const char *)raw + klen + 1, n - klen - 1).base;
 }
 
+void hub_api_send_page(h2o_req_t *req, PGresult *r, int limit, const char *kind, int key_col,
+                       int obj_col, hub_api_item_fn item, void *arg) {
+    int n = PQntuples(r);
+    int shown = n > limit ? limit : n;
+    json_t *items = json_array(), *body = NULL;
+    char *cursor = NULL;
+
+    if (items == NULL) {
+        goto fail;
+    }
+    for (int i = 0; i < shown; i++) {
+        const char *text = PQgetvalue(r, i, obj_col);
+        size_t len = (size_t)PQgetlength(r, i, obj_col);
+        json_t *it = item != NULL ? item(arg, text, len) : json_loadb(text, len, 0, NULL);
+        if (it == NULL || json_array_append_new(items, it) != 0) {
+            goto fail;
+        }
+    }
+    /* the extra row is never shown: it only says that a next page exists,
+     * which then starts after the last row shown */
+    if (n > limit) {
+        cursor = hub_api_cursor_encode(kind, PQgetvalue(r, shown - 1, key_col));
+        if (cursor == NULL) {
+            goto fail;
+        }
+    }
+    body = json_pack("{s:o, s:o}", "items", items, "next_cursor",
+                     cursor != NULL ? json_string(cursor) : json_null());
+    items = NULL; /* json_pack's "o" took it, also on failure */
+    if (body == NULL) {
+        goto fail;
+    }
+    hub_api_send_json(req, 200, body);
+    json_decref(body);
+    free(cursor);
+    return;
+fail:
+    json_decref(items);
+    free(cursor);
+    hub_api_send_problem(req, 500, "out of memory rendering the list", NULL);
+}
+
 /* --------------------------------------------------------------- auth -- */
 
 int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
@@ -735,6 +764,17 @@ void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
     hub_pg_txn_submit(txn);
 }
 
+void hub_api_call_query(struct hub_api_call *call, hub_api_call_cb cb, const struct hub_sql *sql,
+                        int nparams, const char *const *values) {
+    struct hub_pg_txn *txn = hub_api_call_txn(call, cb);
+
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, sql, nparams, values, NULL, NULL);
+    hub_api_call_submit(call, txn);
+}
+
 void hub_api_call_wait(struct hub_api_call *call) {
     call->in_flight = 1;
 }
@@ -793,12 +833,12 @@ void hub_api_quotas_check(const json_t *quotas, json_t **errors) {
 /* A quota member as the auth query returns it (text or NULL): its value in
  * (0, HUB_QUOTA_MAX], or 0 for none.  What the API would refuse (a row
  * written by hand) counts as none. */
-static double quota_value(PGresult *r, int col) {
+static double quota_value(PGresult *r, enum hub_auth_tenant_col col) {
     const char *s;
     char *end;
     double v;
 
-    if (PQnfields(r) <= col || PQgetisnull(r, 0, col)) {
+    if (PQnfields(r) <= (int)col || PQgetisnull(r, 0, col)) {
         return 0.0;
     }
     s = PQgetvalue(r, 0, col);
@@ -814,13 +854,13 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
         return;
     }
     r = out->results[0];
-    if (r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        call->ingest_rate = quota_value(r, 1);
-        call->ingest_burst = quota_value(r, 2);
+    if (r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, HUB_AUTH_TENANT_ID)) {
+        call->ingest_rate = quota_value(r, HUB_AUTH_TENANT_INGEST_RATE);
+        call->ingest_burst = quota_value(r, HUB_AUTH_TENANT_INGEST_BURST);
         if (call->ingest_burst < 1.0) {
             call->ingest_burst = call->ingest_rate > 1.0 ? call->ingest_rate : 1.0;
         }
-        call->on_auth(call, PQgetvalue(r, 0, 0), 200);
+        call->on_auth(call, PQgetvalue(r, 0, HUB_AUTH_TENANT_ID), 200);
     } else {
         call->on_auth(call, NULL, 401);
     }

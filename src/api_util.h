@@ -32,8 +32,6 @@ struct hub_http;
 #define HUB_API_LIMIT_MAX 500
 /* Longest tenant id (SPEC §5). */
 #define HUB_API_TENANT_ID_MAX 256
-/* Longest Idempotency-Key header value. */
-#define HUB_API_IDEM_KEY_MAX 255
 
 /* How the API writes JSON: compact, and reals with 15 significant digits
  * (DBL_DIG) — every decimal a human typed with up to 15 digits comes back
@@ -71,6 +69,10 @@ void hub_api_send_invalid(h2o_req_t *req, json_t *errors);
 /* 500 "out of memory". */
 void hub_api_send_oom(h2o_req_t *req);
 
+/* 500 with detail, after logging why (an error line for the operator: the
+ * hub, not the client, is at fault). */
+void hub_api_send_internal(h2o_req_t *req, const char *why, const char *detail);
+
 /* 401 with "WWW-Authenticate: Bearer". */
 void hub_api_send_unauthorized(h2o_req_t *req, const char *detail);
 
@@ -89,6 +91,11 @@ void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out);
  * Out of memory only loses the entry. */
 void hub_api_errors_add(json_t **errors, const char *field, const char *message);
 
+/* The end of a request's validation: answers 400 with errors (taken) when
+ * there are any, else 500 when oom is set, and returns 1; returns 0 when
+ * the request goes on. */
+int hub_api_input_refused(h2o_req_t *req, json_t *errors, int oom);
+
 /*
  * The row a single-object route asked for: returns out->results[index] when
  * the transaction succeeded and that statement returned a row, else answers
@@ -97,6 +104,13 @@ void hub_api_errors_add(json_t **errors, const char *field, const char *message)
  */
 PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int index,
                         const char *missing);
+
+/*
+ * Parses an object PostgreSQL rendered as JSON text (text[0..len),
+ * borrowed).  Returns it (owned by the caller), or NULL after logging and
+ * answering 500 when it does not parse.
+ */
+json_t *hub_api_pg_object(h2o_req_t *req, const char *text, size_t len);
 
 /* Adds a response header (name in lower case); the value is copied. */
 void hub_api_add_header(h2o_req_t *req, const char *name, const char *value);
@@ -122,21 +136,6 @@ int hub_api_path_under(h2o_iovec_t path, const char *prefix);
 
 /* 1 when path segment seg is exactly s. */
 int hub_api_segment_is(h2o_iovec_t seg, const char *s);
-
-/*
- * Reads the Idempotency-Key header (SPEC §9): 1..HUB_API_IDEM_KEY_MAX visible
- * ASCII characters.  Returns 0 (key->base NULL when absent), or -1 after
- * adding an "Idempotency-Key" entry to *errors.
- */
-int hub_api_idempotency_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors);
-
-/*
- * The marker an idempotency record keeps of the request that made it:
- * "<op>:<object>:<SHA-256 hex of the body>" (":<object>" left out when
- * object is NULL), so that a key reused for another request is told apart
- * from a retry of the same one.  Returns malloc'd text, or NULL on failure.
- */
-char *hub_api_request_marker(const h2o_req_t *req, const char *op, const char *object);
 
 /* 1 when s[0..len) is a positive decimal int64 without a leading zero and
  * with at most 18 digits ("1".."999999999999999999"): a job or record id. */
@@ -209,6 +208,21 @@ char *hub_api_cursor_encode(const char *kind, const char *value);
  * when the cursor is malformed or of another kind. */
 const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor);
 
+/* Turns one listed object's JSON text (borrowed) into its API item; returns
+ * it owned, or NULL when it is malformed or memory ran out. */
+typedef json_t *(*hub_api_item_fn)(void *arg, const char *text, size_t len);
+
+/*
+ * Answers 200 with one page of a list, {"items": [...], "next_cursor"}.
+ * r holds the rows of a list statement asked for limit + 1 rows: up to
+ * limit become items (column obj_col through item(arg, ...), or parsed as
+ * they are when item is NULL); one more row means there is a next page,
+ * whose cursor (of `kind`) carries column key_col of the last item shown.
+ * Answers 500 when an item is malformed or memory runs out.  Borrows r.
+ */
+void hub_api_send_page(h2o_req_t *req, PGresult *r, int limit, const char *kind, int key_col,
+                       int obj_col, hub_api_item_fn item, void *arg);
+
 /* --------------------------------------------------------------- auth -- */
 
 /*
@@ -229,6 +243,7 @@ int hub_api_token_equals(const char *expected, const char *presented, size_t pre
 /* ------------------------------------------------ requests on the database -- */
 
 struct hub_api_call;
+struct hub_api_idem;
 
 /* Runs when the call's transaction completed AND the request is still there.
  * It may answer, or start another transaction on the same call. */
@@ -275,6 +290,9 @@ struct hub_api_call {
      * hub_api_quotas_check): events per second and burst, 0 when none. */
     double ingest_rate;
     double ingest_burst;
+    /* The route's Idempotency-Key state once hub_api_idem_start found a
+     * key (api_idem.h); borrowed from the route's own state, else NULL. */
+    struct hub_api_idem *idem;
 };
 
 /*
@@ -296,6 +314,15 @@ struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb c
 /* Submits txn.  cb may run before this returns (pool closing, out of
  * memory), so the caller must not touch call afterwards. */
 void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn);
+
+/*
+ * The common case of the two above: one statement with nparams text
+ * parameters (copied) as a transaction of its own, whose outcome goes to
+ * cb.  Answers 503 itself when no transaction can start.  The caller must
+ * not touch call afterwards.
+ */
+void hub_api_call_query(struct hub_api_call *call, hub_api_call_cb cb, const struct hub_sql *sql,
+                        int nparams, const char *const *values);
 
 /*
  * For calls that wait on something other than the database (a policy

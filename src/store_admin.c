@@ -130,22 +130,22 @@ const struct hub_sql hub_sql_admin_quarantine_get = {
     " WHERE q.id = $1::bigint",
 };
 
-const struct hub_sql hub_sql_admin_idem_lookup = {
-    "admin_idem_lookup",
+const struct hub_sql hub_sql_idem_lookup = {
+    "idem_lookup",
     "SELECT status, body FROM idempotency_keys"
     " WHERE scope = $1::text AND key = $2::text AND created_at > now() - " ADM_IDEM_TTL,
 };
 
-const struct hub_sql hub_sql_admin_idem_purge = {
-    "admin_idem_purge",
+const struct hub_sql hub_sql_idem_purge = {
+    "idem_purge",
     /* SKIP LOCKED: several hubs purging at once never wait on each other. */
     "DELETE FROM idempotency_keys WHERE (scope, key) IN ("
     "    SELECT scope, key FROM idempotency_keys"
     "     WHERE created_at <= now() - " ADM_IDEM_TTL " LIMIT 100 FOR UPDATE SKIP LOCKED)",
 };
 
-const struct hub_sql hub_sql_admin_idem_forget_stale = {
-    "admin_idem_forget_stale",
+const struct hub_sql hub_sql_idem_forget_stale = {
+    "idem_forget_stale",
     "DELETE FROM idempotency_keys"
     " WHERE scope = $1::text AND key = $2::text AND created_at <= now() - " ADM_IDEM_TTL,
 };

@@ -220,17 +220,8 @@ const struct hub_sql hub_sql_delivery_redeliver = {
     " SELECT " DELIV_JSON("j", "") " FROM j",
 };
 
-/*
- * Replay (SPEC §9).  $1 tenant, $2 subscription id, $3 since, $4 until,
- * $5 event type patterns (JSON array text, or NULL), $6
- * minimum interval between replays of one subscription (ms), $7 most events.
- * The events replayed are those the subscription matches (its event types
- * and schema major) and, when $5 is given, that $5 matches too: a replay
- * narrows what the subscription receives, never widens it.
- * One row: subscription found (0/1), seconds to wait when rate-limited (else
- * NULL), events matched, jobs created, jobs re-armed, received_at of the last
- * event taken (where a truncated replay continues).
- */
+/* Replay (store_subs.h).  The audit row of the last replay doubles as its
+ * rate limit ("recent"), which every hub process then shares. */
 /* An event of type e.event_type matches one of the patterns pats (a text[]
  * expression): the type itself, "<resource>.*" or "*" (SPEC §6). */
 #define REPLAY_MATCHES(pats)                                                                       \

@@ -28,6 +28,33 @@
 
 #include "pg.h"
 
+/* The columns of a statement that returns one API object (a subscription or
+ * a delivery): its JSON text. */
+enum hub_subs_object_col {
+    HUB_SUBS_OBJECT,
+};
+
+/* The columns of a list statement: the row's key, which the next page's
+ * cursor carries (a subscription's uuid, a job's id), then the object. */
+enum hub_subs_page_col {
+    HUB_SUBS_PAGE_KEY,
+    HUB_SUBS_PAGE_OBJECT,
+};
+
+/*
+ * What a verification probe reads from a subscription row, as a block of
+ * five columns that subs_patch and subs_probe_load return after columns of
+ * their own (HUB_SUBS_PATCH_PROBE, HUB_SUBS_PROBE_LOAD_PROBE): the block's
+ * first column plus these offsets.
+ */
+enum hub_subs_probe_col {
+    HUB_SUBS_PROBE_URL,                /* destination url */
+    HUB_SUBS_PROBE_HEADERS_SEALED,     /* sealed destination headers, or NULL */
+    HUB_SUBS_PROBE_SECRET_SEALED,      /* sealed current secret */
+    HUB_SUBS_PROBE_PREV_SECRET_SEALED, /* sealed previous secret, or NULL */
+    HUB_SUBS_PROBE_PREV_VALID,         /* 't' while the previous one is in its grace */
+};
+
 /*
  * $1 id (uuid), $2 tenant, $3 event_types (JSON array), $4 schema_major,
  * $5 url, $6 headers_sealed (or NULL), $7 secret_sealed, $8 enabled
@@ -36,15 +63,15 @@
  * request marker, $15 Idempotency-Key (or NULL).  Inserts the subscription
  * (verification_state 'pending'; disabled_reason 'disabled' when not
  * enabled), its audit row and, with a key, the idempotency record (status
- * 201).  One row: (object JSON text).
+ * 201).  One row (hub_subs_object_col).
  */
 extern const struct hub_sql hub_sql_subs_create;
 
-/* $1 tenant, $2 id.  One row (object JSON text) or none. */
+/* $1 tenant, $2 id.  One row (hub_subs_object_col) or none. */
 extern const struct hub_sql hub_sql_subs_get;
 
-/* $1 tenant, $2 after-id (uuid or NULL), $3 limit.  Rows (id, object JSON
- * text) by id, i.e. in creation order (UUIDv7). */
+/* $1 tenant, $2 after-id (uuid or NULL), $3 limit.  Rows (hub_subs_page_col:
+ * id, subscription) by id, i.e. in creation order (UUIDv7). */
 extern const struct hub_sql hub_sql_subs_list;
 
 /*
@@ -58,20 +85,26 @@ extern const struct hub_sql hub_sql_subs_list;
  * A url different from the stored one resets verification_state to
  * 'pending' and clears the failure streak; enabled false sets
  * disabled_reason 'disabled', enabled true clears it.  Bumps updated_at.
- * One row or none: (object JSON text, url_changed, url, headers_sealed,
- * secret_sealed, prev_secret_sealed, prev_valid) — the last five feed the
+ * One row (hub_subs_patch_col) or none; the probe block feeds the
  * verification probe a url change starts.
  */
+enum hub_subs_patch_col {
+    HUB_SUBS_PATCH_OBJECT,      /* the subscription's JSON text */
+    HUB_SUBS_PATCH_URL_CHANGED, /* 't' when the url changed */
+    HUB_SUBS_PATCH_PROBE,       /* first column of the hub_subs_probe_col block */
+};
 extern const struct hub_sql hub_sql_subs_patch;
 
-/* $1 tenant, $2 id.  Deletes (jobs cascade) and audits.  One row or none. */
+/* $1 tenant, $2 id.  Deletes (jobs cascade) and audits.  One row (the id)
+ * when deleted, none when absent. */
 extern const struct hub_sql hub_sql_subs_delete;
 
-/*
- * $1 tenant, $2 id.  What a synchronous probe needs.  One row or none:
- * (object JSON text, url, headers_sealed, secret_sealed, prev_secret_sealed,
- * prev_valid 't'/'f' = the previous secret is within its grace).
- */
+/* $1 tenant, $2 id.  What a synchronous probe needs.  One row
+ * (hub_subs_probe_load_col) or none. */
+enum hub_subs_probe_load_col {
+    HUB_SUBS_PROBE_LOAD_OBJECT, /* the subscription's JSON text */
+    HUB_SUBS_PROBE_LOAD_PROBE,  /* first column of the hub_subs_probe_col block */
+};
 extern const struct hub_sql hub_sql_subs_probe_load;
 
 /*
@@ -79,7 +112,7 @@ extern const struct hub_sql hub_sql_subs_probe_load;
  * audit detail.  The outcome of POST /verify: success sets
  * verification_state 'active', enabled, clears disabled_reason and the
  * failure streak; failure sets 'failed'.  Applies only while the url is
- * still the probed one.  One row (object JSON text) or none.
+ * still the probed one.  One row (hub_subs_object_col) or none.
  */
 extern const struct hub_sql hub_sql_subs_verify_result;
 
@@ -87,8 +120,8 @@ extern const struct hub_sql hub_sql_subs_verify_result;
  * $1 id, $2 ok, $3 url, $4 headers_sealed (or NULL).  The outcome of the
  * background probe: verification_state 'active' or 'failed', only while it
  * is still 'pending' with the same url and headers (otherwise the
- * subscription changed meanwhile and the result is ignored).  One row (id)
- * when applied.
+ * subscription changed meanwhile and the result is ignored).  One row (the
+ * id) when applied, none when ignored.
  */
 extern const struct hub_sql hub_sql_subs_probe_result;
 
@@ -97,33 +130,59 @@ extern const struct hub_sql hub_sql_subs_probe_result;
  * secret is dropped at once), $5 idempotency scope, $6 Idempotency-Key (or
  * NULL), $7 request marker, $8 audit detail.  Moves the current secret to
  * prev_secret_sealed (valid until now + grace), audits, stores the
- * idempotency record (status 200).  One row (object JSON text) or none.
+ * idempotency record (status 200).  One row (hub_subs_object_col) or none.
  */
 extern const struct hub_sql hub_sql_subs_rotate;
 
-/* $1 tenant, $2 subscription id.  One row when the subscription is the
- * tenant's. */
+/* $1 tenant, $2 subscription id.  One row (a constant 1) when the
+ * subscription is the tenant's, none otherwise. */
 extern const struct hub_sql hub_sql_subs_exists;
 
 /*
  * $1 tenant, $2 subscription id, $3 state (or NULL), $4 before-id (or NULL),
- * $5 limit.  Rows (id, delivery JSON text), newest first.
+ * $5 limit.  Rows (hub_subs_page_col: job id, delivery), newest first.
  */
 extern const struct hub_sql hub_sql_deliveries_list;
 
-/* $1 tenant, $2 job id.  One row (delivery JSON text with "attempts") or none. */
+/* $1 tenant, $2 job id.  One row (hub_subs_object_col: the delivery with its
+ * "attempts") or none. */
 extern const struct hub_sql hub_sql_delivery_get;
 
 /*
  * $1 tenant, $2 job id.  A dead job goes back to 'pending', due now, reason
- * and lease cleared, reclaim count reset; audited.  One row (delivery JSON
- * text, no attempts) or none (absent, or not dead).
+ * and lease cleared, reclaim count reset; audited.  One row
+ * (hub_subs_object_col: the delivery, without attempts) or none (absent, or
+ * not dead).
  */
 extern const struct hub_sql hub_sql_delivery_redeliver;
 
-/* $1 tenant, $2 job id.  One row (state) or none. */
+/* $1 tenant, $2 job id.  One row (hub_delivery_state_col) or none. */
+enum hub_delivery_state_col {
+    HUB_DELIVERY_STATE, /* pending, in_flight, succeeded, dead, parked */
+};
 extern const struct hub_sql hub_sql_delivery_state;
 
+/*
+ * Replay (SPEC §9).  $1 tenant, $2 subscription id, $3 since, $4 until
+ * (RFC 3339), $5 event type patterns (JSON array text, or NULL), $6 minimum
+ * interval between two replays of one subscription (ms), $7 most events.
+ *
+ * New jobs for the tenant's events received in [$3, $4) that the
+ * subscription matches (its event types and schema major) and, when $5 is
+ * given, that $5 matches too: a replay narrows what the subscription
+ * receives, never widens it.  Jobs that exist and finished (succeeded,
+ * dead) are re-armed, pending ones left alone.  Audited
+ * ("subscription.replay"), and that audit row is also the rate limit.
+ * Exactly one row (hub_subs_replay_col).
+ */
+enum hub_subs_replay_col {
+    HUB_SUBS_REPLAY_FOUND,       /* 1 when the subscription is the tenant's, else 0 */
+    HUB_SUBS_REPLAY_RETRY_AFTER, /* seconds to wait when rate-limited, else NULL */
+    HUB_SUBS_REPLAY_EVENTS,      /* events matched (at most $7) */
+    HUB_SUBS_REPLAY_CREATED,     /* jobs created */
+    HUB_SUBS_REPLAY_REARMED,     /* finished jobs made pending again */
+    HUB_SUBS_REPLAY_NEXT_SINCE,  /* received_at of the last event taken, or NULL */
+};
 extern const struct hub_sql hub_sql_subs_replay;
 
 #endif

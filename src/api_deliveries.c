@@ -1,0 +1,268 @@
+/*
+ * api_deliveries — the deliveries of a subscription over the tenant API
+ * (SPEC §9; see api_subs_internal.h): the jobs of one subscription, one job
+ * with its attempts, redelivering a dead job, and replaying stored events
+ * into new jobs.
+ *
+ * Each route is one transaction whose statement filters on the
+ * authenticated tenant, so another tenant's job or subscription is simply
+ * "not found".  Delivery objects are rendered by PostgreSQL
+ * (store_subs.c) and passed through as they are.
+ */
+#include "api_subs_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "log.h"
+#include "store_subs.h"
+#include "util.h"
+
+#define REPLAY_MAX_EVENTS 100000 /* per call */
+#define REPLAY_INTERVAL_MS 5000  /* between two replays of one subscription */
+
+/* Answers a delivery object as PostgreSQL rendered it (re-serialised, so
+ * that every answer has one byte format). */
+static void send_delivery(h2o_req_t *req, int status, PGresult *r) {
+    json_t *obj = hub_api_pg_object(req, PQgetvalue(r, 0, HUB_SUBS_OBJECT),
+                                    (size_t)PQgetlength(r, 0, HUB_SUBS_OBJECT));
+
+    if (obj == NULL) {
+        return;
+    }
+    hub_api_send_json(req, status, obj);
+    json_decref(obj);
+}
+
+/* ======================================================== deliveries ======= */
+
+static const char *const job_states[] = {"pending", "in_flight", "succeeded",
+                                         "dead",    "parked",    NULL};
+
+static void deliv_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    PGresult *exists = out->results[0];
+
+    if (out->status != HUB_PG_OK || exists == NULL || out->results[1] == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (PQntuples(exists) == 0) {
+        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+        return;
+    }
+    hub_api_send_page(call->req, out->results[1], ((struct subs_call *)call)->limit, "deliveries",
+                      HUB_SUBS_PAGE_KEY, HUB_SUBS_PAGE_OBJECT, NULL, NULL);
+}
+
+void hub_subs_deliveries_list(struct subs_call *c) {
+    h2o_req_t *req = c->call.req;
+    struct hub_api_page page;
+    json_t *errors = NULL;
+    const char *state = NULL;
+    struct hub_pg_txn *txn;
+    char limit[HUB_SUBS_LIMIT_TEXT];
+    int oom = 0, r;
+
+    hub_api_page_parse(req, "deliveries", &page, &errors);
+    if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
+        hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
+    }
+    r = hub_api_query_param(req, "state", &state);
+    if (r == 1) {
+        int known = 0;
+        for (const char *const *s = job_states; *s != NULL; s++) {
+            known |= strcmp(state, *s) == 0;
+        }
+        if (!known) {
+            r = -1;
+        }
+    }
+    if (r < 0) {
+        hub_api_errors_add(&errors, "state",
+                           "must be one of pending, in_flight, succeeded, dead, parked");
+    }
+    if (hub_subs_page_keep(c, &page, errors, limit) != 0) {
+        return;
+    }
+    c->state = r == 1 ? hub_api_strdup(state, &oom) : NULL;
+    if (oom) {
+        hub_api_send_oom(req);
+        return;
+    }
+    /* the subscription's existence tells "not found" from an empty list */
+    txn = hub_api_call_txn(&c->call, deliv_list_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_subs_exists, 2, (const char *[]){c->tenant_id, c->object_id}, NULL,
+                   NULL);
+    hub_pg_txn_add(txn, &hub_sql_deliveries_list, 5,
+                   (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit}, NULL,
+                   NULL);
+    hub_api_call_submit(&c->call, txn);
+}
+
+static void deliv_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    PGresult *r = hub_api_found(call->req, out, 0, "delivery not found");
+
+    if (r == NULL) {
+        return;
+    }
+    send_delivery(call->req, 200, r);
+}
+
+void hub_subs_delivery_get(struct subs_call *c) {
+    hub_subs_run_by_id(c, &hub_sql_delivery_get, deliv_get_done);
+}
+
+static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct subs_call *c = (struct subs_call *)call;
+    PGresult *r = out->results[0], *st = out->results[1];
+    char detail[128];
+
+    if (out->status != HUB_PG_OK || r == NULL || st == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (PQntuples(r) == 1) {
+        hub_log(HUB_INFO, "delivery redelivered on request", HUB_LS("tenant", c->tenant_id),
+                HUB_LS("job", c->object_id));
+        send_delivery(call->req, 200, r);
+        return;
+    }
+    if (PQntuples(st) == 0) {
+        hub_api_send_problem(call->req, 404, "delivery not found", NULL);
+        return;
+    }
+    snprintf(detail, sizeof(detail), "only a dead delivery can be redelivered; this one is %.20s",
+             PQgetvalue(st, 0, HUB_DELIVERY_STATE));
+    hub_api_send_problem(call->req, 409, detail, NULL);
+}
+
+void hub_subs_redeliver(struct subs_call *c) {
+    struct hub_pg_txn *txn;
+
+    if (!hub_subs_body_absent_or_empty(c->call.req)) {
+        return;
+    }
+    txn = hub_api_call_txn(&c->call, redeliver_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_delivery_redeliver, 2,
+                   (const char *[]){c->tenant_id, c->object_id}, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_delivery_state, 2, (const char *[]){c->tenant_id, c->object_id},
+                   NULL, NULL);
+    hub_api_call_submit(&c->call, txn);
+}
+
+/* ============================================================ replay ======= */
+
+static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct subs_call *c = (struct subs_call *)call;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    json_t *body;
+    int64_t events, created, rearmed;
+    const char *next_since = NULL;
+
+    if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (strcmp(PQgetvalue(r, 0, HUB_SUBS_REPLAY_FOUND), "0") == 0) {
+        hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+        return;
+    }
+    if (!PQgetisnull(r, 0, HUB_SUBS_REPLAY_RETRY_AFTER)) {
+        /* one replay per subscription per REPLAY_INTERVAL_MS */
+        hub_api_add_header(call->req, "Retry-After", PQgetvalue(r, 0, HUB_SUBS_REPLAY_RETRY_AFTER));
+        hub_api_send_problem(call->req, 429,
+                             "a replay of this subscription ran moments ago; retry later", NULL);
+        return;
+    }
+    events = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_EVENTS));
+    /* a full batch may have left events behind: say where to go on */
+    if (events >= REPLAY_MAX_EVENTS && !PQgetisnull(r, 0, HUB_SUBS_REPLAY_NEXT_SINCE)) {
+        next_since = PQgetvalue(r, 0, HUB_SUBS_REPLAY_NEXT_SINCE);
+    }
+    created = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_CREATED));
+    rearmed = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_REARMED));
+    hub_log(HUB_INFO, "subscription replay", HUB_LS("tenant", c->tenant_id),
+            HUB_LS("subscription", c->object_id), HUB_LI("events", events),
+            HUB_LI("created", created), HUB_LI("rearmed", rearmed));
+    body = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:o}", "subscription_id", c->object_id,
+                     "since", c->since, "until", c->until, "events", (json_int_t)events, "created",
+                     (json_int_t)created, "rearmed", (json_int_t)rearmed, "truncated",
+                     events >= REPLAY_MAX_EVENTS, "next_since",
+                     next_since != NULL ? json_string(next_since) : json_null());
+    if (body == NULL) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    hub_api_send_json(call->req, 202, body);
+    json_decref(body);
+}
+
+/*
+ * POST /v1/subscriptions/{id}/replay {"since", "until", "event_types"}: new
+ * jobs for the tenant's stored events received in [since, until) that the
+ * subscription's event types (or the given ones) and schema major match;
+ * jobs that exist already and finished (succeeded or dead) are re-armed,
+ * pending ones are left alone.  At most REPLAY_MAX_EVENTS events per call
+ * ("truncated" and "next_since" say where to continue), one call per
+ * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
+ */
+/* A replay bound: an RFC 3339 string PostgreSQL can read back as text once
+ * formatted, so not before 0001-01-01 (RFC 3339 allows year 0000, which
+ * PostgreSQL's text input refuses).  Returns 1 with *us set, or 0. */
+static int replay_time(const json_t *v, int64_t *us) {
+    static const int64_t year1_us = INT64_C(-62135596800000000); /* 0001-01-01T00:00:00Z */
+    return json_is_string(v) &&
+           hub_rfc3339_parse(json_string_value(v), json_string_length(v), us) == 0 &&
+           *us >= year1_us;
+}
+
+void hub_subs_replay(struct subs_call *c) {
+    static const char *const allowed[] = {"since", "until", "event_types", NULL};
+    h2o_req_t *req = c->call.req;
+    json_t *errors = NULL, *body, *v;
+    int64_t since_us = 0, until_us = 0;
+    int oom = 0;
+    char interval[24], max[24];
+
+    body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    if (body == NULL) {
+        return;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    v = json_object_get(body, "since");
+    if (!replay_time(v, &since_us)) {
+        hub_api_errors_add(&errors, "since", "required: an RFC 3339 time from year 1 on");
+    }
+    v = json_object_get(body, "until");
+    if (v == NULL || json_is_null(v)) {
+        until_us = hub_unix_us();
+    } else if (!replay_time(v, &until_us)) {
+        hub_api_errors_add(&errors, "until", "must be an RFC 3339 time from year 1 on");
+    }
+    if (errors == NULL && since_us >= until_us) {
+        hub_api_errors_add(&errors, "until", "must be after since");
+    }
+    v = json_object_get(body, "event_types");
+    if (v != NULL && !json_is_null(v)) {
+        hub_subs_check_event_types(v, &c->in, &errors, &oom);
+    }
+    json_decref(body);
+    if (hub_api_input_refused(req, errors, oom)) {
+        return;
+    }
+    hub_rfc3339(since_us, 6, c->since, sizeof(c->since));
+    hub_rfc3339(until_us, 6, c->until, sizeof(c->until));
+    snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);
+    snprintf(max, sizeof(max), "%d", REPLAY_MAX_EVENTS);
+    hub_api_call_query(&c->call, replay_done, &hub_sql_subs_replay, 7,
+                       (const char *[]){c->tenant_id, c->object_id, c->since, c->until,
+                                        c->in.event_types, interval, max});
+}
