@@ -6,12 +6,13 @@
  * (tenant create/patch, key create/revoke) carry their audit row in the same
  * statement, so the change and its audit entry commit together.
  *
- * Admin POSTs honour Idempotency-Key: a first transaction looks the key up
- * (and purges a few expired records); when a response younger than 24h is
- * stored it is replayed as it was, otherwise the creation runs and stores its
- * response in the same statement.  Two requests racing with one key: the
- * loser's insert of the key collides (or finds the tenant taken), and it
- * looks the key up once more to replay the winner's response.
+ * Admin POSTs honour Idempotency-Key through api_idem.h (scope "admin"):
+ * a stored response younger than 24h is replayed as it was, otherwise the
+ * creation runs and stores its response in the same statement.  Two
+ * requests racing with one key: the loser's insert of the key collides (or
+ * finds the tenant taken), and it looks the key up once more to replay the
+ * winner's response.  Records stored before markers existed have no "_req"
+ * and still replay.
  *
  * A new API key is shown once: the idempotency record keeps its response
  * with "key": null, because storing the plaintext would break "stored only
@@ -40,12 +41,15 @@
 #define ADMIN_SCOPE "admin"
 #define ADMIN_PREFIX "/admin"
 #define ADMIN_MAX_SEGMENTS 4
+/* A tenant API key: "shk_" + base64url of 32 random bytes (256 bits, so a
+ * key cannot be guessed, and its SHA-256 alone can identify it). */
 #define API_KEY_RAW 32
 #define API_KEY_TEXT 48 /* "shk_" + 43 + NUL */
 
 #define ID_RULE "must be a string matching [a-zA-Z0-9._-]{1,256}"
 #define STATUS_RULE "must be \"active\" or \"inactive\""
 
+/* What an admin call does; the creations' answers depend on it. */
 enum admin_op {
     OP_TENANT_CREATE,
     OP_TENANT_GET,
@@ -72,10 +76,14 @@ struct admin_call {
     struct hub_api_idem idem; /* creations: the Idempotency-Key, if any */
     char *after;              /* lists: cursor value */
     char *reason;             /* quarantine filter */
+    /* key creation: the plaintext (in the answer only) and its SHA-256
+     * (stored, and what authentication looks up) */
     char api_key[API_KEY_TEXT];
     unsigned char key_hash[32];
 };
 
+/* on_free of every admin call (api_util.h): releases the strings and wipes
+ * the plaintext key, which lives here between generation and answer. */
 static void admin_call_free(struct hub_api_call *call) {
     struct admin_call *a = (struct admin_call *)call;
 
@@ -92,6 +100,7 @@ static void admin_call_free(struct hub_api_call *call) {
     a->after = a->reason = NULL;
 }
 
+/* A call tied to req (NULL after answering 500). */
 static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum admin_op op) {
     struct admin_call *a = hub_api_call_new(hub, req, sizeof(*a), admin_call_free);
     if (a != NULL) {
@@ -100,12 +109,14 @@ static struct admin_call *admin_call_new(struct hub *hub, h2o_req_t *req, enum a
     return a;
 }
 
+/* 404 with what was not found as the detail. */
 static void send_not_found(h2o_req_t *req, const char *what) {
     hub_api_send_problem(req, 404, what, NULL);
 }
 
 /* Answers JSON text that PostgreSQL rendered, re-serialised compactly by
- * jansson so that every answer (and every replay) has one byte format.
+ * jansson so that every answer (and every replay) has one byte format
+ * (json_build_object spaces its output differently).
  * key, when given, fills the "key" member (a new API key, never stored). */
 static void send_pg_object(h2o_req_t *req, int status, const char *text, size_t len,
                            const char *key) {
@@ -137,6 +148,9 @@ static void send_one_row(struct admin_call *a, const struct hub_pg_outcome *out,
 
 /* -------------------------------------------------------------- lists -- */
 
+/* Lists are keyset-paginated (api_util.c): each statement takes its filters,
+ * then the cursor's key, then limit + 1. */
+
 /* Rows are (hub_admin_page_col); limit + 1 were asked for (run_list). */
 static void send_page(struct admin_call *a, const struct hub_pg_outcome *out, const char *kind) {
     PGresult *r = out->results[0];
@@ -149,6 +163,7 @@ static void send_page(struct admin_call *a, const struct hub_pg_outcome *out, co
                       NULL, NULL);
 }
 
+/* The two lists' callbacks: only their cursor kind differs. */
 static void tenant_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     send_page((struct admin_call *)call, out, "tenants");
 }
@@ -158,6 +173,8 @@ static void quarantine_list_done(struct hub_api_call *call, const struct hub_pg_
 }
 
 /* Runs a list statement with params followed by the limit (+1). */
+/* The filters (at most 7) are copied into one parameter array with the
+ * limit last, which is where every list statement takes it. */
 static void run_list(struct admin_call *a, const struct hub_sql *sql, hub_api_call_cb cb,
                      int nparams, const char **params) {
     const char *values[8];
@@ -171,34 +188,55 @@ static void run_list(struct admin_call *a, const struct hub_sql *sql, hub_api_ca
     hub_api_call_query(&a->call, cb, sql, nparams + 1, values);
 }
 
+/*
+ * The call of a list whose query passed validation: answers 400 (errors,
+ * taken) or 500 and returns NULL, else returns the call with the page
+ * kept (a list's answer is rendered in its statement's callback).
+ */
+static struct admin_call *list_call_new(struct hub *hub, h2o_req_t *req, enum admin_op op,
+                                        const struct hub_api_page *page, json_t *errors) {
+    struct admin_call *a;
+    int oom = 0;
+
+    if (errors != NULL) {
+        hub_api_send_invalid(req, errors);
+        return NULL;
+    }
+    a = admin_call_new(hub, req, op);
+    if (a == NULL) {
+        return NULL;
+    }
+    a->limit = page->limit;
+    a->after = hub_api_strdup(page->after, &oom);
+    if (oom) {
+        hub_api_send_oom(req);
+        return NULL;
+    }
+    return a;
+}
+
+/* GET /admin/tenants: the roster by id, paginated. */
 static void tenant_list(struct hub *hub, h2o_req_t *req) {
     struct hub_api_page page;
     json_t *errors = NULL;
     struct admin_call *a;
-    int oom = 0;
 
-    if (hub_api_page_parse(req, "tenants", &page, &errors) != 0) {
-        hub_api_send_invalid(req, errors);
-        return;
-    }
-    a = admin_call_new(hub, req, OP_TENANT_LIST);
+    hub_api_page_parse(req, "tenants", &page, &errors);
+    a = list_call_new(hub, req, OP_TENANT_LIST, &page, errors);
     if (a == NULL) {
-        return;
-    }
-    a->limit = page.limit;
-    a->after = hub_api_strdup(page.after, &oom);
-    if (oom) {
-        hub_api_send_oom(req);
         return;
     }
     run_list(a, &hub_sql_admin_tenant_list, tenant_list_done, 1, (const char *[]){a->after});
 }
 
+/* The quarantine reasons of SPEC §3.2, the only values ?reason= takes. */
 static int quarantine_reason_valid(const char *s) {
     return strcmp(s, "invalid_envelope") == 0 || strcmp(s, "digest_conflict") == 0 ||
            strcmp(s, "too_large") == 0;
 }
 
+/* GET /admin/quarantine?tenant=&reason=: quarantined records, newest
+ * first; a large value is left out of the list (store_admin.h). */
 static void quarantine_list(struct hub *hub, h2o_req_t *req) {
     struct hub_api_page page;
     json_t *errors = NULL;
@@ -208,6 +246,8 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
     int r;
 
     hub_api_page_parse(req, "quarantine", &page, &errors);
+    /* quarantine ids are bigints: another cursor value would fail the
+     * statement's cast (500) instead of being refused (400) */
     if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
         hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
     }
@@ -228,18 +268,12 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
     if (r != 1) {
         reason = NULL;
     }
-    if (errors != NULL) {
-        hub_api_send_invalid(req, errors);
-        return;
-    }
-    a = admin_call_new(hub, req, OP_QUARANTINE_LIST);
+    a = list_call_new(hub, req, OP_QUARANTINE_LIST, &page, errors);
     if (a == NULL) {
         return;
     }
-    a->limit = page.limit;
     a->tenant_id = hub_api_strdup(tenant, &oom);
     a->reason = hub_api_strdup(reason, &oom);
-    a->after = hub_api_strdup(page.after, &oom);
     if (oom) {
         hub_api_send_oom(req);
         return;
@@ -250,6 +284,7 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
 
 /* ------------------------------------------------------- single objects -- */
 
+/* GET /admin/tenants/{id} and GET /admin/quarantine/{id}. */
 static void tenant_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     send_one_row((struct admin_call *)call, out, 0, "tenant not found");
 }
@@ -259,6 +294,8 @@ static void quarantine_get_done(struct hub_api_call *call, const struct hub_pg_o
 }
 
 /* One statement with one text parameter (an id from the path). */
+/* The id is checked by the router (its syntax); whether it exists is the
+ * statement's answer. */
 static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const struct hub_sql *sql,
                     hub_api_call_cb cb, h2o_iovec_t id) {
     struct admin_call *a = admin_call_new(hub, req, op);
@@ -275,10 +312,13 @@ static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const str
     hub_api_call_query(&a->call, cb, sql, 1, (const char *[]){a->object_id});
 }
 
+/* The patched tenant (hub_admin_object_col), or 404. */
 static void tenant_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     send_one_row((struct admin_call *)call, out, 0, "tenant not found");
 }
 
+/* A tenant's status: "active" (its keys work, its events are accepted)
+ * or "inactive". */
 static int status_valid(const json_t *v) {
     const char *s = json_string_value(v);
     return s != NULL && (strcmp(s, "active") == 0 || strcmp(s, "inactive") == 0);
@@ -297,6 +337,12 @@ static char *json_param(const json_t *v, int *oom) {
     return s;
 }
 
+/*
+ * PATCH /admin/tenants/{id} {"status", "quotas"}: either or both.  quotas
+ * replaces the whole object (null removes it); the audit row records the
+ * members as given.  One statement: the change and its audit commit
+ * together, or neither does.
+ */
 static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
     static const char *const allowed[] = {"status", "quotas", NULL};
     json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
@@ -318,6 +364,8 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
         hub_api_send_invalid(req, errors);
         goto done;
     }
+    /* {} is refused: a PATCH that changes nothing is more likely a client's
+     * mistake, and would still be audited */
     if (status == NULL && quotas == NULL) {
         hub_api_send_problem(req, 400, "nothing to change: give status and/or quotas", NULL);
         goto done;
@@ -331,6 +379,8 @@ static void tenant_patch(struct hub *hub, h2o_req_t *req, h2o_iovec_t id) {
     if (audit == NULL || json_object_update(audit, body) != 0) {
         oom = 1;
     }
+    /* status NULL keeps the current one; quotas_set tells "quotas": null
+     * (remove them) from no quotas member at all */
     a->tenant_id = hub_api_strndup(id.base, id.len, &oom);
     a->status = hub_api_strdup(json_string_value(status), &oom);
     a->quotas_set = quotas != NULL;
@@ -349,6 +399,8 @@ done:
     json_decref(body);
 }
 
+/* 204 when a key was revoked; 404 when absent or revoked already, so a
+ * repeated DELETE does not tell the two apart. */
 static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     h2o_req_t *req = call->req;
 
@@ -357,10 +409,14 @@ static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outco
     }
 }
 
+/* DELETE /admin/tenants/{id}/api-keys/{key id}: the key stops working at
+ * once (authentication reads revoked_at on every request). */
 static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_iovec_t key_id) {
     struct admin_call *a;
     int oom = 0;
 
+    /* ids that cannot exist are 404 without a round trip (and without a
+     * failing ::uuid cast) */
     if (!hub_api_tenant_id_valid(tenant.base, tenant.len) ||
         !hub_api_uuid_valid(key_id.base, key_id.len)) {
         send_not_found(req, "API key not found for this tenant");
@@ -383,6 +439,18 @@ static void key_revoke(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant, h2o_
 /* ------------------------------------------- creations (idempotent POSTs) -- */
 
 /*
+ * A creation (tenant, API key) runs:
+ *
+ *   tenant_create / key_create   validate, make the call
+ *   post_start                   Idempotency-Key (api_idem.h): replay a
+ *                                stored answer (post_replay), or
+ *   post_execute                 one transaction: forget a stale record,
+ *                                create, audit, store the record
+ *   post_done                    201 (send_created), or the race's second
+ *                                lookup, or 404 / 409
+ */
+
+/*
  * Answers a creation with the object PostgreSQL rendered: fresh from the
  * creating statement, or as the Idempotency-Key record stored it
  * (replayed).  A fresh tenant gets its Location; a fresh key its plaintext,
@@ -395,6 +463,8 @@ static void send_created(struct admin_call *a, int status, const char *text, siz
     if (replayed) {
         hub_api_idem_mark_replayed(req);
     }
+    /* a replayed 201 gets its Location too: the retry sees what the first
+     * request saw */
     if (a->op == OP_TENANT_CREATE && status == 201) {
         char location[sizeof(ADMIN_PREFIX) + 16 + HUB_API_TENANT_ID_MAX];
         snprintf(location, sizeof(location), ADMIN_PREFIX "/tenants/%s", a->tenant_id);
@@ -419,6 +489,13 @@ static void send_not_created(struct admin_call *a) {
     }
 }
 
+/*
+ * The creation's outcome.  A failed transaction may be the race on the key
+ * (hub_api_idem_collided replays the winner); no row means the tenant of a
+ * new key does not exist (404), or a new tenant's id is taken: a retry of
+ * ours that committed first is replayed by the second lookup, anything else
+ * is 409.
+ */
 static void post_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct admin_call *a = (struct admin_call *)call;
     PGresult *r = out->results[hub_api_idem_first(call)];
@@ -451,11 +528,14 @@ static int make_api_key(struct admin_call *a) {
     unsigned int n = 0;
     int rc = -1;
 
+    /* RAND_bytes is the CSPRNG; failing, no key is better than a weak one */
     if (RAND_bytes(raw, sizeof(raw)) != 1) {
         goto out;
     }
     memcpy(a->api_key, "shk_", 4);
     hub_base64url(raw, sizeof(raw), a->api_key + 4);
+    /* the hash is what the database keeps and what authentication looks up
+     * (hub_api_auth_tenant hashes the presented key the same way) */
     if (EVP_Digest(a->api_key, strlen(a->api_key), a->key_hash, &n, EVP_sha256(), NULL) != 1 ||
         n != sizeof(a->key_hash)) {
         goto out;
@@ -529,6 +609,12 @@ static void post_start(struct admin_call *a, h2o_iovec_t key) {
     hub_api_idem_start(&a->call, &a->idem, key, ADMIN_SCOPE, NULL, op, a->tenant_id, &post_idem);
 }
 
+/*
+ * POST /admin/tenants {"id", "status", "quotas"}: a new tenant, "active"
+ * unless said otherwise.  An existing id is 409 (the statement inserts
+ * ON CONFLICT DO NOTHING), unless the request is a retry of the one that
+ * created it (Idempotency-Key).
+ */
 static void tenant_create(struct hub *hub, h2o_req_t *req) {
     static const char *const allowed[] = {"id", "status", "quotas", NULL};
     json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
@@ -554,6 +640,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
         hub_api_errors_add(&errors, "status", STATUS_RULE);
     }
     hub_api_quotas_check(quotas, &errors);
+    /* the key is checked with the body, so one 400 names both */
     hub_api_idem_read_key(req, &idem, &errors);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
@@ -564,6 +651,7 @@ static void tenant_create(struct hub *hub, h2o_req_t *req) {
         goto done;
     }
     a->tenant_id = hub_api_strdup(json_string_value(id), &oom);
+    /* the audit detail records the status the tenant got, default included */
     a->status = hub_api_strdup(status_valid(status) ? json_string_value(status) : "active", &oom);
     a->quotas = json_param(quotas, &oom);
     audit = json_pack("{s:s, s:O?}", "status", a->status ? a->status : "active", "quotas", quotas);
@@ -579,6 +667,8 @@ done:
     json_decref(body);
 }
 
+/* POST /admin/tenants/{id}/api-keys: a new key for the tenant, shown in
+ * this answer only; 404 when the tenant does not exist. */
 static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
     static const char *const allowed[] = {NULL};
     json_t *errors = NULL;
@@ -586,6 +676,7 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
     h2o_iovec_t idem;
     int oom = 0;
 
+    /* an id that cannot be a tenant's cannot have keys */
     if (!hub_api_tenant_id_valid(tenant.base, tenant.len)) {
         send_not_found(req, "tenant not found");
         return;
@@ -619,6 +710,8 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
 
 /* -------------------------------------------------------------- routing -- */
 
+/* /admin/tenants[/{id}[/api-keys[/{key id}]]].  An id that cannot be a
+ * tenant's is 404 before any database work. */
 static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
     if (n == 1) {
         if (hub_api_method_get(req)) {
@@ -648,6 +741,8 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
         }
         return;
     }
+    /* keys are reached through their tenant: a key id alone is not enough
+     * to revoke it (the statement matches both) */
     if (n == 3 && hub_api_segment_is(s[2], "api-keys")) {
         if (hub_api_method_is(req, "POST")) {
             key_create(hub, req, s[1]);
@@ -667,6 +762,7 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
     send_not_found(req, "no such admin resource");
 }
 
+/* /admin/quarantine[/{id}]: read-only. */
 static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
     if (n > 2) {
         send_not_found(req, "no such admin resource");
@@ -688,17 +784,18 @@ static void route_quarantine(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, in
 }
 
 /* GET /admin/breakers: open and half-open breakers of this process (SPEC §7.6,
- * breaker state is per process). */
+ * breaker state is per process): {"items": [...]}.  With several hub
+ * processes, each answers for itself; an operator asks each of them. */
 static void route_breakers(struct hub *hub, h2o_req_t *req) {
     char *items;
     char *body;
     int len;
 
-    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
-        !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+    if (!hub_api_method_get(req)) {
         hub_api_send_method_not_allowed(req, "GET, HEAD");
         return;
     }
+    /* the dispatcher renders its own breakers (their state is its own) */
     items = hub_dispatch_breakers_json(hub->dispatch);
     if (items == NULL) {
         hub_api_send_oom(req);
@@ -714,7 +811,8 @@ static void route_breakers(struct hub *hub, h2o_req_t *req) {
     free(body);
 }
 
-/* GET /admin/policies: the current generation (SPEC §8). */
+/* GET /admin/policies: the current generation (SPEC §8) as the policy
+ * module renders it: {"generation", "loaded_at", "dir", "policies"}. */
 static void policies_list(struct hub *hub, h2o_req_t *req) {
     char *text = hub_policies_json(hub->policies);
     if (text == NULL) {
@@ -725,18 +823,24 @@ static void policies_list(struct hub *hub, h2o_req_t *req) {
     free(text);
 }
 
+/* A reload request waits on the policy module, not the database: the call
+ * keeps what the reload reported until the answer (hub_api_call_wait). */
 struct reload_call {
     struct hub_api_call call; /* first */
     const char *json;
     double seconds;
 };
 
+/* The reload's report as the answer, with how long it took.  json is
+ * borrowed from the policy module for the duration of its callback, and
+ * this runs inside it (hub_api_call_wake). */
 static void reload_answer(struct hub_api_call *call, void *arg) {
     struct reload_call *rc = (struct reload_call *)call;
     json_error_t jerr;
     json_t *body = rc->json != NULL ? json_loads(rc->json, 0, &jerr) : NULL;
 
     (void)arg;
+    /* NULL json: the reload could not run at all (policy.h) */
     if (rc->json == NULL) {
         hub_api_send_problem(call->req, 503, "the policy reload could not run; retry later", NULL);
         return;
@@ -750,6 +854,7 @@ static void reload_answer(struct hub_api_call *call, void *arg) {
     json_decref(body);
 }
 
+/* The policy module's callback (loop thread). */
 static void reload_done(void *arg, const char *json, double seconds) {
     struct reload_call *rc = arg;
     rc->json = json;
@@ -764,10 +869,13 @@ static void policies_reload(struct hub *hub, h2o_req_t *req) {
     if (rc == NULL) {
         return;
     }
+    /* the call outlives a client that hangs up during the reload: the
+     * reload's callback always finds it */
     hub_api_call_wait(&rc->call);
     hub_policies_reload(hub->policies, reload_done, rc);
 }
 
+/* /admin/policies and /admin/policies/reload. */
 static void route_policies(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
     if (n == 1) {
         if (!hub_api_method_get(req)) {
@@ -788,6 +896,8 @@ static void route_policies(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int 
     send_not_found(req, "no such admin resource");
 }
 
+/* The entry point (api_admin.h): the token, then the first segment picks
+ * the resource's router. */
 void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[ADMIN_MAX_SEGMENTS];
     h2o_iovec_t token;
@@ -805,6 +915,7 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
         hub_api_send_unauthorized(req, "a valid admin bearer token is required");
         return;
     }
+    /* "/admin" itself has no segment: n 0 is 404 like an unknown path */
     n = hub_api_split_path(req->path_normalized, sizeof(ADMIN_PREFIX) - 1, segs,
                            ADMIN_MAX_SEGMENTS);
     if (n <= 0) {
@@ -819,6 +930,7 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
         route_quarantine(hub, req, segs, n);
         return;
     }
+    /* breakers and policies live in this process, not in the database */
     if (hub_api_segment_is(segs[0], "breakers") && n == 1) {
         route_breakers(hub, req);
         return;

@@ -20,6 +20,8 @@
 #include "store_subs.h"
 #include "util.h"
 
+/* Bounds of one replay call: a replay is one statement, so its size is
+ * the size of one transaction on the event and job tables. */
 #define REPLAY_MAX_EVENTS 100000 /* per call */
 #define REPLAY_INTERVAL_MS 5000  /* between two replays of one subscription */
 
@@ -38,9 +40,13 @@ static void send_delivery(h2o_req_t *req, int status, PGresult *r) {
 
 /* ======================================================== deliveries ======= */
 
+/* The job states a ?state= filter may name (SPEC §9). */
 static const char *const job_states[] = {"pending", "in_flight", "succeeded",
                                          "dead",    "parked",    NULL};
 
+/* Two results: the subscription's existence (hub_sql_subs_exists), then
+ * the page (hub_subs_page_col).  An unknown subscription is 404 rather
+ * than an empty list, which would hide a wrong id. */
 static void deliv_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *exists = out->results[0];
 
@@ -56,6 +62,8 @@ static void deliv_list_done(struct hub_api_call *call, const struct hub_pg_outco
                       HUB_SUBS_PAGE_KEY, HUB_SUBS_PAGE_OBJECT, NULL, NULL);
 }
 
+/* GET /v1/subscriptions/{id}/deliveries?state=&limit=&cursor=: the jobs
+ * of one subscription, newest first (job ids), optionally of one state. */
 void hub_subs_deliveries_list(struct subs_call *c) {
     h2o_req_t *req = c->call.req;
     struct hub_api_page page;
@@ -66,6 +74,7 @@ void hub_subs_deliveries_list(struct subs_call *c) {
     int oom = 0, r;
 
     hub_api_page_parse(req, "deliveries", &page, &errors);
+    /* job ids are bigints: any other cursor value would fail the cast */
     if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
         hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
     }
@@ -104,6 +113,7 @@ void hub_subs_deliveries_list(struct subs_call *c) {
     hub_api_call_submit(&c->call, txn);
 }
 
+/* GET /v1/deliveries/{id}: the job with its attempts (hub_sql_delivery_get). */
 static void deliv_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r = hub_api_found(call->req, out, 0, "delivery not found");
 
@@ -117,6 +127,11 @@ void hub_subs_delivery_get(struct subs_call *c) {
     hub_subs_run_by_id(c, &hub_sql_delivery_get, deliv_get_done);
 }
 
+/*
+ * The redeliver's two results: the job made due again (one row only when
+ * it was dead), then its state as it is now.  No first row and a state is
+ * 409 naming the state; neither is 404.
+ */
 static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = out->results[0], *st = out->results[1];
@@ -141,6 +156,8 @@ static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcom
     hub_api_send_problem(call->req, 409, detail, NULL);
 }
 
+/* POST /v1/deliveries/{id}/redeliver: no input.  The update and the read
+ * of the state that explains a refusal run in one transaction. */
 void hub_subs_redeliver(struct subs_call *c) {
     struct hub_pg_txn *txn;
 
@@ -160,6 +177,8 @@ void hub_subs_redeliver(struct subs_call *c) {
 
 /* ============================================================ replay ======= */
 
+/* The replay's one row (hub_subs_replay_col): 404, 429, or 202 with the
+ * counts; "truncated" when the batch was full, with where to go on. */
 static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
@@ -205,15 +224,6 @@ static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *
     json_decref(body);
 }
 
-/*
- * POST /v1/subscriptions/{id}/replay {"since", "until", "event_types"}: new
- * jobs for the tenant's stored events received in [since, until) that the
- * subscription's event types (or the given ones) and schema major match;
- * jobs that exist already and finished (succeeded or dead) are re-armed,
- * pending ones are left alone.  At most REPLAY_MAX_EVENTS events per call
- * ("truncated" and "next_since" say where to continue), one call per
- * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
- */
 /* A replay bound: an RFC 3339 string PostgreSQL can read back as text once
  * formatted, so not before 0001-01-01 (RFC 3339 allows year 0000, which
  * PostgreSQL's text input refuses).  Returns 1 with *us set, or 0. */
@@ -224,6 +234,18 @@ static int replay_time(const json_t *v, int64_t *us) {
            *us >= year1_us;
 }
 
+/*
+ * POST /v1/subscriptions/{id}/replay {"since", "until", "event_types"}: new
+ * jobs for the tenant's stored events received in [since, until) that the
+ * subscription's event types (or the given ones) and schema major match;
+ * jobs that exist already and finished (succeeded or dead) are re-armed,
+ * pending ones are left alone.  At most REPLAY_MAX_EVENTS events per call
+ * ("truncated" and "next_since" say where to continue), one call per
+ * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
+ * "until" defaults to now.  The whole replay is one statement
+ * (hub_sql_subs_replay), so its jobs, its audit row and its rate limit
+ * commit together.
+ */
 void hub_subs_replay(struct subs_call *c) {
     static const char *const allowed[] = {"since", "until", "event_types", NULL};
     h2o_req_t *req = c->call.req;
@@ -251,6 +273,9 @@ void hub_subs_replay(struct subs_call *c) {
         hub_api_errors_add(&errors, "until", "must be after since");
     }
     v = json_object_get(body, "event_types");
+    /* the same rules as a subscription's own list; the statement then
+     * narrows by both, so a replay never sends what the subscription
+     * would not receive */
     if (v != NULL && !json_is_null(v)) {
         hub_subs_check_event_types(v, &c->in, &errors, &oom);
     }
@@ -258,6 +283,8 @@ void hub_subs_replay(struct subs_call *c) {
     if (hub_api_input_refused(req, errors, oom)) {
         return;
     }
+    /* the bounds as the statement reads them, and as the answer shows them:
+     * normalised to UTC with microseconds, whatever offset the client used */
     hub_rfc3339(since_us, 6, c->since, sizeof(c->since));
     hub_rfc3339(until_us, 6, c->until, sizeof(c->until));
     snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);

@@ -1,5 +1,19 @@
 /*
  * api_events — HTTP ingest and the pull API (see api_events.h).
+ *
+ * Ingest: a request's events are parsed here (envelope.h, the same parser
+ * as Kafka records), each into a struct hub_ingest_rec, and handed to
+ * hub_ingest_store(), which writes them with Kafka's statement, dedup and
+ * verdicts and calls back once the transaction is over.  The answer is
+ * built from each record's verdict: 202 accepted, 200 duplicate, 409/413/
+ * 400 quarantined, 403 another tenant's.  A batch answers 207 with one
+ * result per event, in order.
+ *
+ * Pull: one statement (store_events.h) per request, results in binary
+ * format, each event rendered back as a structured CloudEvent.
+ *
+ * Both are tenant-scoped: the key's tenant is the only one a request can
+ * write or read, and a per-tenant token bucket (bucket.h) bounds each.
  */
 #include "api_events.h"
 
@@ -26,12 +40,14 @@
 /* Evidence values kept from a refused record's claims (SPEC §3.1 bounds). */
 #define CLAIM_MAX_BYTES 1024
 
+/* What a request does, decided by routing before authentication. */
 enum events_op {
     OP_INGEST,
     OP_LIST,
     OP_ONE,
 };
 
+/* The CloudEvents HTTP binding's modes (SPEC §4), from Content-Type. */
 enum ingest_mode {
     MODE_BINARY,      /* ce-* headers, the body is the data */
     MODE_STRUCTURED,  /* application/cloudevents+json */
@@ -50,6 +66,9 @@ struct ingest_item {
     json_t *errors; /* every attribute validation refused, when any */
 };
 
+/* One events request (api_util.h's call machinery).  An ingest's records
+ * point into `body` and `items`, so the call owns both until the store's
+ * transaction is over, even if the client hangs up. */
 struct events_call {
     struct hub_api_call call; /* first: see api_util.h */
     enum events_op op;
@@ -82,9 +101,11 @@ static int bucket_take(struct hub_buckets **table, const char *tenant, double ra
     if (wait <= 0.0) {
         return 0;
     }
+    /* rounded up: a client that waits Retry-After seconds finds a token */
     return wait < 1.0 ? 1 : wait > 86400.0 ? 86400 : (int)ceil(wait);
 }
 
+/* The buckets live in struct hub (per process); freed at shutdown only. */
 void hub_api_events_free(struct hub *hub) {
     hub_buckets_free(&hub->pull_buckets);
     hub_buckets_free(&hub->ingest_buckets);
@@ -101,14 +122,22 @@ static void send_over_rate(h2o_req_t *req, int wait, const char *detail) {
 
 /* ---------------------------------------------------------------- ingest -- */
 
+/* The 64 KiB leave room for a structured event's attributes around data
+ * of the largest size STREAMING_HUB_MAX_EVENT_BYTES allows; an event over
+ * that size but within this cap reaches the parser, which quarantines it
+ * as too large.  http.c refuses bodies over the cap (413). */
 size_t hub_api_events_max_body(const struct hub_config *cfg) {
     size_t event = (size_t)cfg->max_event_bytes + 64 * 1024;
     return event > HUB_API_MAX_BODY ? event : HUB_API_MAX_BODY;
 }
 
+/* on_free: the records' events (hub_event_free), the evidence strings,
+ * the body copy.  Runs after the store's callback when one is pending. */
 static void events_call_free(struct hub_api_call *call) {
     struct events_call *c = (struct events_call *)call;
 
+    /* items own their evidence; records own their parsed events, whose
+     * payloads point into body (freed last) */
     for (size_t i = 0; i < c->n_items; i++) {
         free(c->items[i].headers_json);
         free(c->items[i].claimed_tenant);
@@ -127,6 +156,7 @@ static void events_call_free(struct hub_api_call *call) {
 }
 
 /* 1 when the media type of content-type value v (parameters ignored) is t. */
+/* Media types compare case-insensitively (RFC 9110 §8.3.1). */
 static int media_type_is(h2o_iovec_t v, const char *t) {
     size_t n = 0;
     size_t tlen = strlen(t);
@@ -137,6 +167,9 @@ static int media_type_is(h2o_iovec_t v, const char *t) {
     return n == tlen && strncasecmp(v.base, t, n) == 0;
 }
 
+/* The mode by Content-Type: anything that is not application/cloudevents…
+ * is binary mode (the body is the data, whatever its type); an
+ * application/cloudevents format other than JSON is 415. */
 static enum ingest_mode ingest_mode(const h2o_req_t *req) {
     static const char ce[] = "application/cloudevents";
     h2o_iovec_t ct;
@@ -169,6 +202,9 @@ static int header_wanted(const h2o_iovec_t *name, enum ingest_mode mode) {
 
 /* The headers an event of this request is parsed with, in req's pool. */
 static struct hub_header *request_headers(h2o_req_t *req, enum ingest_mode mode, size_t *n) {
+    /* room for every request header (+1 for batch mode's one): filtering
+     * only shrinks the list.  The pool frees it with the request, which
+     * is fine: hub_envelope_parse borrows headers for the call only */
     struct hub_header *h =
         h2o_mem_alloc_pool(&req->pool, sizeof(struct hub_header) * (req->headers.size + 1));
 
@@ -188,6 +224,8 @@ static struct hub_header *request_headers(h2o_req_t *req, enum ingest_mode mode,
 }
 
 /* A claimed attribute as evidence text: UTF-8, bounded, else NULL. */
+/* Claims of a refused record are untrusted: kept only when they can be
+ * stored as text and shown in the admin API as they are. */
 static char *claim_text(const char *s, size_t len) {
     if (s == NULL || len == 0 || len > CLAIM_MAX_BYTES || !hub_utf8_valid(s, len) ||
         memchr(s, '\0', len) != NULL) {
@@ -217,6 +255,8 @@ static void item_claims(struct ingest_item *it, enum ingest_mode mode, const str
         }
         return;
     }
+    /* integers as reals: an integer member too big for jansson must not
+     * fail a parse that only looks for three strings */
     json_t *o = json_loadb(value, len, JSON_DECODE_INT_AS_REAL, NULL);
     for (int k = 0; json_is_object(o) && k < 3; k++) {
         json_t *v = json_object_get(o, attrs[k]);
@@ -255,6 +295,8 @@ static int ingest_item(struct events_call *c, struct ingest_item *it, const stru
         it->status = 403;
         return 0;
     }
+    /* a refused event is still stored (quarantined): the evidence is the
+     * headers it came with, Authorization left out (header_wanted) */
     it->headers_json = hub_ingest_headers_evidence(h, nh);
     if (it->headers_json == NULL) {
         hub_event_free(&r->ev);
@@ -278,6 +320,9 @@ struct item_answer {
     json_t *errors; /* owned */
 };
 
+/* The answer to one event, from its verdict (or its refusal before the
+ * store), as a single-event request or a batch element shows it.  a->body
+ * and a->errors are owned by the caller. */
 static void item_answer(const struct events_call *c, const struct ingest_item *it,
                         struct item_answer *a) {
     const struct hub_ingest_rec *r = it->rec >= 0 ? &c->recs[it->rec] : NULL;
@@ -298,6 +343,7 @@ static void item_answer(const struct events_call *c, const struct ingest_item *i
         a->status = 200;
         a->body = json_pack("{s:s, s:s}", "id", r->ev.id, "verdict", "duplicate");
         break;
+    /* quarantined: stored as evidence, not accepted; the status says why */
     case HUB_V_QUARANTINED_CONFLICT:
         a->status = 409;
         a->detail = "an event with this tenant, source and id is already stored with a "
@@ -335,6 +381,8 @@ static void answer_batch(struct events_call *c) {
         struct item_answer a;
         json_t *one;
         item_answer(c, &c->items[i], &a);
+        /* a refused event's result is its problem object, as a single
+         * request would have had it, so clients handle both one way */
         one = a.body != NULL ? a.body : hub_api_problem(a.status, a.detail, a.errors);
         json_object_set_new(one, "status", json_integer(a.status));
         if (json_array_append_new(results, one) != 0) {
@@ -346,10 +394,14 @@ static void answer_batch(struct events_call *c) {
         hub_api_send_oom(req);
         return;
     }
+    /* 207 whatever each event's fate: a client reads every result's status */
     hub_api_send_json(req, 207, body);
     json_decref(body);
 }
 
+/* The store is done (arg: its failure, or NULL when every record has a
+ * verdict).  A failure is answered as a whole: nothing was stored, so the
+ * client may retry every event. */
 static void ingest_answer(struct hub_api_call *call, void *arg) {
     struct events_call *c = (struct events_call *)call;
     const struct hub_pg_outcome *failure = arg;
@@ -372,11 +424,19 @@ static void ingest_answer(struct hub_api_call *call, void *arg) {
     }
 }
 
+/* The store's callback: wakes the call, which answers only if the request
+ * is still there. */
 static void ingest_stored(void *arg, const struct hub_pg_outcome *failure) {
     struct events_call *c = arg;
     hub_api_call_wake(&c->call, ingest_answer, (void *)failure);
 }
 
+/*
+ * POST /v1/events: charges the ingest quota (one token per event, once a
+ * batch is split and counted, before its events are parsed), parses every
+ * event, and hands the records to the store.  Events refused before the
+ * store (another tenant's) keep their slot in the answer.
+ */
 static void ingest_start(struct events_call *c) {
     h2o_req_t *req = c->call.req;
     size_t n = 1;
@@ -405,6 +465,8 @@ static void ingest_start(struct events_call *c) {
     }
     c->body[req->entity.len] = '\0';
     body = c->body;
+    /* the split only finds the elements' bounds; each element is parsed
+     * as its own structured event below */
     if (c->mode == MODE_BATCH) {
         long count =
             hub_envelope_batch_split(body, req->entity.len, HUB_INGEST_BATCH_MAX, &c->spans);
@@ -433,6 +495,7 @@ static void ingest_start(struct events_call *c) {
         hub_api_send_oom(req);
         return;
     }
+    /* a batch element is a span of the body copy: no per-event copy */
     for (size_t i = 0; i < n; i++) {
         const char *value = c->mode == MODE_BATCH ? body + c->spans[2 * i] : body;
         size_t len =
@@ -447,12 +510,15 @@ static void ingest_start(struct events_call *c) {
         ingest_answer(&c->call, NULL);
         return;
     }
+    /* the answer waits for the commit (SPEC §4: a 202 means durable); the
+     * call stays alive meanwhile, even if the client hangs up */
     hub_api_call_wait(&c->call);
     hub_ingest_store(c->call.hub, c->recs, c->n_recs, ingest_stored, c);
 }
 
 /* ------------------------------------------------------------------ pull -- */
 
+/* A big-endian int8 as PostgreSQL's binary format sends it. */
 static int64_t be64(const char *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) {
@@ -478,6 +544,8 @@ static char *event_json(PGresult *r, int row) {
     char *text = NULL;
     char *out = NULL;
 
+    /* the stored attributes (SPEC §3.1) are always an object; anything
+     * else is a damaged row, answered as 500 by the caller */
     if (!json_is_object(o)) {
         json_decref(o);
         return NULL;
@@ -509,6 +577,7 @@ static char *event_json(PGresult *r, int row) {
     return out;
 }
 
+/* GET /v1/events/{seq}: the event, or 404 (absent, or another tenant's). */
 static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r = hub_api_found(call->req, out, 0, "event not found");
     char *text;
@@ -516,6 +585,7 @@ static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome
     if (r == NULL) {
         return;
     }
+    /* event_json fails on memory or on a damaged row: 500 either way */
     text = event_json(r, 0);
     if (text == NULL) {
         hub_api_send_oom(call->req);
@@ -525,6 +595,12 @@ static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome
     free(text);
 }
 
+/*
+ * GET /v1/events: {"items": [...], "next_cursor"}.  The items are spliced
+ * as text (each is already JSON, payload included), not parsed again.  A
+ * full page has a next cursor (the last seq), so the last page may come
+ * back empty: the statement does not fetch one row more to find out.
+ */
 static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct events_call *c = (struct events_call *)call;
     PGresult *r = out->results[0];
@@ -585,6 +661,8 @@ static int parse_seq(const char *s, int64_t *out) {
     return 0;
 }
 
+/* Both pull routes: the tenant's pull bucket first, so that every request
+ * counts, a malformed one too; then the query; then one statement. */
 static void pull_start(struct events_call *c) {
     h2o_req_t *req = c->call.req;
     json_t *errors = NULL;
@@ -604,6 +682,9 @@ static void pull_start(struct events_call *c) {
         send_over_rate(req, wait, "over the pull rate of this tenant; retry later");
         return;
     }
+    /* the pull API's cursor is the plain seq (SPEC §9: ?after=<seq>),
+     * not an opaque api_util cursor: a consumer keeps its position as a
+     * number */
     if (c->op == OP_LIST) {
         if (hub_api_query_param(req, "after", &after) < 0 ||
             (after != NULL && parse_seq(after, &after_seq) != 0)) {
@@ -625,6 +706,7 @@ static void pull_start(struct events_call *c) {
             return;
         }
         c->limit = (int)limit_n; /* pull_list_done tells a full page by it */
+        /* one event: the same parameters, the seq itself in $2 */
     } else {
         after_seq = c->seq;
     }
@@ -635,6 +717,7 @@ static void pull_start(struct events_call *c) {
     if (txn == NULL) {
         return;
     }
+    /* binary results: payloads come back as their bytes (store_events.h) */
     if (c->op == OP_LIST) {
         hub_pg_txn_add_binary(txn, &hub_sql_events_list, HUB_SQL_EVENTS_LIST_NPARAMS, params, NULL,
                               NULL);
@@ -647,6 +730,7 @@ static void pull_start(struct events_call *c) {
 
 /* --------------------------------------------------------------- routing -- */
 
+/* The route, once the key was checked (api_util.h's prologue). */
 static void events_authed(struct hub_api_call *call, const char *tenant_id, int status) {
     struct events_call *c = (struct events_call *)call;
     h2o_req_t *req = call->req;
@@ -654,6 +738,8 @@ static void events_authed(struct hub_api_call *call, const char *tenant_id, int 
     if (hub_api_route_answered(req, status, c->route_status, c->allow, "event not found")) {
         return;
     }
+    /* a copy: tenant_id is borrowed for the callback only, and the records
+     * refer to the tenant until the store is done */
     c->tenant = strdup(tenant_id);
     if (c->tenant == NULL) {
         hub_api_send_oom(req);
@@ -666,10 +752,12 @@ static void events_authed(struct hub_api_call *call, const char *tenant_id, int 
     }
 }
 
-/* Decides the operation from the path and method (answered after auth). */
+/* Decides the operation from the path and method (answered after auth).
+ * GET routes answer HEAD too (hub_api_method_get). */
 static void route(struct events_call *c, const h2o_iovec_t *s, int n) {
     h2o_req_t *req = c->call.req;
 
+    /* /v1/events: ingest or list; /v1/events/{seq}: one event */
     if (n == 1) {
         if (hub_api_method_is(req, "POST")) {
             c->op = OP_INGEST;
@@ -699,11 +787,13 @@ static void route(struct events_call *c, const h2o_iovec_t *s, int n) {
     c->seq = strtoll(s[1].base, NULL, 10);
 }
 
+/* The entry point (api_events.h): route in memory, then authenticate. */
 int hub_api_events_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[MAX_SEGMENTS];
     struct events_call *c;
     int n;
 
+    /* not ours: http.c answers 404 when no /v1 module takes a path */
     if (!hub_api_path_under(req->path_normalized, EVENTS_PATH)) {
         return 0;
     }

@@ -22,6 +22,8 @@
 /* The lookup transaction: the purge, then the lookup (its result index). */
 #define LOOKUP_RESULT 1
 
+/* Reads, never stores: the key is copied only once the request is valid
+ * (hub_api_idem_start), so a refused request leaves nothing behind. */
 int hub_api_idem_read_key(const h2o_req_t *req, h2o_iovec_t *key, json_t **errors) {
     if (!hub_api_header(req, "idempotency-key", key)) {
         key->base = NULL;
@@ -159,6 +161,10 @@ static void lookup(struct hub_api_call *call) {
     hub_api_call_submit(call, txn);
 }
 
+/* The marker is made now, from the body as received: a retry sends the
+ * same bytes, and the creating statement stores this marker with the
+ * response.  call->idem is set only with a key, so every other helper
+ * here is a no-op for a request without one. */
 void hub_api_idem_start(struct hub_api_call *call, struct hub_api_idem *idem, h2o_iovec_t key,
                         const char *scope, const char *scope_id, const char *op, const char *object,
                         const struct hub_api_idem_ops *ops) {
@@ -193,10 +199,14 @@ struct hub_pg_txn *hub_api_idem_txn(struct hub_api_call *call, hub_api_call_cb c
     return txn;
 }
 
+/* Mirrors hub_api_idem_txn: one statement before the creating one, or
+ * none. */
 int hub_api_idem_first(const struct hub_api_call *call) {
     return call->idem != NULL && call->idem->key != NULL ? 1 : 0;
 }
 
+/* Also for a creation that found its object taken without a collision
+ * (the admin API's tenant id, ON CONFLICT DO NOTHING). */
 int hub_api_idem_relook(struct hub_api_call *call) {
     struct hub_api_idem *idem = call->idem;
 
@@ -209,15 +219,21 @@ int hub_api_idem_relook(struct hub_api_call *call) {
     return 1;
 }
 
+/* 23505 is unique_violation.  The only one a creation expects is on the
+ * record's key (scope, key), so any is taken for it: the second lookup
+ * then tells, replaying what it finds or answering ops->unfinished.
+ * Without a key there is no second lookup and the caller answers. */
 int hub_api_idem_collided(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     return out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
            hub_api_idem_relook(call);
 }
 
+/* The header name lower case (HTTP/2); clients read it case-insensitively. */
 void hub_api_idem_mark_replayed(h2o_req_t *req) {
     hub_api_add_header(req, "idempotent-replayed", "true");
 }
 
+/* From the route's on_free; the route's state, not idem, is freed there. */
 void hub_api_idem_free(struct hub_api_idem *idem) {
     free(idem->key);
     free(idem->scope);

@@ -77,6 +77,8 @@ static void subs_call_free(struct hub_api_call *call) {
     c->after = c->state = c->secret_sealed = NULL;
 }
 
+/* Asked before anything is validated against the database: without a KEK
+ * no secret can be sealed or opened, so the request cannot succeed. */
 int hub_subs_kek_missing(struct subs_call *c) {
     if (c->call.hub->has_kek) {
         return 0;
@@ -138,6 +140,8 @@ static int subs_render(struct hub *hub, json_t *obj, const char *secret, int ope
     json_object_set_new(dest, "headers", names);
     if (secret != NULL) {
         json_object_set_new(obj, "secret", json_string(secret));
+        /* only an idempotency record carries "_ss": a replay shows the secret
+         * the first answer showed, opened now, never stored in clear */
     } else if (open_ss) {
         const char *ss = json_string_value(json_object_get(obj, "_ss"));
         unsigned char *pt = NULL;
@@ -150,12 +154,15 @@ static int subs_render(struct hub *hub, json_t *obj, const char *secret, int ope
             json_object_set_new(obj, "secret", json_null());
         }
     }
+    /* internal members never leave the API (store_subs.h) */
     json_object_del(obj, "_hs");
     json_object_del(obj, "_ss");
     json_object_del(obj, "_req");
     return 0;
 }
 
+/* Parse and render in one (contract in api_subs_internal.h): every
+ * subscription that leaves the API goes through subs_render. */
 json_t *hub_subs_load(struct hub *hub, const char *text, size_t len, const char *secret,
                       int open_ss) {
     json_t *obj = json_loadb(text, len, 0, NULL);
@@ -244,6 +251,9 @@ static const struct hub_api_idem_ops rotate_idem = {
 
 /* ============================================================ create ======= */
 
+/* The create committed (subscription, audit row, idempotency record):
+ * start the background probe, then answer 201 with the secret, shown
+ * this once, and the new subscription's Location. */
 static void create_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = idem_written(c, out, 500, "the subscription was not stored");
@@ -283,6 +293,13 @@ static int seal_headers(struct subs_call *c) {
     return c->in.headers_sealed != NULL ? 0 : -1;
 }
 
+/*
+ * The destination passed vetting: makes the id (UUIDv7, so ids sort by
+ * creation for pagination) and the secret, seals the secret and the
+ * headers under that id, and runs the create with its idempotency record.
+ * The seal needs the id as AAD, which is why the id is made here and not
+ * by the database.
+ */
 static void create_execute(struct subs_call *c) {
     struct hub *hub = c->call.hub;
     char id[HUB_UUID_TEXT_SIZE];
@@ -322,6 +339,8 @@ static void create_proceed(struct hub_api_call *call) {
     hub_subs_vet_destination(c, c->in.url, create_execute);
 }
 
+/* POST /v1/subscriptions: validate everything, then the Idempotency-Key
+ * (api_idem.h) decides between a replay and create_proceed. */
 static void sub_create(struct subs_call *c) {
     struct hub *hub = c->call.hub;
     h2o_req_t *req = c->call.req;
@@ -347,6 +366,7 @@ static void sub_create(struct subs_call *c) {
 
 /* ====================================================== get / list ========= */
 
+/* GET /v1/subscriptions/{id}: the subscription without its secret. */
 static void sub_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
 
@@ -360,6 +380,8 @@ void hub_subs_run_by_id(struct subs_call *c, const struct hub_sql *sql, hub_api_
     hub_api_call_query(&c->call, cb, sql, 2, (const char *[]){c->tenant_id, c->object_id});
 }
 
+/* Shared by the two lists (subscriptions, deliveries): the page lives in
+ * the call because the answer is rendered in the statement's callback. */
 int hub_subs_page_keep(struct subs_call *c, const struct hub_api_page *page, json_t *errors,
                        char limit_text[HUB_SUBS_LIMIT_TEXT]) {
     int oom = 0;
@@ -378,6 +400,7 @@ int hub_subs_page_keep(struct subs_call *c, const struct hub_api_page *page, jso
     return 0;
 }
 
+/* Rows are hub_subs_page_col, limit + 1 of them (hub_subs_page_keep). */
 static void sub_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     if (out->status != HUB_PG_OK || out->results[0] == NULL) {
         hub_api_send_db_error(call->req, out);
@@ -388,6 +411,7 @@ static void sub_list_done(struct hub_api_call *call, const struct hub_pg_outcome
                       call->hub);
 }
 
+/* GET /v1/subscriptions: the tenant's subscriptions by id, paginated. */
 static void sub_list(struct subs_call *c) {
     h2o_req_t *req = c->call.req;
     struct hub_api_page page;
@@ -422,6 +446,8 @@ static PGresult *sub_changed(struct subs_call *c, const struct hub_pg_outcome *o
     return r;
 }
 
+/* The patch's row (hub_subs_patch_col): a changed url starts a background
+ * probe from the same row (its probe block), then the answer goes out. */
 static void sub_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = sub_changed(c, out, "subscription updated");
@@ -435,6 +461,7 @@ static void sub_patch_done(struct hub_api_call *call, const struct hub_pg_outcom
     send_subscription(c, 200, r, NULL);
 }
 
+/* The url (if any) passed vetting: seal new headers and run the patch. */
 static void patch_execute(struct subs_call *c) {
     struct subs_input *in = &c->in;
 
@@ -457,6 +484,11 @@ static void patch_execute(struct subs_call *c) {
                                         in->audit});
 }
 
+/*
+ * PATCH /v1/subscriptions/{id}: any writable member alone.  An empty body
+ * is refused (400) rather than accepted as a no-op, which would still bump
+ * updated_at and write an audit row for nothing.
+ */
 static void sub_patch(struct subs_call *c) {
     struct hub *hub = c->call.hub;
     h2o_req_t *req = c->call.req;
@@ -494,6 +526,7 @@ static void sub_patch(struct subs_call *c) {
 
 /* ============================================================ delete ======= */
 
+/* DELETE /v1/subscriptions/{id}: 204; its jobs go with it (cascade). */
 static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     if (sub_changed((struct subs_call *)call, out, "subscription deleted") != NULL) {
         hub_api_send_no_content(call->req);
@@ -502,6 +535,8 @@ static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outco
 
 /* ============================================================ rotate ======= */
 
+/* The rotation committed: answer with the subscription and the new
+ * secret (shown this once, like a create's). */
 static void rotate_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = idem_written(c, out, 404, "subscription not found");
@@ -541,12 +576,19 @@ static void rotate_proceed(struct hub_api_call *call) {
     hub_api_call_submit(&c->call, txn);
 }
 
+/*
+ * POST /v1/subscriptions/{id}/rotate-secret {"grace"}: a new secret; the
+ * previous one keeps signing beside it for the grace (default
+ * STREAMING_HUB_SECRET_GRACE, at most 7 days, "0" drops it at once), so
+ * receivers can switch without losing a delivery.
+ */
 static void sub_rotate(struct subs_call *c) {
     static const char *const allowed[] = {"grace", NULL};
     h2o_req_t *req = c->call.req;
     json_t *errors = NULL;
     h2o_iovec_t idem;
 
+    /* the body is optional: none rotates with the configured grace */
     c->grace_ms = c->call.hub->cfg.secret_grace_ms;
     if (req->entity.len > 0) {
         json_t *body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
@@ -559,6 +601,7 @@ static void sub_rotate(struct subs_call *c) {
         if (g != NULL && !json_is_null(g)) {
             const char *s = json_string_value(g);
             int64_t ms = -1;
+            /* a bare "0" is allowed: a duration without a unit, but unambiguous */
             if (s != NULL && strcmp(s, "0") == 0) {
                 ms = 0;
             } else if (s == NULL || hub_duration_parse(s, &ms) != 0) {
@@ -586,6 +629,7 @@ static void sub_rotate(struct subs_call *c) {
 
 /* ============================================================ routing ====== */
 
+/* The two routes that are one statement by id, named for the table. */
 static void sub_get(struct subs_call *c) {
     hub_subs_run_by_id(c, &hub_sql_subs_get, sub_get_done);
 }
@@ -612,6 +656,9 @@ struct subs_route {
     const char *missing; /* the detail of a 404 for an id that cannot exist */
 };
 
+/* Rows of one path are consecutive and share their Allow: a path matched
+ * with another method is a 405 with the path's Allow.  The deliveries of a
+ * subscription are under /v1/subscriptions but render as deliveries. */
 #define SUB_ALLOW "GET, HEAD, PATCH, DELETE"
 
 static const struct subs_route routes[] = {
@@ -659,6 +706,7 @@ static int route_path_is(const struct subs_route *r, int subs, const h2o_iovec_t
     return r->action == NULL || hub_api_segment_is(s[2], r->action);
 }
 
+/* GET routes also answer HEAD (hub_api_method_get). */
 static int route_method_is(const h2o_req_t *req, const struct subs_route *r) {
     return strcmp(r->method, "GET") == 0 ? hub_api_method_get(req)
                                          : hub_api_method_is(req, r->method);
@@ -714,6 +762,9 @@ static void route(struct subs_call *c, h2o_iovec_t *s, int n, int *oom) {
     c->route_status = 0;
 }
 
+/* The entry point (api_subs.h): routes first, in memory, then
+ * authenticates; the route's answer (404/405 included) comes from
+ * subs_authed once the key was checked. */
 int hub_api_subs_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[MAX_SEGMENTS];
     struct subs_call *c;

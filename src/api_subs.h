@@ -10,20 +10,19 @@
  *   DELETE /v1/subscriptions/{id}               204
  *   POST   /v1/subscriptions/{id}/verify        synchronous probe
  *   POST   /v1/subscriptions/{id}/rotate-secret new secret, previous one kept for a grace
+ *   POST   /v1/subscriptions/{id}/replay        new jobs for stored events (202)
  *   GET    /v1/subscriptions/{id}/deliveries    jobs, newest first, ?state=
  *   GET    /v1/deliveries/{id}                  a job with its attempts
  *   POST   /v1/deliveries/{id}/redeliver        a dead job becomes due again
  *
  * Another tenant's object is 404; create and rotate-secret honour
- * Idempotency-Key (24h, scope "tenant:<tenant id>").
+ * Idempotency-Key (24h, scope "tenant:<tenant id>").  The implementation
+ * is split by resource; api_subs_internal.h says which file does what.
  */
 #ifndef HUB_API_SUBS_H
 #define HUB_API_SUBS_H
 
 #include <h2o.h>
-#include <jansson.h>
-#include <stddef.h>
-#include <stdint.h>
 
 struct hub;
 

@@ -9,6 +9,11 @@
  * entries, api_util.h), so a client fixes a request in one round trip.
  * Plaintext destination headers are credentials: they are kept only in
  * subs_input.headers, wiped by hub_subs_input_free, never logged.
+ *
+ * Valid members are kept in struct subs_input as the text the statements
+ * take (JSON array text, decimal numbers, "true"/"false" decided by the
+ * route), so a route passes them straight as parameters; a member that was
+ * not given stays NULL (or -1), which the statements read as "unchanged".
  */
 #include "api_subs_internal.h"
 
@@ -39,8 +44,9 @@
 #define HEADER_VALUE_RULE                                                                          \
     "must be a non-empty string of at most 4096 bytes without control characters"
 
-/* A DNS lookup of the SSRF vetting.  It cannot be cancelled once started,
- * so it is an object of its own that outlives its call if need be. */
+/* A DNS lookup of the SSRF vetting.  It runs on libuv's thread pool and
+ * always ends in its callback, so it is an object of its own that outlives
+ * its call if need be (the call's on_free severs the link). */
 struct subs_resolve {
     uv_getaddrinfo_t req;
     struct subs_call *owner; /* NULL once the call is gone */
@@ -48,6 +54,8 @@ struct subs_resolve {
 
 /* ====================================================== the input ====== */
 
+/* The plaintext headers are wiped before they are freed (credentials); the
+ * other members hold nothing secret.  The sealed headers are ciphertext. */
 void hub_subs_input_free(struct subs_input *in) {
     free(in->event_types);
     free(in->schema_major);
@@ -62,6 +70,8 @@ void hub_subs_input_free(struct subs_input *in) {
     memset(in, 0, sizeof(*in));
 }
 
+/* STREAMING_HUB_ENV=production tightens what a destination may be
+ * (https only, SPEC §11). */
 static int env_production(const struct hub *hub) {
     return hub->cfg.env != NULL && strcmp(hub->cfg.env, "production") == 0;
 }
@@ -94,6 +104,12 @@ static const char *event_type_error(const char *s, size_t len) {
     return NULL;
 }
 
+/*
+ * The event_types member: 1..64 valid, distinct entries (event_type_error).
+ * Kept as compact JSON array text, the form the statements take
+ * (store_subs.h); an invalid array keeps nothing, so *in never holds half
+ * of a member.
+ */
 void hub_subs_check_event_types(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
     char field[48];
     size_t n;
@@ -119,6 +135,8 @@ void hub_subs_check_event_types(json_t *v, struct subs_input *in, json_t **error
             bad = 1;
             continue;
         }
+        /* quadratic, but over at most EVENT_TYPES_MAX entries; a duplicate
+         * would make the subscription match one event type twice */
         for (size_t j = 0; j < i; j++) {
             if (json_equal(e, json_array_get(v, j))) {
                 hub_api_errors_add(errors, field, "is a duplicate");
@@ -127,6 +145,7 @@ void hub_subs_check_event_types(json_t *v, struct subs_input *in, json_t **error
             }
         }
     }
+    /* kept in the client's order: the object shows it back as written */
     if (!bad) {
         in->event_types = json_dumps(v, JSON_COMPACT);
         if (in->event_types == NULL) {
@@ -135,6 +154,8 @@ void hub_subs_check_event_types(json_t *v, struct subs_input *in, json_t **error
     }
 }
 
+/* schema_major: an integer from 1 to 2^31 - 1 (the column is an int),
+ * kept as decimal text for the statement. */
 static void check_schema_major(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
     char num[24];
 
@@ -146,11 +167,18 @@ static void check_schema_major(json_t *v, struct subs_input *in, json_t **errors
     in->schema_major = hub_api_strdup(num, oom);
 }
 
+/*
+ * destination.url: an absolute http(s) URL that hub_url_parse accepts (no
+ * credentials, no fragment), at most URL_LEN_MAX bytes, https in
+ * production.  Only the syntax here: where it resolves is
+ * hub_subs_vet_destination's job, after validation.
+ */
 static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t **errors,
                       int *oom) {
     struct hub_url u;
     const char *s = json_string_value(v);
 
+    /* strlen differs from the JSON length when the string holds a NUL */
     if (s == NULL || json_string_length(v) == 0 || json_string_length(v) > URL_LEN_MAX ||
         strlen(s) != json_string_length(v) || hub_url_parse(s, &u) != 0) {
         hub_api_errors_add(errors, "destination.url",
@@ -158,6 +186,7 @@ static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t 
                            "without credentials or fragment");
         return;
     }
+    /* http stays allowed outside production, for local sinks */
     if (env_production(hub) && strcmp(u.scheme, "https") != 0) {
         hub_api_errors_add(errors, "destination.url", "must use https in production");
         return;
@@ -165,6 +194,13 @@ static void check_url(struct hub *hub, json_t *v, struct subs_input *in, json_t 
     in->url = hub_api_strdup(s, oom);
 }
 
+/*
+ * destination.headers: null (none) or an object of at most HEADERS_MAX
+ * headers, each a valid, non-reserved name (webhook.h) with a non-empty
+ * value free of control bytes.  Kept as a deep copy of the plaintext,
+ * sealed later under the subscription id (which a create does not know
+ * yet).  headers_set records that the member was given, even as null.
+ */
 static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
     char field[32 + HUB_WEBHOOK_HEADER_NAME_MAX];
     const char *name;
@@ -184,6 +220,8 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
         size_t nl = strlen(name);
         const char *other;
         json_t *ov;
+        /* the name in the error is cut at the longest valid one: a longer
+         * name is refused anyway, and an error must not echo a megabyte */
         snprintf(field, sizeof(field), "destination.headers.%.*s", HUB_WEBHOOK_HEADER_NAME_MAX,
                  name);
         if (!hub_webhook_header_name_valid(name, nl)) {
@@ -198,6 +236,7 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
             bad = 1;
             continue;
         }
+        /* a value that could split or fold a header line never reaches one */
         if (!json_is_string(value) || json_string_length(value) == 0 ||
             json_string_length(value) > HEADER_VALUE_MAX ||
             strlen(json_string_value(value)) != json_string_length(value) ||
@@ -218,6 +257,7 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
             }
         }
     }
+    /* {} is stored as no headers: NULL here, like null */
     if (!bad && json_object_size(v) > 0) {
         in->headers = json_deep_copy(v);
         if (in->headers == NULL) {
@@ -226,6 +266,8 @@ static void check_headers(json_t *v, struct subs_input *in, json_t **errors, int
     }
 }
 
+/* destination: {"kind": "webhook", "url", "headers"}.  A create needs kind
+ * and url; a PATCH may give any of them alone. */
 static void check_destination(struct hub *hub, json_t *v, struct subs_input *in, int create,
                               json_t **errors, int *oom) {
     static const char *const allowed[] = {"kind", "url", "headers", NULL};
@@ -238,6 +280,7 @@ static void check_destination(struct hub *hub, json_t *v, struct subs_input *in,
                            "must be an object {\"kind\": \"webhook\", \"url\", \"headers\"}");
         return;
     }
+    /* unknown members are named by their path, "destination.x" */
     json_object_foreach(v, key, member) {
         int known = 0;
         char field[96];
@@ -268,6 +311,11 @@ static void check_destination(struct hub *hub, json_t *v, struct subs_input *in,
     }
 }
 
+/*
+ * retry_schedule: null (the hub's default schedule) or 1..12 durations,
+ * each in (0, 10h], that together form a schedule the backoff module
+ * accepts.  Kept as JSON array text; retry_set records that it was given.
+ */
 static void check_retry_schedule(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
     int64_t steps[HUB_BACKOFF_MAX_STEPS];
     size_t n;
@@ -295,6 +343,8 @@ static void check_retry_schedule(json_t *v, struct subs_input *in, json_t **erro
             bad = 1;
         }
     }
+    /* the schedule as a whole only once each step is fine: the steps'
+     * errors are the ones a client can act on */
     if (!bad && !hub_backoff_schedule_valid(steps, n)) {
         hub_api_errors_add(errors, "retry_schedule", "is not a valid schedule");
         bad = 1;
@@ -307,6 +357,8 @@ static void check_retry_schedule(json_t *v, struct subs_input *in, json_t **erro
     }
 }
 
+/* policy: null (none) or the name of a policy this process has loaded
+ * (SPEC §8).  policy_set records that it was given. */
 static void check_policy(struct hub *hub, json_t *v, struct subs_input *in, json_t **errors,
                          int *oom) {
     in->policy_set = 1;
@@ -314,6 +366,8 @@ static void check_policy(struct hub *hub, json_t *v, struct subs_input *in, json
         return;
     }
     const char *why = NULL;
+    /* the name's syntax first: a malformed name is told the rule, not
+     * merely "unknown policy" */
     if (!json_is_string(v) || !hub_policy_name_valid(json_string_value(v), json_string_length(v))) {
         hub_api_errors_add(errors, "policy", "must be null or a name matching [a-zA-Z0-9_-]{1,64}");
         return;
@@ -330,6 +384,8 @@ static void check_policy(struct hub *hub, json_t *v, struct subs_input *in, json
     in->policy = hub_api_strdup(json_string_value(v), oom);
 }
 
+/* max_rate: null (no limit) or deliveries per second above 0, kept as
+ * decimal text for the statement's float8. */
 static void check_max_rate(json_t *v, struct subs_input *in, json_t **errors, int *oom) {
     char num[40];
     double d;
@@ -344,6 +400,8 @@ static void check_max_rate(json_t *v, struct subs_input *in, json_t **errors, in
                            "must be null or a number of deliveries per second > 0");
         return;
     }
+    /* an integer as written (%.17g would round a huge one); a real as
+     * %.17g, whose text reads back as the very same double */
     if (json_is_integer(v)) {
         snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
     } else {
@@ -353,8 +411,11 @@ static void check_max_rate(json_t *v, struct subs_input *in, json_t **errors, in
 }
 
 /*
- * Validates a create (create = 1) or PATCH body into *in.  Adds one error
- * per offending member to *errors; sets *oom on allocation failure.
+ * Validates a create (create = 1) or PATCH body into *in (the contract is
+ * in api_subs_internal.h).  Every member is checked even after an error,
+ * so that one 400 lists them all.  A create fills the defaults of SPEC §6
+ * (schema_major 1, ordering "unordered", enabled true); a PATCH leaves what
+ * was not given NULL or -1, which the statement reads as "unchanged".
  */
 void hub_subs_check_input(struct hub *hub, json_t *body, int create, struct subs_input *in,
                           json_t **errors, int *oom) {
@@ -364,7 +425,10 @@ void hub_subs_check_input(struct hub *hub, json_t *body, int create, struct subs
     const char *key;
     json_t *v;
 
+    /* -1: not given (a PATCH keeps the current value) */
     in->enabled = -1;
+    /* read-only members (id, verification_state, ...) are refused by name
+     * like unknown ones: a client learns that its change did not apply */
     json_object_foreach(body, key, v) {
         int known = 0;
         for (const char *const *a = allowed; *a != NULL; a++) {
@@ -374,6 +438,8 @@ void hub_subs_check_input(struct hub *hub, json_t *body, int create, struct subs
             hub_api_errors_add(errors, key, "unknown or read-only member");
         }
     }
+    /* event_types and destination have no default: they say what to
+     * deliver, and where */
     if ((v = json_object_get(body, "event_types")) != NULL) {
         hub_subs_check_event_types(v, in, errors, oom);
     } else if (create) {
@@ -395,6 +461,7 @@ void hub_subs_check_input(struct hub *hub, json_t *body, int create, struct subs
     if ((v = json_object_get(body, "policy")) != NULL) {
         check_policy(hub, v, in, errors, oom);
     }
+    /* ordering and enabled are simple enough to check in line */
     if ((v = json_object_get(body, "ordering")) != NULL) {
         const char *s = json_string_value(v);
         if (s == NULL || (strcmp(s, "unordered") != 0 && strcmp(s, "fifo") != 0)) {
@@ -420,7 +487,8 @@ void hub_subs_check_input(struct hub *hub, json_t *body, int create, struct subs
 }
 
 /* Audit detail of a PATCH: the names of the members it sets, never values
- * (headers are credentials, a url may carry a token). */
+ * (headers are credentials, a url may carry a token).  Called only on a
+ * body that passed validation, so every name is one of ours. */
 char *hub_subs_patch_audit(json_t *body) {
     json_t *fields = json_array(), *detail;
     json_t *dest = json_object_get(body, "destination");
@@ -433,6 +501,7 @@ char *hub_subs_patch_audit(json_t *body) {
             json_array_append_new(fields, json_string(key));
         }
     }
+    /* destination's members one by one: the audit says which part changed */
     if (json_is_object(dest)) {
         json_object_foreach(dest, key, v) {
             char name[64];
@@ -446,13 +515,15 @@ char *hub_subs_patch_audit(json_t *body) {
     return text;
 }
 
-/* An action that takes no input accepts no body or an empty JSON object.
- * Returns 1, or 0 after having answered 400 (or 413). */
+/* An action that takes no input accepts no body or an empty JSON object
+ * (clients that always send "{}" work).  Returns 1, or 0 after having
+ * answered 400 (or 413). */
 int hub_subs_body_absent_or_empty(h2o_req_t *req) {
     static const char *const allowed[] = {NULL};
     json_t *errors = NULL;
     json_t *body;
 
+    /* no body at all is the common case: nothing to parse */
     if (req->entity.len == 0) {
         return 1;
     }
@@ -471,21 +542,32 @@ int hub_subs_body_absent_or_empty(h2o_req_t *req) {
 
 /* ========================================================= SSRF vetting == */
 
+/* The 400 of a destination that is not public.  It names the setting, so
+ * that an operator testing against a local sink knows what to change. */
 #define SSRF_MESSAGE                                                                               \
     "resolves to a loopback, private, link-local or otherwise non-public address "                 \
     "(STREAMING_HUB_ALLOW_PRIVATE_SINKS is false)"
 
+/* 400 with one error on destination.url. */
 static void send_url_error(h2o_req_t *req, const char *message) {
     json_t *errors = NULL;
     hub_api_errors_add(&errors, "destination.url", message);
     hub_api_send_invalid(req, errors);
 }
 
+/*
+ * The lookup's outcome (libuv callback, loop thread).  Refused when ANY
+ * address is blocked, not only the first: the connection may use any of
+ * them.  A name that does not exist (or has no A/AAAA record) is the
+ * client's mistake, 400; any other failure is the resolver's, 503.  The
+ * lookup object is freed here whoever still waits.
+ */
 static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) {
     struct subs_resolve *rs = r->data;
     struct subs_call *c = rs->owner;
     int blocked = 0, usable = 0;
 
+    /* counted before the status is looked at: res is freed right after */
     for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
         if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) {
             usable++;
@@ -498,6 +580,8 @@ static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) 
         uv_freeaddrinfo(res);
     }
     free(rs);
+    /* a call that still owns the lookup is alive, and so is its request:
+     * the call is freed when the request goes, as nothing is in flight */
     if (c == NULL) {
         return; /* the request is gone */
     }
@@ -524,6 +608,9 @@ static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) 
  * SPEC §11 at creation: unless private sinks are allowed, every address the
  * url's host resolves to must be public.  Runs `next` (now or from the DNS
  * callback) when the destination is acceptable; otherwise answers.
+ * Deliveries and probes check again when they connect (SPEC §11: the vetted
+ * address is pinned); this check refuses a bad destination at once, with
+ * an error the client can act on.
  */
 void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step next) {
     struct hub *hub = c->call.hub;
@@ -543,7 +630,8 @@ void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step ne
         send_url_error(c->call.req, "is not a valid URL");
         return;
     }
-    /* an IP literal is vetted as it is, without DNS */
+    /* an IP literal is vetted as it is, without a DNS lookup (and its
+     * round trip through libuv's thread pool); brackets off for IPv6 */
     hl = strlen(u.host);
     if (hl >= 2 && u.host[0] == '[' && u.host[hl - 1] == ']') {
         memcpy(host, u.host + 1, hl - 2);
@@ -566,11 +654,14 @@ void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step ne
         hub_api_send_oom(c->call.req);
         return;
     }
+    /* both families: the connection may use either */
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     rs->req.data = rs;
     rs->owner = c;
+    /* the weak link both ways: the lookup knows its call until the call
+     * goes (hub_subs_vet_detach), the call its lookup until it ends */
     c->vetted = next;
     rc = uv_getaddrinfo(hub->loop, &rs->req, resolve_done, host, NULL, &hints);
     if (rc != 0) {
@@ -582,6 +673,8 @@ void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step ne
     c->resolve = rs;
 }
 
+/* From the call's on_free: the lookup, still running, then finds no owner
+ * and only frees itself. */
 void hub_subs_vet_detach(struct subs_call *c) {
     if (c->resolve != NULL) {
         c->resolve->owner = NULL;

@@ -1,5 +1,14 @@
 /*
  * api_util — shared request/response helpers of the JSON API (see api_util.h).
+ *
+ * Three parts, in this order: answering (JSON bodies, problem details,
+ * database errors), reading a request (paths, query strings, bodies,
+ * cursors, bearer tokens), and the call machinery that keeps a request's
+ * state alive across database round trips (struct hub_api_call), with the
+ * tenant key authentication built on it.
+ *
+ * Answers are always complete documents sent with h2o_send_inline (h2o
+ * copies the bytes), so no buffer of this module has to outlive a call.
  */
 #include "api_util.h"
 
@@ -16,12 +25,18 @@
 #include "util.h"
 #include "uuid.h"
 
+/* RFC 9457 "type" URIs: a URN, so that no client tries to fetch it. */
 #define PROBLEM_TYPE_PREFIX "urn:streaming-hub:problem:"
 #define API_KEY_PREFIX "shk_"
 #define API_KEY_LEN 47 /* "shk_" + base64url(32 bytes) = 4 + 43 */
+/* A decoded cursor is "<kind>:<value>": kinds are short words and values
+ * uuids or bigints, so anything longer is not one of ours. */
 #define CURSOR_MAX 1024
+/* Query parameter names we look for are short; longer ones are skipped
+ * without decoding. */
 #define QUERY_NAME_MAX 64
 
+/* What the API says about a status it sends. */
 struct status_info {
     int status;
     const char *reason;
@@ -48,6 +63,8 @@ static const struct status_info status_table[] = {
     {503, "Service Unavailable", "unavailable"},
 };
 
+/* The row of status_table for status; an unknown status (a bug) still
+ * gets a generic reason and slug rather than a NULL. */
 static const struct status_info *status_find(int status) {
     static const struct status_info unknown = {0, "Error", "error"};
     for (size_t i = 0; i < sizeof(status_table) / sizeof(status_table[0]); i++) {
@@ -91,6 +108,16 @@ static json_t *json_text(const char *s) {
 
 /* ------------------------------------------------------------ responses -- */
 
+/*
+ * Every answer goes out through send_body: one Content-Type, "Cache-Control:
+ * no-store", an exact Content-Length.  Errors are problem details (RFC 9457):
+ * "type" is a URN naming the status's slug (or "validation" when a list of
+ * field errors comes with it), "title" the reason phrase, "detail" a
+ * sentence for a human, never a secret or a body.
+ */
+
+/* Adds a response header; both strings are copied into the request pool
+ * (see the body).  Names are given in lower case, as HTTP/2 requires. */
 void hub_api_add_header(h2o_req_t *req, const char *name, const char *value) {
     /* h2o keeps pointers, not copies: both strings must live as long as the request. */
     h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX);
@@ -112,10 +139,14 @@ static void send_body(h2o_req_t *req, int status, const char *content_type, cons
     h2o_send_inline(req, body, len);
 }
 
+/* For text that is JSON already (rendered by PostgreSQL or spliced, as the
+ * pull API's events): sent as is, not parsed again. */
 void hub_api_send_json_text(h2o_req_t *req, int status, const char *text, size_t len) {
     send_body(req, status, "application/json", text, len);
 }
 
+/* Serialises with HUB_API_JSON_FLAGS (one byte format for every answer and
+ * replay); a failure to serialise is answered as 500 instead. */
 void hub_api_send_json(h2o_req_t *req, int status, const json_t *body) {
     char *text = json_dumps(body, HUB_API_JSON_FLAGS);
 
@@ -127,6 +158,7 @@ void hub_api_send_json(h2o_req_t *req, int status, const json_t *body) {
     free(text);
 }
 
+/* 204 without a body or Content-Type: DELETE and revoke answers. */
 void hub_api_send_no_content(h2o_req_t *req) {
     req->res.status = 204;
     req->res.reason = "No Content";
@@ -135,6 +167,8 @@ void hub_api_send_no_content(h2o_req_t *req) {
     h2o_send_inline(req, "", 0);
 }
 
+/* A problem object (RFC 9457).  Members are set one by one: an allocation
+ * that fails loses its member, not the answer.  Takes errors. */
 json_t *hub_api_problem(int status, const char *detail, json_t *errors) {
     const struct status_info *si = status_find(status);
     const char *title = errors != NULL ? "Validation failed" : si->reason;
@@ -153,6 +187,8 @@ json_t *hub_api_problem(int status, const char *detail, json_t *errors) {
     return p;
 }
 
+/* Sends a problem; when even that cannot be rendered, a fixed 500 text
+ * that needs no allocation. */
 void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t *errors) {
     static const char fallback[] = "{\"type\":\"" PROBLEM_TYPE_PREFIX "internal\","
                                    "\"title\":\"Internal Server Error\",\"status\":500,"
@@ -169,13 +205,17 @@ void hub_api_send_problem(h2o_req_t *req, int status, const char *detail, json_t
     free(text);
 }
 
+/* 400 whose detail lists every {field, message}, cut at 512 bytes with
+ * "..." (the errors array keeps them all).  Takes errors. */
 void hub_api_send_invalid(h2o_req_t *req, json_t *errors) {
     char detail[512];
     size_t pos = 0;
     size_t n = json_array_size(errors);
 
     /* The detail names every offending field so a human reading one line
-     * (or a log) sees all of it; errors[] is the machine-readable form. */
+     * (or a log) sees all of it; errors[] is the machine-readable form.
+     * snprintf returns what it would have written, so pos may pass the
+     * end: the loop condition and the "..." below account for it. */
     for (size_t i = 0; i < n && pos < sizeof(detail) - 1; i++) {
         json_t *e = json_array_get(errors, i);
         const char *field = json_string_value(json_object_get(e, "field"));
@@ -193,21 +233,27 @@ void hub_api_send_invalid(h2o_req_t *req, json_t *errors) {
     hub_api_send_problem(req, 400, n > 0 ? detail : "invalid request", errors);
 }
 
+/* Out of memory while building an answer: the problem text itself is
+ * small, and hub_api_send_problem has a static fallback if even it fails. */
 void hub_api_send_oom(h2o_req_t *req) {
     hub_api_send_problem(req, 500, "out of memory", NULL);
 }
 
+/* why is for the operator (the log), detail for the client: the two differ
+ * when the cause names internals (CSPRNG, KEK) the client cannot act on. */
 void hub_api_send_internal(h2o_req_t *req, const char *why, const char *detail) {
     hub_log(HUB_ERROR, why);
     hub_api_send_problem(req, 500, detail, NULL);
 }
 
+/* A 401 must say how to authenticate (RFC 9110 §11.6.1): Bearer. */
 void hub_api_send_unauthorized(h2o_req_t *req, const char *detail) {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                    H2O_STRLIT("Bearer"));
     hub_api_send_problem(req, 401, detail, NULL);
 }
 
+/* A 405 must list the methods the resource has (RFC 9110 §15.5.6). */
 void hub_api_send_method_not_allowed(h2o_req_t *req, const char *allow) {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
     hub_api_send_problem(req, 405, "this method is not allowed on this resource", NULL);
@@ -225,11 +271,16 @@ static int db_error_status(const h2o_req_t *req, const struct hub_pg_outcome *ou
     return status;
 }
 
+/* 503 with "Retry-After: 1": the condition is transient (a reconnect, a
+ * restart), so clients are told to come back soon, not to give up. */
 static void send_unavailable(h2o_req_t *req, const char *detail) {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
     hub_api_send_problem(req, 503, detail, NULL);
 }
 
+/* A statement that failed (SQLSTATE) is our bug or a constraint the
+ * validation missed: 500.  A lost connection or a closing pool is
+ * transient: 503, retry. */
 void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out) {
     if (db_error_status(req, out) == 503) {
         send_unavailable(req, "the database is unavailable; retry later");
@@ -238,6 +289,8 @@ void hub_api_send_db_error(h2o_req_t *req, const struct hub_pg_outcome *out) {
     }
 }
 
+/* Both texts go through json_text: a field name may quote a client's
+ * member name, which need not be valid UTF-8. */
 void hub_api_errors_add(json_t **errors, const char *field, const char *message) {
     json_t *e;
 
@@ -253,6 +306,8 @@ void hub_api_errors_add(json_t **errors, const char *field, const char *message)
     json_array_append_new(*errors, e);
 }
 
+/* The last step of validating a body: errors collected over every member,
+ * and an out-of-memory flag raised by any copy on the way. */
 int hub_api_input_refused(h2o_req_t *req, json_t *errors, int oom) {
     /* errors first: a client can fix them, whatever else went wrong */
     if (errors != NULL) {
@@ -266,6 +321,8 @@ int hub_api_input_refused(h2o_req_t *req, json_t *errors, int oom) {
     return 0;
 }
 
+/* Checks the transaction before the statement: a rolled-back transaction
+ * has no meaningful results, whatever out->results holds. */
 PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int index,
                         const char *missing) {
     PGresult *r = out->results[index];
@@ -281,6 +338,8 @@ PGresult *hub_api_found(h2o_req_t *req, const struct hub_pg_outcome *out, int in
     return r;
 }
 
+/* PostgreSQL renders objects with json_build_object, so a parse failure
+ * means a broken statement or row: the log says so, the client gets 500. */
 json_t *hub_api_pg_object(h2o_req_t *req, const char *text, size_t len) {
     json_t *obj = json_loadb(text, len, 0, NULL);
 
@@ -293,14 +352,20 @@ json_t *hub_api_pg_object(h2o_req_t *req, const char *text, size_t len) {
 
 /* ------------------------------------------------------------- requests -- */
 
+/* Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET. */
 int hub_api_method_is(const h2o_req_t *req, const char *method) {
     return h2o_memis(req->method.base, req->method.len, method, strlen(method));
 }
 
+/* GET routes also answer HEAD: h2o sends the GET answer's headers and
+ * leaves its body out. */
 int hub_api_method_get(const h2o_req_t *req) {
     return hub_api_method_is(req, "GET") || hub_api_method_is(req, "HEAD");
 }
 
+/* Callers pass path_normalized (h2o resolved "." and ".." segments), so a
+ * segment is never a traversal.  Too many segments is -1 rather than a
+ * truncated list: "/a/b/c/d/e" must not route as "/a/b/c/d". */
 int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, int max) {
     size_t i = prefix_len;
     int n = 0;
@@ -312,6 +377,7 @@ int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, i
         const char *start = path.base + i;
         const char *slash = memchr(start, '/', path.len - i);
         size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
+        /* "//" is refused rather than skipped: no two spellings of one path */
         if (len == 0 || n == max) {
             return -1;
         }
@@ -321,16 +387,21 @@ int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, i
     return n;
 }
 
+/* "/v1/events" and "/v1/events/..." are under "/v1/events";
+ * "/v1/eventsx" is not. */
 int hub_api_path_under(h2o_iovec_t path, const char *prefix) {
     size_t plen = strlen(prefix);
     return path.len >= plen && memcmp(path.base, prefix, plen) == 0 &&
            (path.len == plen || path.base[plen] == '/');
 }
 
+/* Exact, case-sensitive: paths are (RFC 3986 §6.2.2.1). */
 int hub_api_segment_is(h2o_iovec_t seg, const char *s) {
     return h2o_memis(seg.base, seg.len, s, strlen(s));
 }
 
+/* 18 digits at most: every such number fits an int64 (and a bigint), so
+ * callers convert with strtoll without an overflow check. */
 int hub_api_positive_id(const char *s, size_t len) {
     if (len == 0 || len > 18 || s[0] == '0') {
         return 0;
@@ -343,6 +414,7 @@ int hub_api_positive_id(const char *s, size_t len) {
     return 1;
 }
 
+/* The first occurrence of the header; h2o stores names in lower case. */
 int hub_api_header(const h2o_req_t *req, const char *name, h2o_iovec_t *value) {
     ssize_t i = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
 
@@ -353,6 +425,9 @@ int hub_api_header(const h2o_req_t *req, const char *name, h2o_iovec_t *value) {
     return 1;
 }
 
+/* The size check comes first: a body over the cap is refused (413)
+ * without being parsed.  Duplicate members are refused: which of two
+ * values counts would otherwise be the parser's choice, not the client's. */
 json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes) {
     json_error_t err;
     json_t *v;
@@ -375,6 +450,8 @@ json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes) {
         hub_api_send_problem(req, 400, detail, NULL);
         return NULL;
     }
+    /* every route takes an object: arrays and scalars leave no room for the
+     * members a later version may add */
     if (!json_is_object(v)) {
         json_decref(v);
         hub_api_send_problem(req, 400, "the request body must be a JSON object", NULL);
@@ -383,6 +460,8 @@ json_t *hub_api_read_json_object(h2o_req_t *req, size_t max_bytes) {
     return v;
 }
 
+/* Unknown members are errors rather than ignored: a misspelt optional
+ * member would otherwise silently keep its default. */
 int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed, json_t **errors) {
     const char *key;
     json_t *value;
@@ -420,6 +499,8 @@ static long query_decode(const char *s, size_t len, char *out) {
             }
             hi = hub_hex_value(s[i + 1]);
             lo = hub_hex_value(s[i + 2]);
+            /* %00 is refused: the value is used as a C string, which a NUL would
+             * silently cut short */
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 return -1;
             }
@@ -432,10 +513,14 @@ static long query_decode(const char *s, size_t len, char *out) {
     return (long)o;
 }
 
+/* Scans the raw query string (req->path after '?'): returns 1 with the
+ * decoded value in the request pool, 0 when absent or empty, -1 when the
+ * value is badly percent-encoded.  The last occurrence wins. */
 int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
     const char *q, *end;
     int found = 0;
 
+    /* query_at indexes the '?' in the raw path; SIZE_MAX when there is none */
     if (req->query_at == SIZE_MAX || req->query_at >= req->path.len) {
         return 0;
     }
@@ -467,6 +552,8 @@ int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
     return found;
 }
 
+/* Tenant ids (SPEC §5): [a-zA-Z0-9._-]{1,256}, safe in paths, logs and
+ * the idempotency scope without escaping. */
 int hub_api_tenant_id_valid(const char *s, size_t len) {
     if (len == 0 || len > HUB_API_TENANT_ID_MAX) {
         return 0;
@@ -481,11 +568,15 @@ int hub_api_tenant_id_valid(const char *s, size_t len) {
     return 1;
 }
 
+/* A uuid in text form: ids from paths and cursors are checked here so that
+ * a malformed one is 404 or 400, not a failing ::uuid cast (500). */
 int hub_api_uuid_valid(const char *s, size_t len) {
     unsigned char u[HUB_UUID_BYTES];
     return hub_uuid_parse(s, len, u) == 0;
 }
 
+/* NULL in, NULL out without touching *oom: optional members copy with no
+ * branch at the call site, and one *oom check covers a whole batch. */
 char *hub_api_strndup(const char *s, size_t len, int *oom) {
     char *d;
 
@@ -499,13 +590,23 @@ char *hub_api_strndup(const char *s, size_t len, int *oom) {
     return d;
 }
 
+/* hub_api_strndup of a NUL-terminated (or NULL) string. */
 char *hub_api_strdup(const char *s, int *oom) {
     return s != NULL ? hub_api_strndup(s, strlen(s), oom) : NULL;
 }
 
 /* -------------------------------------------------------------- paging -- */
 
-/* "1".."500", digits only. */
+/*
+ * Lists are keyset-paginated: a list statement returns rows in key order
+ * and is asked for limit + 1 rows; the cursor of the next page is the key of
+ * the last row shown, and the statement continues after it.  No offsets, so
+ * a page costs the same wherever it is and rows inserted meanwhile neither
+ * repeat nor vanish.
+ */
+
+/* "1".."500", digits only: parsed by hand, as strtol would accept signs,
+ * blanks and overflow. */
 static int parse_limit(const char *s, int *out) {
     long v = 0;
     size_t n = strlen(s);
@@ -526,6 +627,8 @@ static int parse_limit(const char *s, int *out) {
     return 0;
 }
 
+/* Both parameters are checked even when the first is bad, so one 400
+ * names every problem. */
 int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *page,
                        json_t **errors) {
     const char *v = NULL;
@@ -547,6 +650,8 @@ int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *pa
     return rc;
 }
 
+/* A cursor is opaque to clients (SPEC §9), but not secret: the kind only
+ * keeps one list's cursor out of another list. */
 char *hub_api_cursor_encode(const char *kind, const char *value) {
     size_t klen = strlen(kind), vlen = strlen(value);
     size_t rawlen = klen + 1 + vlen;
@@ -558,6 +663,7 @@ char *hub_api_cursor_encode(const char *kind, const char *value) {
         free(out);
         return NULL;
     }
+    /* base64url: the cursor travels in a query string without escaping */
     memcpy(raw, kind, klen);
     raw[klen] = ':';
     memcpy(raw + klen + 1, value, vlen);
@@ -566,6 +672,8 @@ char *hub_api_cursor_encode(const char *kind, const char *value) {
     return out;
 }
 
+/* Decodes into a bounded stack buffer: a cursor is client input, and
+ * anything longer than CURSOR_MAX is not one we made. */
 const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *cursor) {
     unsigned char raw[CURSOR_MAX];
     size_t klen = strlen(kind);
@@ -582,6 +690,13 @@ const char *hub_api_cursor_decode(h2o_req_t *req, const char *kind, const char *
     return h2o_strdup(&req->pool, (const char *)raw + klen + 1, n - klen - 1).base;
 }
 
+/*
+ * One page of a list (see the section's comment).  Items are rendered one
+ * by one, each from its own row, so a route decides how an object is shown
+ * (the subscription API strips its internal members) without this function
+ * knowing the object.  Any failure is 500: a partial page would look like
+ * the end of the list.
+ */
 void hub_api_send_page(h2o_req_t *req, PGresult *r, int limit, const char *kind, int key_col,
                        int obj_col, hub_api_item_fn item, void *arg) {
     int n = PQntuples(r);
@@ -626,6 +741,14 @@ fail:
 
 /* --------------------------------------------------------------- auth -- */
 
+/*
+ * Two kinds of bearer: the admin token (configuration, compared here in
+ * constant time) and tenant API keys ("shk_" + 43 base64url characters,
+ * looked up by their SHA-256 in the database, hub_api_auth_tenant below).
+ */
+
+/* RFC 6750 §2.1 "Bearer <token>", scheme case-insensitive; spaces and
+ * tabs around the token are tolerated, an empty token is not. */
 int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
     h2o_iovec_t v;
     size_t i = 0, end;
@@ -633,6 +756,7 @@ int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
     if (!hub_api_header(req, "authorization", &v)) {
         return 0;
     }
+    /* optional white space before the scheme (RFC 9110 §5.6.3) */
     while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t')) {
         i++;
     }
@@ -644,6 +768,7 @@ int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
     while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t')) {
         i++;
     }
+    /* trailing white space is the header's, not the token's */
     end = v.len;
     while (end > i && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t')) {
         end--;
@@ -655,11 +780,14 @@ int hub_api_bearer_token(const h2o_req_t *req, h2o_iovec_t *token) {
     return 1;
 }
 
+/* SHA-256 of p[0..len) into out; 0, or -1 when OpenSSL fails. */
 static int sha256(const void *p, size_t len, unsigned char out[32]) {
     unsigned int n = 0;
     return EVP_Digest(p, len, out, &n, EVP_sha256(), NULL) == 1 && n == 32 ? 0 : -1;
 }
 
+/* The admin token check.  An unset token never matches, so a missing
+ * configuration cannot open the admin API to an empty bearer. */
 int hub_api_token_equals(const char *expected, const char *presented, size_t presented_len) {
     unsigned char a[32], b[32];
     int eq;
@@ -677,6 +805,16 @@ int hub_api_token_equals(const char *expected, const char *presented, size_t pre
 }
 
 /* ------------------------------------------------ requests on the database -- */
+
+/*
+ * A call's life: hub_api_call_new ties it to the request; a route then runs
+ * transactions (or waits) on it.  Three things keep it alive: the request
+ * (req != NULL until h2o disposes of it), a transaction or wait in flight,
+ * and a callback running on the stack.  Whichever ends last frees it
+ * (call_release_if_done), after the route's on_free.  So a client hanging up
+ * mid-transaction never frees memory the completion still uses, and a
+ * completion never touches a request that is gone.
+ */
 
 /* The request-pool half of a call: h2o disposes of it with the request. */
 struct call_slot {
@@ -696,12 +834,19 @@ static void call_release_if_done(struct hub_api_call *call) {
     free(call);
 }
 
+/* h2o disposes of the request (answered, client gone, server stopping):
+ * the call loses its request, and is freed now unless work is pending. */
 static void call_slot_dispose(void *p) {
     struct call_slot *slot = p;
     slot->call->req = NULL;
     call_release_if_done(slot->call);
 }
 
+/*
+ * The call is malloc'd, not pool-allocated, because it may outlive the
+ * request; the request pool holds only a slot whose destructor tells the
+ * call that the request is gone (call_slot_dispose).
+ */
 void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
                        void (*on_free)(struct hub_api_call *call)) {
     struct hub_api_call *call = calloc(1, size);
@@ -720,9 +865,13 @@ void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
     return call;
 }
 
+/* Every transaction of a call completes here: the route's callback runs
+ * only while the request exists, and in_callback keeps the call alive
+ * while it does (it may start another transaction, or answer). */
 static void call_pg_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_api_call *call = arg;
 
+    /* in_flight cleared first: the callback may start the next transaction */
     call->in_flight = 0;
     call->in_callback++;
     if (call->req != NULL) {
@@ -750,6 +899,8 @@ static struct hub_pg_txn *call_txn_new(struct hub_api_call *call, hub_api_call_c
     return txn;
 }
 
+/* The route's way to start a transaction: on failure the client hears 503
+ * at once, which is all a route would do anyway. */
 struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb cb) {
     struct hub_pg_txn *txn = call_txn_new(call, cb);
 
@@ -759,11 +910,16 @@ struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb c
     return txn;
 }
 
+/* in_flight before submit: the completion may run inside
+ * hub_pg_txn_submit, and it must find the flag set to clear. */
 void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
     call->in_flight = 1;
     hub_pg_txn_submit(txn);
 }
 
+/* One statement, one transaction: most routes' whole database work.  The
+ * parameters are copied by hub_pg_txn_add, so the caller's array may live
+ * on its stack. */
 void hub_api_call_query(struct hub_api_call *call, hub_api_call_cb cb, const struct hub_sql *sql,
                         int nparams, const char *const *values) {
     struct hub_pg_txn *txn = hub_api_call_txn(call, cb);
@@ -775,10 +931,13 @@ void hub_api_call_query(struct hub_api_call *call, hub_api_call_cb cb, const str
     hub_api_call_submit(call, txn);
 }
 
+/* A wait is accounted as a transaction in flight: the call then outlives
+ * its request exactly as it does for the database. */
 void hub_api_call_wait(struct hub_api_call *call) {
     call->in_flight = 1;
 }
 
+/* Mirrors call_pg_done for waits that are not transactions. */
 void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call *call, void *arg),
                        void *arg) {
     call->in_flight = 0;
@@ -804,6 +963,8 @@ static int api_key_well_formed(h2o_iovec_t key) {
     return 1;
 }
 
+/* Only the two members the hub reads are checked; the others are the
+ * operator's to keep (SPEC §5). */
 void hub_api_quotas_check(const json_t *quotas, json_t **errors) {
     const json_t *rate, *burst;
 
@@ -846,6 +1007,9 @@ static double quota_value(PGresult *r, enum hub_auth_tenant_col col) {
     return end != s && *end == '\0' && v > 0.0 && v <= HUB_QUOTA_MAX ? v : 0.0;
 }
 
+/* The key's row (hub_auth_tenant_col): the tenant, and its ingest quota
+ * kept in the call for the ingest route.  A burst below 1 (none given)
+ * defaults to the rate, at least 1: a bucket must admit one event. */
 static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r;
 
@@ -853,6 +1017,7 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
         call->on_auth(call, NULL, db_error_status(call->req, out));
         return;
     }
+    /* no row: unknown or revoked key, or an inactive tenant, all alike 401 */
     r = out->results[0];
     if (r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, HUB_AUTH_TENANT_ID)) {
         call->ingest_rate = quota_value(r, HUB_AUTH_TENANT_INGEST_RATE);
@@ -866,6 +1031,9 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
     }
 }
 
+/* Only the SHA-256 of the key is sent: keys are stored hashed (SPEC §5),
+ * and the plaintext never leaves the process.  A malformed key costs no
+ * round trip. */
 void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     unsigned char hash[32];
     const char *values[1] = {(const char *)hash};
@@ -880,6 +1048,8 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
         cb(call, NULL, 401);
         return;
     }
+    /* the route answers 503 through its callback: its prologue
+     * (hub_api_route_answered) handles every authentication outcome */
     txn = call_txn_new(call, auth_done);
     if (txn == NULL) {
         cb(call, NULL, 503);
@@ -894,6 +1064,8 @@ static int auth_answered(h2o_req_t *req, int status) {
     if (status == 200) {
         return 0;
     }
+    /* 401 says nothing about why (unknown, revoked, inactive tenant): a
+     * caller probing keys learns no more than "not valid" */
     if (status == 401) {
         hub_api_send_unauthorized(req, "a valid tenant API key is required "
                                        "(Authorization: Bearer shk_...)");
@@ -906,6 +1078,8 @@ static int auth_answered(h2o_req_t *req, int status) {
     return 1;
 }
 
+/* Authentication is answered before routing: without a valid key, a
+ * client learns nothing about which paths or methods exist. */
 int hub_api_route_answered(h2o_req_t *req, int status, int route_status, const char *allow,
                            const char *missing) {
     if (auth_answered(req, status)) {

@@ -57,6 +57,7 @@ struct subs_probe {
 
 /* ============================================================= probes ====== */
 
+/* Frees a probe and what it owns; its owner's link must be gone already. */
 static void probe_free(struct subs_probe *p) {
     free(p->tenant_id);
     free(p->url);
@@ -113,6 +114,10 @@ static void probe_answer(struct subs_probe *p, const struct hub_pg_outcome *out)
     json_decref(obj);
 }
 
+/* The outcome's transaction completed: a /verify probe answers from it; a
+ * background probe only logs what did not apply (a failure, or a
+ * subscription that changed meanwhile: its own probe decides).  The probe
+ * ends here. */
 static void probe_recorded(void *arg, const struct hub_pg_outcome *out) {
     struct subs_probe *p = arg;
 
@@ -140,6 +145,8 @@ static void probe_record(struct subs_probe *p) {
             HUB_LS("outcome", p->ok ? "ok" : "failed"), HUB_LI("status", p->status),
             HUB_LS("error", p->error != NULL ? p->error : ""),
             HUB_LS("mode", p->mode == PROBE_VERIFY ? "verify" : "background"));
+    /* The probe's own transaction, not the call's: it records even when
+     * the request is gone, and queues while the database reconnects. */
     if (hub->pg == NULL || (txn = hub_pg_txn_new(hub->pg, probe_recorded, p)) == NULL) {
         if (p->mode == PROBE_VERIFY) {
             probe_answer(p, NULL);
@@ -147,6 +154,8 @@ static void probe_record(struct subs_probe *p) {
         probe_free(p);
         return;
     }
+    /* /verify changes enabled state, so it is audited; a background
+     * result is guarded by url and sealed headers instead (store_subs.h) */
     if (p->mode == PROBE_VERIFY) {
         char audit[64];
         snprintf(audit, sizeof(audit), "{\"ok\":%s,\"status\":%ld}", okv, p->status);
@@ -191,6 +200,12 @@ static void probe_abandon(struct subs_probe *p, const char *why) {
     probe_free(p);
 }
 
+/*
+ * The destination answered (or not): ok only for a 2xx whose body contains
+ * the challenge.  Only the excerpt httpc keeps (the first 1024 bytes) is
+ * searched, which an echo of a 32-character challenge fits.  A failure of
+ * the HTTP client itself says nothing about the destination: abandoned.
+ */
 static void probe_http_done(void *arg, const struct hub_httpc_response *res) {
     struct subs_probe *p = arg;
     char why[160];
@@ -199,6 +214,7 @@ static void probe_http_done(void *arg, const struct hub_httpc_response *res) {
         probe_abandon(p, res->error_text != NULL ? res->error_text : "internal");
         return;
     }
+    /* status 0: no HTTP answer at all (refused, timed out, TLS) */
     p->status = res->error == HUB_HTTPC_OK ? res->status : 0;
     if (res->error != HUB_HTTPC_OK) {
         snprintf(why, sizeof(why), "%s%s%.120s", hub_httpc_error_str(res->error),
@@ -249,10 +265,13 @@ static int probe_start(struct hub *hub, const struct probe_args *a) {
     }
     p->hub = hub;
     p->mode = a->mode;
+    /* copies: the probe outlives its arguments (the call, the row) */
     p->tenant_id = hub_api_strdup(a->tenant_id, &oom);
     p->url = hub_api_strdup(a->url, &oom);
     p->headers_sealed = hub_api_strdup(a->headers_sealed, &oom);
     snprintf(p->sub_id, sizeof(p->sub_id), "%s", a->sub_id);
+    /* its own delivery id, as every attempt has (SPEC §7.2): the log line
+     * of the outcome names it, and so does the destination's request */
     if (oom || hub_uuid7_text(p->delivery_id) != 0) {
         goto fail;
     }
@@ -316,9 +335,11 @@ static void probe_background(struct hub *hub, const struct probe_args *a) {
 /*
  * Opens the sealed secrets and headers of a subscription row (the
  * hub_subs_probe_col block starting at column `block`) and sends the probe
- * of the given mode.
+ * of the given mode.  Both current and previous secret sign while the
+ * previous one is in its grace, exactly as a delivery would be signed.
  * Returns 0, or -1 when they do not open (no KEK, or another one sealed
- * them): then nothing is sent.
+ * them): then nothing is sent.  The plaintext is wiped before returning:
+ * the probe has its request built by then.
  */
 static int probe_row(struct subs_call *c, PGresult *r, int block, enum probe_mode mode) {
     struct hub *hub = c->call.hub;
@@ -360,6 +381,8 @@ static int probe_row(struct subs_call *c, PGresult *r, int block, enum probe_mod
     return 0;
 }
 
+/* A url change commits before its probe: a probe failure is logged (the
+ * subscription stays "pending") and never fails the PATCH. */
 void hub_subs_probe_patched(struct subs_call *c, PGresult *r) {
     if (probe_row(c, r, HUB_SUBS_PATCH_PROBE, PROBE_BACKGROUND) != 0) {
         hub_log(HUB_ERROR, "cannot open a subscription's secrets to probe it (KEK?)",
@@ -387,6 +410,8 @@ void hub_subs_probe_created(struct subs_call *c) {
     OPENSSL_cleanse(&key, sizeof(key));
 }
 
+/* From the call's on_free: the probe still records; it just answers no
+ * one. */
 void hub_subs_probe_detach(struct subs_call *c) {
     if (c->probe != NULL) {
         c->probe->owner = NULL;
@@ -396,6 +421,8 @@ void hub_subs_probe_detach(struct subs_call *c) {
 
 /* ============================================================ /verify ====== */
 
+/* The row to probe (hub_subs_probe_load_col): 404 when absent; 500 when
+ * its secrets do not open with this KEK (an operator's problem, logged). */
 static void verify_loaded(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
     PGresult *r = hub_api_found(call->req, out, 0, "subscription not found");
@@ -410,6 +437,8 @@ static void verify_loaded(struct hub_api_call *call, const struct hub_pg_outcome
     }
 }
 
+/* POST .../verify: no input; needs the KEK (to open the secrets) and an
+ * HTTP client (to send the probe) before it reads anything. */
 void hub_subs_verify(struct subs_call *c) {
     if (!hub_subs_body_absent_or_empty(c->call.req)) {
         return;

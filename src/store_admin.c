@@ -4,6 +4,7 @@
  * The JSON shapes of the API objects are written once, as macros, and pasted
  * into the statements at compile time (string-literal concatenation: no
  * runtime SQL building, every value still travels as a parameter).
+ * Result columns are documented by the enums in store_admin.h.
  */
 #include "store_admin.h"
 
@@ -39,9 +40,15 @@
 #define ADM_WITH_MARKER(obj, marker)                                                               \
     "left(" obj ", -1) || ', \"_req\" : ' || to_json(" marker "::text)::text || '}'"
 
-/* Idempotency records count for 24 hours (SPEC §9). */
+/* Idempotency records count for 24 hours (SPEC §9).  Older ones are
+ * ignored by the lookup at once, and deleted lazily: a few by every
+ * lookup (idem_purge), and one key's by the creation that reuses it
+ * (idem_forget_stale). */
 #define ADM_IDEM_TTL "interval '24 hours'"
 
+/* ON CONFLICT DO NOTHING: an existing id yields no row (the API's 409, or
+ * a replay when its own earlier request created it) instead of an error
+ * that would abort the transaction. */
 const struct hub_sql hub_sql_admin_tenant_create = {
     "admin_tenant_create",
     "WITH t AS ("
@@ -69,6 +76,8 @@ const struct hub_sql hub_sql_admin_tenant_list = {
     " ORDER BY t.id LIMIT $2::int",
 };
 
+/* COALESCE keeps the status when $2 is NULL; quotas have their own flag
+ * ($3), since NULL is also a value they may be set to. */
 const struct hub_sql hub_sql_admin_tenant_patch = {
     "admin_tenant_patch",
     "WITH t AS ("
@@ -82,6 +91,9 @@ const struct hub_sql hub_sql_admin_tenant_patch = {
     " SELECT " ADM_TENANT_JSON("t") " FROM t",
 };
 
+/* The key is inserted only for an existing tenant (INSERT ... SELECT): no
+ * row means no tenant.  The object says "key": null; the API fills the
+ * plaintext into the fresh answer only. */
 const struct hub_sql hub_sql_admin_api_key_create = {
     "admin_api_key_create",
     "WITH k AS ("
@@ -100,6 +112,7 @@ const struct hub_sql hub_sql_admin_api_key_create = {
     " SELECT obj FROM b",
 };
 
+/* Both tenant and key id must match: a key id alone never revokes. */
 const struct hub_sql hub_sql_admin_api_key_revoke = {
     "admin_api_key_revoke",
     "WITH k AS ("
@@ -111,6 +124,8 @@ const struct hub_sql hub_sql_admin_api_key_revoke = {
     " SELECT k.id FROM k",
 };
 
+/* Newest first; values larger than HUB_QUARANTINE_LIST_VALUE_MAX are left
+ * out (value_size still says how big), so a page stays small. */
 const struct hub_sql hub_sql_admin_quarantine_list = {
     "admin_quarantine_list",
     "SELECT q.id, "
@@ -150,6 +165,8 @@ const struct hub_sql hub_sql_idem_forget_stale = {
     " WHERE scope = $1::text AND key = $2::text AND created_at <= now() - " ADM_IDEM_TTL,
 };
 
+/* One indexed lookup by key hash per tenant request; an inactive tenant's
+ * keys fail here like unknown ones. */
 const struct hub_sql hub_sql_api_auth_tenant = {
     "api_auth_tenant",
     "SELECT t.id, t.quotas->>'ingest_rate', t.quotas->>'ingest_burst'"

@@ -4,6 +4,13 @@
  *
  * As in store_admin.c, the JSON shapes are written once as macros and pasted
  * into the statements at compile time; every value is still a parameter.
+ *
+ * Writes are single statements of data-modifying CTEs (WITH x AS (UPDATE
+ * ... RETURNING *), a AS (INSERT INTO audit_log ...)): PostgreSQL runs
+ * them as one, so a change, its audit row and its idempotency record
+ * commit together, and the API never has to order several statements.
+ * Result columns are documented by the enums in store_subs.h; a statement
+ * that changes its select list changes its enum in the same commit.
  */
 #include "store_subs.h"
 
@@ -44,6 +51,8 @@
     "'created_at', " SUBS_TS(j ".created_at") extra ")::text"
 
 /* The attempts of job j, by number. */
+/* Attempts in number order; started_at orders rows that share a number
+ * (the primary key allows one per day partition). */
 #define DELIV_ATTEMPTS(j)                                                                         \
     "COALESCE((SELECT json_agg(json_build_object('delivery_id', a.delivery_id, "                  \
     "'number', a.number, 'started_at', " SUBS_TS("a.started_at") ", "                             \
@@ -51,6 +60,9 @@
     "'response_excerpt', a.response_excerpt) ORDER BY a.number, a.started_at)"                    \
     " FROM delivery_attempts a WHERE a.job_id = " j ".id), '[]'::json)"
 
+/* One statement for the whole create: the row, its audit entry and (with
+ * an Idempotency-Key) the record, whose body is the same object plus the
+ * sealed secret ("_ss") and the request marker ("_req").  All or none. */
 const struct hub_sql hub_sql_subs_create = {
     "subs_create",
     "WITH s AS ("
@@ -72,12 +84,16 @@ const struct hub_sql hub_sql_subs_create = {
     " SELECT obj FROM b",
 };
 
+/* Every tenant statement filters on tenant_id = $1 first: another
+ * tenant's id reads as absent (SPEC §11). */
 const struct hub_sql hub_sql_subs_get = {
     "subs_get",
     "SELECT " SUBS_JSON("s", "") " FROM subscriptions s"
     " WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
 };
 
+/* Keyset pagination on the primary key: ids are UUIDv7, so id order is
+ * creation order. */
 const struct hub_sql hub_sql_subs_list = {
     "subs_list",
     "SELECT s.id::text, " SUBS_JSON("s", "") " FROM subscriptions s"
@@ -85,6 +101,12 @@ const struct hub_sql hub_sql_subs_list = {
     " ORDER BY s.id LIMIT $3::int",
 };
 
+/*
+ * "o" locks the row (FOR UPDATE) and keeps the url as it was, so that
+ * url_changed compares against the value before this update even when two
+ * PATCHes race.  Each member is CASE/COALESCE'd so that NULL parameters
+ * keep the stored value (store_subs.h lists which flag goes with which).
+ */
 const struct hub_sql hub_sql_subs_patch = {
     "subs_patch",
     "WITH o AS (SELECT id, url FROM subscriptions"
@@ -122,6 +144,9 @@ const struct hub_sql hub_sql_subs_patch = {
     "   FROM s",
 };
 
+/* Jobs go with the subscription (ON DELETE CASCADE, migrations/0003);
+ * attempts, partitioned by day, stay until retention drops their day.
+ * The audit row keeps the id. */
 const struct hub_sql hub_sql_subs_delete = {
     "subs_delete",
     "WITH s AS (DELETE FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid"
@@ -131,6 +156,7 @@ const struct hub_sql hub_sql_subs_delete = {
     " SELECT s.id FROM s",
 };
 
+/* The object (for the answer) and the probe block in one read. */
 const struct hub_sql hub_sql_subs_probe_load = {
     "subs_probe_load",
     "SELECT " SUBS_JSON("s", "") ", s.url, s.headers_sealed, s.secret_sealed,"
@@ -138,6 +164,8 @@ const struct hub_sql hub_sql_subs_probe_load = {
     "  FROM subscriptions s WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
 };
 
+/* The url guard: a PATCH to another url while /verify ran makes this a
+ * no-op (no row), which the API answers as 409. */
 const struct hub_sql hub_sql_subs_verify_result = {
     "subs_verify_result",
     "WITH s AS ("
@@ -155,6 +183,9 @@ const struct hub_sql hub_sql_subs_verify_result = {
     " SELECT " SUBS_JSON("s", "") " FROM s",
 };
 
+/* A background result applies only to the state it probed: still
+ * pending, same url, same sealed headers (IS NOT DISTINCT FROM: both may
+ * be NULL). */
 const struct hub_sql hub_sql_subs_probe_result = {
     "subs_probe_result",
     "UPDATE subscriptions SET"
@@ -165,6 +196,9 @@ const struct hub_sql hub_sql_subs_probe_result = {
     " RETURNING id",
 };
 
+/* With a grace of 0 the previous secret is dropped at once (NULLs);
+ * otherwise the current one moves to prev_secret_sealed until now + grace.
+ * The idempotency record keeps the new secret sealed, like a create's. */
 const struct hub_sql hub_sql_subs_rotate = {
     "subs_rotate",
     "WITH s AS ("
@@ -186,11 +220,13 @@ const struct hub_sql hub_sql_subs_rotate = {
     " SELECT obj FROM b",
 };
 
+/* For the deliveries list: tells "no such subscription" from "no jobs". */
 const struct hub_sql hub_sql_subs_exists = {
     "subs_exists",
     "SELECT 1 FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid",
 };
 
+/* Newest first by job id (bigint), keyset on it; $3 filters by state. */
 const struct hub_sql hub_sql_deliveries_list = {
     "deliveries_list",
     "SELECT j.id::text, " DELIV_JSON("j", "") " FROM delivery_jobs j"
@@ -200,12 +236,16 @@ const struct hub_sql hub_sql_deliveries_list = {
     " ORDER BY j.id DESC LIMIT $5::int",
 };
 
+/* The job and all its attempts, in one object. */
 const struct hub_sql hub_sql_delivery_get = {
     "delivery_get",
     "SELECT " DELIV_JSON("j", ", 'attempts', " DELIV_ATTEMPTS("j")) " FROM delivery_jobs j"
     " WHERE j.tenant_id = $1::text AND j.id = $2::bigint",
 };
 
+/* Only a dead job: anything else is left alone (no row).  fifo is read
+ * from the subscription now, as its ordering may have changed since the
+ * job was made; the lease is cleared so any hub may claim it. */
 const struct hub_sql hub_sql_delivery_redeliver = {
     "delivery_redeliver",
     "WITH j AS ("
@@ -220,8 +260,14 @@ const struct hub_sql hub_sql_delivery_redeliver = {
     " SELECT " DELIV_JSON("j", "") " FROM j",
 };
 
-/* Replay (store_subs.h).  The audit row of the last replay doubles as its
- * rate limit ("recent"), which every hub process then shares. */
+/*
+ * Replay (store_subs.h), step by step: s the subscription (none: another
+ * tenant's or absent), p its patterns and the asked ones, recent the last
+ * replay within $6 (its audit row doubles as the rate limit, which every
+ * hub process then shares), ev the events (the day range lets PostgreSQL
+ * skip whole inbox partitions), j the jobs made or re-armed, a the audit
+ * row.  The final SELECT reports each step's count.
+ */
 /* An event of type e.event_type matches one of the patterns pats (a text[]
  * expression): the type itself, "<resource>.*" or "*" (SPEC §6). */
 #define REPLAY_MATCHES(pats)                                                                       \
@@ -281,6 +327,7 @@ const struct hub_sql hub_sql_subs_replay = {
     "                        'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM ev)",
 };
 
+/* Read after a refused redeliver, to say which state refused it. */
 const struct hub_sql hub_sql_delivery_state = {
     "delivery_state",
     "SELECT state FROM delivery_jobs WHERE tenant_id = $1::text AND id = $2::bigint",

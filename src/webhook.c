@@ -1,5 +1,15 @@
 /*
  * webhook — the delivery request of SPEC §7.2 (see webhook.h).
+ *
+ * Three parts: the header set of one request (hub_webhook_build_headers,
+ * with the verification probe built on it), the rules for destination
+ * header names, and opening what a subscription keeps sealed (secrets,
+ * destination headers).  Everything is pure computation on the caller's
+ * thread; the only state is the caller's.
+ *
+ * Secrets: header lines may hold destination credentials and are wiped
+ * when freed; opened keys and headers belong to the caller, who wipes them
+ * (the dispatcher after each attempt, the API after each probe).
  */
 #include "webhook.h"
 
@@ -14,13 +24,18 @@
 #include "util.h"
 #include "uuid.h"
 
-/* The synthetic event of a verification probe (SPEC §6). */
+/* The synthetic event of a verification probe (SPEC §6): its own type
+ * and the hub as its source, so a receiver tells it from the events it
+ * subscribed to. */
 #define PROBE_EVENT_TYPE "subscription.verification"
 #define PROBE_CE_TYPE "studio.lerian.subscription.verification"
 #define PROBE_CE_SOURCE "/streaming-hub"
 #define PROBE_CHALLENGE_RAW 24 /* random bytes: base64url gives 32 characters */
 
-/* Names a subscription may never set (see webhook.h). */
+/* Names a subscription may never set (see webhook.h): the hub's own
+ * headers, those the transport (libcurl) computes, and the hop-by-hop ones
+ * that would change how the connection behaves.  The prefixes reserve
+ * whole families, present and future. */
 static const char *const reserved_exact[] = {
     "traceparent",  "tracestate",        "user-agent", "host",       "content-length",
     "content-type", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
@@ -28,6 +43,8 @@ static const char *const reserved_exact[] = {
 };
 static const char *const reserved_prefix[] = {"x-lerian-", "webhook-", "ce-", NULL};
 
+/* Exact names, then prefixes; case-insensitive, as header names are
+ * (RFC 9110 §5.1). */
 int hub_webhook_header_reserved(const char *name, size_t len) {
     for (const char *const *p = reserved_exact; *p != NULL; p++) {
         if (strlen(*p) == len && strncasecmp(name, *p, len) == 0) {
@@ -43,10 +60,15 @@ int hub_webhook_header_reserved(const char *name, size_t len) {
     return 0;
 }
 
+/* A token (RFC 9110 §5.6.2): no separators, spaces or controls, so a
+ * name can neither split a line nor smuggle a second header. */
 int hub_webhook_header_name_valid(const char *s, size_t len) {
     return len <= HUB_WEBHOOK_HEADER_NAME_MAX && hub_http_token(s, len);
 }
 
+/* The lines being built: grown by doubling, kept NULL-terminated (the
+ * shape hub_httpc_request.headers takes); oom sticks once set, so a build
+ * checks it once at the end rather than after every line. */
 struct line_list {
     char **v;
     size_t n, cap;
@@ -61,6 +83,7 @@ static void lines_add(struct line_list *l, const char *name, const char *value) 
     if (l->oom) {
         return;
     }
+    /* room for the new line and the NULL after it */
     if (l->n + 2 > l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 32;
         char **v = realloc(l->v, cap * sizeof(*v));
@@ -98,6 +121,7 @@ static char *ce_encode(const char *s) {
     }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
+        /* 0x20 included: a space would be trimmed or split by receivers */
         if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%') {
             *o++ = '%';
             *o++ = hex[c >> 4];
@@ -120,6 +144,8 @@ static char *id_header_value(const char *id) {
     for (size_t i = 0; plain && i < len; i++) {
         plain = (unsigned char)id[i] >= 0x20 && (unsigned char)id[i] < 0x7f;
     }
+    /* most ids are plain: the header then reads exactly as the producer's
+     * ce-id, which receivers use to deduplicate */
     return plain ? strdup(id) : ce_encode(id);
 }
 
@@ -135,6 +161,7 @@ static void lines_add_encoded(struct line_list *l, const char *name, const char 
     free(enc);
 }
 
+/* Wipes each line before freeing it (credentials), then the array. */
 static void lines_wipe(char **v, size_t n) {
     for (size_t i = 0; i < n; i++) {
         OPENSSL_cleanse(v[i], strlen(v[i]));
@@ -143,6 +170,7 @@ static void lines_wipe(char **v, size_t n) {
     free(v);
 }
 
+/* Leaves h empty, so a second call is harmless. */
 void hub_webhook_headers_free(struct hub_webhook_headers *h) {
     if (h->lines != NULL) {
         lines_wipe(h->lines, h->n);
@@ -164,6 +192,9 @@ static int ce_standard_attribute(const char *name) {
     return 0;
 }
 
+/* CloudEvents attribute names are [a-z0-9]+ (spec §3.1.1); a stored
+ * extension that breaks that, or shadows a standard attribute, is not
+ * sent rather than sent under a name a receiver would misread. */
 static int ce_extension_name_valid(const char *name) {
     if (name[0] == '\0') {
         return 0;
@@ -176,6 +207,12 @@ static int ce_extension_name_valid(const char *name) {
     return !ce_standard_attribute(name);
 }
 
+/*
+ * The order is fixed (content, identity, signatures, CloudEvents
+ * attributes, trace context, destination headers): the destination's come
+ * last and a reserved name is never added, so nothing a subscription sets
+ * can shadow a header the hub computed.
+ */
 int hub_webhook_build_headers(const struct hub_webhook_event *ev,
                               const struct hub_webhook_target *t, const void *body, size_t len,
                               struct hub_webhook_headers *out) {
@@ -207,6 +244,7 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     lines_add(&l, "Content-Type",
               hub_http_value_safe(ct, strlen(ct)) && ct[0] != '\0' ? ct
                                                                    : "application/octet-stream");
+    /* identity: who sends, which event, which delivery attempt, for whom */
     lines_add(&l, "User-Agent", "streaming-hub/" HUB_VERSION);
     lines_add(&l, "X-Lerian-Event-Id", msg_id);
     lines_add_encoded(&l, "X-Lerian-Delivery-Id", t->delivery_id);
@@ -217,10 +255,14 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     lines_add(&l, "X-Lerian-Attempt", num);
     snprintf(num, sizeof(num), "%lld", (long long)t->unix_s);
     lines_add(&l, "X-Lerian-Timestamp", num);
+    /* both signature schemes over the same id, timestamp and body; with two
+     * keys (a rotation's grace) each header has two entries */
     lines_add(&l, "X-Lerian-Signature", lsig);
     lines_add(&l, "webhook-id", msg_id);
     lines_add(&l, "webhook-timestamp", num);
     lines_add(&l, "webhook-signature", wsig);
+    /* the event's own attributes (CloudEvents HTTP binding, binary mode):
+     * the body is the data, the attributes travel as ce-* headers */
     lines_add(&l, "ce-specversion", "1.0");
     lines_add_encoded(&l, "ce-id", ev->id);
     lines_add_encoded(&l, "ce-source", ev->source);
@@ -236,6 +278,7 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     if (ev->dataschema != NULL) {
         lines_add_encoded(&l, "ce-dataschema", ev->dataschema);
     }
+    /* extension attributes are name/value pairs ending with a NULL name */
     for (const char *const *x = ev->extensions; x != NULL && x[0] != NULL && x[1] != NULL; x += 2) {
         char name[3 + 64 + 1];
         if (strlen(x[0]) > 64 || !ce_extension_name_valid(x[0])) {
@@ -252,6 +295,8 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     if (ev->tracestate != NULL && hub_http_value_safe(ev->tracestate, strlen(ev->tracestate))) {
         lines_add(&l, "tracestate", ev->tracestate);
     }
+    /* the destination's own headers last (credentials), checked again here
+     * because the dispatcher may add a shape policy's headers to them */
     if (t->dest_headers != NULL && json_is_object(t->dest_headers)) {
         const char *name;
         json_t *value;
@@ -279,6 +324,12 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
 
 /* ============================================================= probes ====== */
 
+/*
+ * A probe is a delivery in every respect but its event: the same builder
+ * signs it with the same keys and adds the same destination headers, so a
+ * receiver that verifies a probe verifies deliveries the same way.  *out
+ * is zeroed first, so it is safe to free whatever this returns.
+ */
 int hub_webhook_build_probe(const struct hub_webhook_target *t, struct hub_webhook_probe *out) {
     unsigned char raw[PROBE_CHALLENGE_RAW];
     char event_uuid[HUB_UUID_TEXT_SIZE], event_id[8 + HUB_UUID_TEXT_SIZE], ce_time[64];
@@ -304,6 +355,7 @@ int hub_webhook_build_probe(const struct hub_webhook_target *t, struct hub_webho
     if (out->body == NULL) {
         return HUB_ENOMEM;
     }
+    /* the body is kept as sent: the signatures cover exactly these bytes */
     out->body_len = strlen(out->body);
     memset(&ev, 0, sizeof(ev));
     ev.id = event_id;
@@ -323,6 +375,8 @@ int hub_webhook_build_probe(const struct hub_webhook_target *t, struct hub_webho
     return rc;
 }
 
+/* The challenge stays readable: it is no secret, and the caller may
+ * still compare a response against it. */
 void hub_webhook_probe_free(struct hub_webhook_probe *p) {
     hub_webhook_headers_free(&p->headers);
     free(p->body);
@@ -333,6 +387,8 @@ void hub_webhook_probe_free(struct hub_webhook_probe *p) {
 /* ============================================================ secrets ====== */
 
 /* Opens one sealed secret into its HMAC key. */
+/* The subscription id is the seal's AAD: a sealed secret copied to another
+ * subscription's row does not open there. */
 static int open_key(const struct hub_kek *kek, const char *id, const char *sealed,
                     struct hub_sign_key *key) {
     unsigned char *pt = NULL;
@@ -348,6 +404,8 @@ static int open_key(const struct hub_kek *kek, const char *id, const char *seale
     return rc == 0 ? 0 : HUB_ECRYPTO;
 }
 
+/* The previous secret is optional: one that does not open is left out,
+ * as the current one still signs and must not be held up by it. */
 int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id,
                           const char *secret_sealed, const char *prev_sealed, int prev_valid,
                           struct hub_sign_key *keys, size_t *nkeys) {
@@ -363,6 +421,8 @@ int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id
     return 0;
 }
 
+/* The plaintext buffer is wiped as soon as jansson has parsed it: from
+ * then on the only copy is the object handed to the caller. */
 int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription_id,
                              const char *headers_sealed, json_t **out) {
     unsigned char *pt = NULL;
@@ -370,6 +430,7 @@ int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription
     json_t *obj;
 
     *out = NULL;
+    /* none is an empty object, so callers iterate without a special case */
     if (headers_sealed == NULL) {
         *out = json_object();
         return *out != NULL ? 0 : HUB_ENOMEM;
@@ -388,6 +449,7 @@ int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription
     return 0;
 }
 
+/* Names are not wiped: they are not secret (the API shows them). */
 void hub_webhook_headers_wipe(json_t *headers) {
     const char *name;
     json_t *value;
