@@ -388,13 +388,13 @@ int hub_subs_page_keep(struct subs_call *c, const struct hub_api_page *page, jso
 
     if (errors != NULL) {
         hub_api_send_invalid(c->call.req, errors);
-        return -1;
+        return HUB_EINVAL;
     }
     c->limit = page->limit;
     c->after = hub_api_strdup(page->after, &oom);
     if (oom) {
         hub_api_send_oom(c->call.req);
-        return -1;
+        return HUB_ENOMEM;
     }
     snprintf(limit_text, HUB_SUBS_LIMIT_TEXT, "%d", c->limit + 1);
     return 0;

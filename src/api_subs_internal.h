@@ -109,7 +109,7 @@ void hub_subs_run_by_id(struct subs_call *c, const struct hub_sql *sql, hub_api_
 
 /*
  * Keeps a list request's page in c once its query was checked: answers 400
- * (errors, taken) or 500 (out of memory) and returns -1; else sets
+ * (errors, taken) and returns HUB_EINVAL, or 500 and HUB_ENOMEM; else sets
  * c->limit and c->after, writes the page size plus one (the row that tells
  * a next page exists) into limit_text, and returns 0.
  */

@@ -364,7 +364,7 @@ int hub_api_method_get(const h2o_req_t *req) {
 }
 
 /* Callers pass path_normalized (h2o resolved "." and ".." segments), so a
- * segment is never a traversal.  Too many segments is -1 rather than a
+ * segment is never a traversal.  Too many segments is an error, not a
  * truncated list: "/a/b/c/d/e" must not route as "/a/b/c/d". */
 int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, int max) {
     size_t i = prefix_len;
@@ -379,7 +379,7 @@ int hub_api_split_path(h2o_iovec_t path, size_t prefix_len, h2o_iovec_t *segs, i
         size_t len = slash != NULL ? (size_t)(slash - start) : path.len - i;
         /* "//" is refused rather than skipped: no two spellings of one path */
         if (len == 0 || n == max) {
-            return -1;
+            return HUB_EINVAL;
         }
         segs[n++] = h2o_iovec_init(start, len);
         i += len + 1;
@@ -540,7 +540,7 @@ int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
             const char *v = eq != NULL ? eq + 1 : stop;
             char *out = h2o_mem_alloc_pool(&req->pool, (size_t)(stop - v) + 1);
             if (query_decode(v, (size_t)(stop - v), out) < 0) {
-                return -1;
+                return HUB_EINVAL;
             }
             /* keep going: the last occurrence wins; an empty value is no
              * value ("?tenant=&reason=": no filter, SPEC §9) */
@@ -640,12 +640,12 @@ int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *pa
     r = hub_api_query_param(req, "limit", &v);
     if (r < 0 || (r == 1 && parse_limit(v, &page->limit) != 0)) {
         hub_api_errors_add(errors, "limit", "must be an integer from 1 to 500");
-        rc = -1;
+        rc = HUB_EINVAL;
     }
     r = hub_api_query_param(req, "cursor", &v);
     if (r < 0 || (r == 1 && (page->after = hub_api_cursor_decode(req, kind, v)) == NULL)) {
         hub_api_errors_add(errors, "cursor", "is not a cursor of this list");
-        rc = -1;
+        rc = HUB_EINVAL;
     }
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "error.h"
 #include "pg.h"
 
 struct hub;
@@ -125,7 +126,7 @@ int hub_api_method_get(const h2o_req_t *req);
 
 /*
  * Splits req->path after its first prefix_len bytes (the route's prefix,
- * e.g. "/v1") into at most max segments.  Returns the count, or -1 when
+ * e.g. "/v1") into at most max segments.  Returns the count, or HUB_EINVAL when
  * there are more or one is empty ("//"); a trailing "/" is allowed.  The
  * segments point into the path (borrowed).
  */
@@ -162,7 +163,7 @@ int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed
  * Finds query parameter `name` (percent-decoded, '+' is a space; the last
  * occurrence wins).  Returns 1 and a NUL-terminated value allocated from the
  * request pool, 0 when absent or empty ("?name=" or "?name": SPEC §9 writes
- * optional filters that way), -1 when its encoding is malformed or decodes
+ * optional filters that way), HUB_EINVAL when its encoding is malformed or decodes
  * to a NUL byte.
  */
 int hub_api_query_param(h2o_req_t *req, const char *name, const char **value);
@@ -191,7 +192,7 @@ struct hub_api_page {
 
 /*
  * Reads ?limit= (default HUB_API_LIMIT_DEFAULT) and ?cursor= (must have been
- * made by hub_api_cursor_encode with the same kind).  Returns 0, or -1 after
+ * made by hub_api_cursor_encode with the same kind).  Returns 0, or HUB_EINVAL after
  * adding a "limit" or "cursor" entry to *errors.
  */
 int hub_api_page_parse(h2o_req_t *req, const char *kind, struct hub_api_page *page,
