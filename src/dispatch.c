@@ -1,6 +1,8 @@
 /*
  * dispatch — claims, attempts and outcomes (see dispatch.h).
  *
+ * The SQL it runs is in store_dispatch.c.
+ *
  * The cycle: a claim query leases a batch of due jobs and reads what their
  * attempts need (subscriptions, sealed secrets, the stored events), or, in
  * a backlog, leaves that to a load query on another connection while the
@@ -33,11 +35,12 @@
 #include "policy.h"
 #include "sign.h"
 #include "store.h"
+#include "store_dispatch.h"
 #include "util.h"
 #include "uuid.h"
 #include "webhook.h"
 
-#define DISPATCH_IDLE_MS 50    /* claim poll when nothing was due */
+#define DISPATCH_IDLE_MS 50 /* claim poll when nothing was due */
 /* The tenants a claim rotates through are sampled every DISPATCH_TENANTS_MS,
  * and sooner (not before DISPATCH_TENANTS_MIN_MS) once new jobs were stored
  * or a claim came back short: a tenant's first due job waits at most that
@@ -63,16 +66,6 @@
 #define DISPATCH_DEFER_MAX_MS (10LL * 3600 * 1000)
 /* What a lease must leave after an attempt's timeout for its outcome's write. */
 #define DISPATCH_OUTCOME_MARGIN_MS 2000
-/* The claim and outcome pools.  Every statement there reaches its rows by
- * key.  A generic plan is made once, from the statistics of that moment: one
- * made while the planner thought a predicate common kept reading whole
- * tables (a tenant sample behind 100,000 finished jobs: 0.5-1.9 s instead of
- * 3 ms).  Sequential scans are off, so that no statistics can pick one, and
- * so are bitmap scans: a day's inbox partition has no statistics until
- * autovacuum analyzes it, and the plan made then fetched each claimed
- * event's row through a bitmap of one entry (0.3 ms of a 1.6 ms claim of 64
- * jobs, against an index scan; measured in a lab). */
-#define DISPATCH_PG_OPTIONS HUB_PG_GENERIC_PLANS " -c enable_seqscan=off -c enable_bitmapscan=off"
 
 #define DISPATCH_EXCERPT 1024
 #define DISPATCH_MAX_BODY (1 << 20)
@@ -81,379 +74,6 @@
  * longest schedule the API accepts. */
 #define DISPATCH_POLICY_MAX_ATTEMPTS (1 + HUB_RETRY_MAX_STEPS)
 #define DISPATCH_POLICY_LOG_PER_S 10 /* policy failure log lines (all are counted) */
-
-/* ------------------------------------------------------------------ SQL -- */
-
-/*
- * Tenants with due jobs, for the claim's round-robin: a skip scan of the due
- * index finds each tenant with pending unordered jobs in one descent, and a
- * LIMIT 1 probe per tenant keeps those with one due now (a LATERAL with a
- * LIMIT is never turned into a hash join over the whole pending set; its
- * ORDER BY is the due index's, so no plan can read the table in physical
- * order hoping to meet a due job early — with 100,000 finished jobs ahead
- * of the first pending one that took 5-18 ms per tenant, up to 1.9 s per
- * sample).  Tenants with open fifo jobs come from a skip scan of their own
- * index (and are marked: only their claims look for heads); whether a head
- * is due is the claim's question.  Run at most every
- * DISPATCH_TENANTS_MS, not per claim: it reads a few pages per tenant.
- * $1 most tenants.
- */
-static const struct hub_sql sql_due_tenants = {
-    "dispatch_due_tenants",
-    "WITH RECURSIVE t(tenant_id) AS ("
-    "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending' AND NOT fifo"
-    "    ORDER BY tenant_id LIMIT 1)"
-    "  UNION ALL"
-    "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
-    "           WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id > t.tenant_id"
-    "           ORDER BY j.tenant_id LIMIT 1)"
-    "    FROM t WHERE t.tenant_id IS NOT NULL"
-    "), ft(tenant_id) AS ("
-    "  (SELECT tenant_id FROM delivery_jobs WHERE fifo AND state IN ('pending', 'in_flight')"
-    "    ORDER BY tenant_id LIMIT 1)"
-    "  UNION ALL"
-    "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
-    "           WHERE j.fifo AND j.state IN ('pending', 'in_flight') AND j.tenant_id > ft.tenant_id"
-    "           ORDER BY j.tenant_id LIMIT 1)"
-    "    FROM ft WHERE ft.tenant_id IS NOT NULL"
-    ")"
-    " SELECT tenant_id, bool_or(fifo)::text FROM ("
-    "   SELECT t.tenant_id, false AS fifo FROM t CROSS JOIN LATERAL ("
-    "     SELECT 1 FROM delivery_jobs d"
-    "      WHERE d.state = 'pending' AND NOT d.fifo AND d.tenant_id = t.tenant_id"
-    "        AND d.next_attempt_at <= now() ORDER BY d.next_attempt_at LIMIT 1) due"
-    "    WHERE t.tenant_id IS NOT NULL"
-    "   UNION ALL"
-    "   SELECT ft.tenant_id, true FROM ft WHERE ft.tenant_id IS NOT NULL) x"
-    " GROUP BY tenant_id LIMIT $1::int",
-    0,
-};
-
-/* What an attempt needs of its subscription (s) and of its stored event (e),
- * read by the claim or by the load, in the order job_from_rows expects. */
-#define DISPATCH_SUB_COLUMNS                                                                       \
-    "s.id::text, s.url, s.headers_sealed, s.secret_sealed,"                                        \
-    " CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                        \
-    " array_to_string(s.retry_schedule, ','), s.max_rate::text, s.policy"
-#define DISPATCH_EVENT_COLUMNS "e.content_type, e.headers::text, e.payload, e.schema_major::text"
-
-/*
- * Claim: the tenants of the last sample, in rotation order (starting after
- * the one served last), each offering its oldest due jobs up to a share;
- * the nested loop stops as soon as the batch is full, so a claim reads about
- * as many rows as it takes however many tenants have a backlog, and the
- * next claim goes on from where this one stopped.  Every join is a LATERAL
- * on a key, so no plan ever scans the pending set whatever the statistics
- * say (the claim connection forces generic plans: planning this statement
- * costs more than running it; see struct hub_sql).  SKIP LOCKED lets
- * several dispatchers claim concurrently.
- *
- * A tenant's share comes from two places, oldest due first: its unordered
- * jobs (the due index), and the head of each of its fifo subscriptions
- * (SPEC §7.8: only the oldest unfinished job, and only while none is in
- * flight — a failing head blocks the rest).  A head is the first entry of
- * its subscription in the fifo index, found by a skip scan over the
- * tenant's subscriptions with open fifo jobs: the backlog behind a head is
- * never read.
- * A tenant's unordered jobs are read from its floor on (see struct
- * due_tenant): the due index keeps the entries of claimed jobs until a
- * vacuum, and every claim would otherwise step over all of them (54,000
- * claimed since the last vacuum: 385 index pages, 2.4 ms of a 3.7 ms claim
- * of 16).
- * $1 owner, $2 lease ms, $3 batch, $4 per tenant, $5 tenants (text[]),
- * $6 their floors (timestamptz[], -infinity for none), $7 whether they had
- * open fifo jobs at the sample (bool[]; the fifo arm is left out of the
- * statement when none had, see sql_claim).
- */
-#define CLAIM_SQL_HEAD                                                                             \
-    "WITH cand AS ("                                                                               \
-    "  SELECT c.id FROM unnest($5::text[], $6::timestamptz[], $7::bool[])"                         \
-    "                   t(tenant_id, floor, fifo)"                                                 \
-    "  CROSS JOIN LATERAL ("                                                                       \
-    "   SELECT u.id FROM ("                                                                        \
-    "    (SELECT j.id, j.next_attempt_at"                                                          \
-    "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"                 \
-    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id AND s.enabled"   \
-    "        AND j.next_attempt_at >= t.floor AND j.next_attempt_at <= now()"                      \
-    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int)"
-
-/* the fifo heads of the tenants flagged in $7 */
-#define CLAIM_SQL_FIFO                                                                             \
-    "    UNION ALL"                                                                                \
-    "    (WITH RECURSIVE f(sub) AS ("                                                              \
-    "       (SELECT o.subscription_id FROM delivery_jobs o"                                        \
-    "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"  \
-    "         ORDER BY o.subscription_id LIMIT 1)"                                                 \
-    "       UNION ALL"                                                                             \
-    "       SELECT (SELECT o.subscription_id FROM delivery_jobs o"                                 \
-    "                WHERE o.fifo AND o.state IN ('pending', 'in_flight')"                         \
-    "                  AND o.tenant_id = t.tenant_id AND o.subscription_id > f.sub"                \
-    "                ORDER BY o.subscription_id LIMIT 1)"                                          \
-    "         FROM f WHERE f.sub IS NOT NULL"                                                      \
-    "     )"                                                                                       \
-    "     SELECT h.id, h.next_attempt_at FROM f CROSS JOIN LATERAL ("                              \
-    "        SELECT o.id, o.state, o.next_attempt_at FROM delivery_jobs o"                         \
-    "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"  \
-    "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"                            \
-    "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s"                                      \
-    "                           WHERE s.id = f.sub AND s.enabled LIMIT 1) s"                       \
-    "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
-
-/*
- * The rest of the claim.  Candidates are locked by primary key, one row at a
- * time: a semi-join against the pending set would read all of it whenever
- * the statistics lag behind a fast-growing backlog.  The update takes a list
- * of keys, not a join: a generic plan had merge-joined the locked rows
- * against the whole primary key from its first job.
- */
-#define CLAIM_SQL_CORE                                                                             \
-    "   ) u ORDER BY u.next_attempt_at, u.id LIMIT $4::int) c"                                     \
-    "  LIMIT $3::int"                                                                              \
-    "), locked AS ("                                                                               \
-    "  SELECT l.id FROM cand CROSS JOIN LATERAL ("                                                 \
-    "     SELECT j.id FROM delivery_jobs j WHERE j.id = cand.id AND j.state = 'pending'"           \
-    "        FOR UPDATE SKIP LOCKED) l"                                                            \
-    "), claimed AS ("                                                                              \
-    "  UPDATE delivery_jobs j SET state = 'in_flight', lease_owner = $1::text,"                    \
-    "         lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()"     \
-    "   WHERE j.id = ANY (ARRAY(SELECT id FROM locked))"                                           \
-    "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"      \
-    "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"                         \
-    ")"
-
-/* The claimed jobs, columns 0-9 of every claim's result. */
-#define CLAIM_SQL_JOBS                                                                             \
-    " SELECT c.id::text, c.subscription_id::text, c.tenant_id, c.event_id, c.event_type,"          \
-    "        c.attempt_count::text, c.fifo::text,"                                                 \
-    "        ((extract(epoch FROM c.next_attempt_at) * 1000000)::int8)::text,"                     \
-    "        c.event_seq::text, (c.event_day - date '2000-01-01')::text"
-
-/*
- * The jobs and what their attempts need: the subscription's columns of
- * sql_load_subscriptions (from 10) and the event's of sql_load_events (from
- * 18; the first is the event's seq here, NULL when it is gone).  LIMIT 1
- * keeps each lookup a probe by key (flattened, the subscriptions join became
- * a hash join over the whole table).  Binary results: every column but the
- * payload is text, whose binary form is its text, and the payload comes as
- * its bytes.
- */
-#define CLAIM_SQL_JOINS                                                                            \
-    "   FROM claimed c"                                                                            \
-    "   LEFT JOIN LATERAL (SELECT * FROM subscriptions s"                                          \
-    "                       WHERE s.id = c.subscription_id LIMIT 1) s ON true"                     \
-    "   LEFT JOIN LATERAL (SELECT * FROM event_inbox e"                                            \
-    "                       WHERE e.seq = c.event_seq AND e.day = c.event_day LIMIT 1) e ON true"
-#define CLAIM_SQL_LOOKUP                                                                           \
-    CLAIM_SQL_JOBS ", " DISPATCH_SUB_COLUMNS                                                       \
-                   ", e.seq::text, " DISPATCH_EVENT_COLUMNS CLAIM_SQL_JOINS
-
-/*
- * The claim in four forms, by [fifo][lookup].  fifo: whether the fifo arm
- * is in the statement; it is left out when no tenant offered has open fifo
- * jobs (the arm yields rows only for those, but the executor still set it
- * up for every tenant: 5-12% of a claim of 64 in a pgbench lab).  lookup:
- * whether the claim reads what the attempts need, or returns the jobs only
- * and leaves that to the load (see dispatch_claim); a form without the
- * lookups has no plan nodes for them to set up (a claim of 16 took 10%
- * less than one that skipped them by a parameter, same lab).
- */
-#define CLAIM_SQL(fifo_arm, result) CLAIM_SQL_HEAD fifo_arm CLAIM_SQL_CORE result
-
-static const struct hub_sql sql_claim[2][2] = {
-    {{"dispatch_claim", CLAIM_SQL("", CLAIM_SQL_JOBS " FROM claimed c"), 0},
-     {"dispatch_claim_lookup", CLAIM_SQL("", CLAIM_SQL_LOOKUP), 0}},
-    {{"dispatch_claim_fifo", CLAIM_SQL(CLAIM_SQL_FIFO, CLAIM_SQL_JOBS " FROM claimed c"), 0},
-     {"dispatch_claim_fifo_lookup", CLAIM_SQL(CLAIM_SQL_FIFO, CLAIM_SQL_LOOKUP), 0}},
-};
-
-/*
- * The load of a claim's jobs that did not look them up (sql_claim), in one
- * round trip on the load connection: each subscription once ($1, text[] of
- * ids), then the stored events, one statement per day of the batch (usually
- * one): $1 seqs, $2 their ords (1-based rows of the claim), $3 the day (days
- * since 2000-01-01).  The day is a parameter so that the executor prunes the
- * inbox to that day's partition as it starts; a day per row was pruned only
- * row by row, after every partition's scan had been set up (a load of 16
- * took 0.31-0.40 ms with 32 partitions against 0.15-0.30 ms so, in a pgbench
- * lab, and partitions grow with the retention).  Each lookup is by key, one
- * row at a time (LIMIT 1 keeps it a nested index probe).  Binary results: the
- * payload comes as its bytes, every other column is text.
- */
-static const struct hub_sql sql_load_subscriptions = {
-    "dispatch_load_subscriptions",
-    "SELECT " DISPATCH_SUB_COLUMNS "  FROM unnest($1::text[]) u(id)"
-    "  CROSS JOIN LATERAL (SELECT * FROM subscriptions s WHERE s.id = u.id::uuid LIMIT 1) s",
-    0,
-};
-
-static const struct hub_sql sql_load_events = {
-    "dispatch_load_events",
-    "SELECT u.ord::text, " DISPATCH_EVENT_COLUMNS
-    "  FROM unnest($1::int8[], $2::int4[]) u(seq, ord)"
-    "  CROSS JOIN LATERAL (SELECT * FROM event_inbox e"
-    "                       WHERE e.seq = u.seq AND e.day = date '2000-01-01' + $3::int4"
-    "                       LIMIT 1) e",
-    0,
-};
-
-/*
- * Outcomes, one row per finished (shed, deferred or filtered) job.  The job update is fenced by
- * the lease of the claim that handed the job out ("<owner>#<claim serial>",
- * set by the claim): a job reclaimed after that lease expired keeps its new
- * holder's state, even when the new holder is this same dispatcher (an
- * outcome delayed past its lease by a database outage must not settle the
- * job's next attempt).  Failure streaks (SPEC §7.7) take the
- * newest outcome per subscription in the batch; a success anywhere in the
- * batch ends the streak before it, so failures after it start a new one.
- * $1 id, $2 state, $3 reason, $4 delay ms, $5 attempted, $6 delivery id,
- * $7 started_at, $8 duration ms, $9 status, $10 error, $11 excerpt,
- * $12 subscription id, $13 success, $14 owner, $15 claim serial.
- *
- * j: a job whose subscription was disabled while it was in flight is parked
- * rather than retried (SPEC §7.7): the disabling transaction parked it
- * (d.state is the row as committed, re-read when that transaction wrote it
- * first), or it committed before this snapshot.  The lease owner is set only
- * while a job is in flight, so it is the whole fence; a "state =
- * 'in_flight'" there would let the planner walk the partial lease index
- * (all jobs in flight) instead of the primary key whenever its statistics
- * think few are in flight: seconds per batch on a 1M backlog, and slower as
- * the backlog of outcomes grows.
- * f: a policy's match turned the job down: as if it had never matched.
- * a: an attempt is numbered by the job's attempt count after j.  Only the
- * transaction that updated the job (our lease, its row lock held) records
- * it, and the count only grows, so a number is recorded once: a batch
- * retried after a lost commit finds its leases cleared and records nothing,
- * and a key twice in one batch is written once (DISTINCT ON).  The hub
- * itself never writes a duplicate key.  A count lowered by hand (an
- * operator's SQL) could, and the batch would fail on the primary key and be
- * retried whole, holding every outcome back: after such a failure the
- * dispatcher switches to sql_outcomes_checked, which probes for the key
- * first.  The probe is not in the usual statement because it costs an index
- * descent per attempt (5-10% of this statement, measured in a lab), and ON
- * CONFLICT's speculative insertion costs more (one more WAL record a row).
- * chg: only streaks that change; a success on a subscription without a
- * streak writes nothing (no row version, no trigger, no lock).
- * lk: two outcome batches may touch the same subscriptions: they lock them
- * in one order, so that concurrent batches queue instead of deadlocking.
- */
-#define OUTCOMES_SQL(attempt_probe)                                                                \
-    "WITH o AS ("                                                                                  \
-    "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"           \
-    "                       $6::text[], $7::timestamptz[], $8::int4[], $9::int4[], $10::text[],"   \
-    "                       $11::text[], $12::text[], $13::bool[], $15::int8[])"                   \
-    "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"       \
-    "         status, error, excerpt, subscription_id, success, claim)"                            \
-    "), j AS ("                                                                                    \
-    "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
-    "             d.state = 'parked' OR NOT EXISTS ("                                              \
-    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled))"    \
-    "             THEN 'parked' ELSE o.state END, reason = o.reason,"                              \
-    "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"          \
-    "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                    \
-    "         lease_owner = NULL, lease_until = NULL, updated_at = now()"                          \
-    "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text || '#' || o.claim"                 \
-    "     AND o.state <> 'filtered'"                                                               \
-    "  RETURNING d.id, d.attempt_count"                                                            \
-    "), f AS ("                                                                                    \
-    "  DELETE FROM delivery_jobs d USING o"                                                        \
-    "   WHERE d.id = o.id AND o.state = 'filtered'"                                                \
-    "     AND d.lease_owner = $14::text || '#' || o.claim"                                         \
-    "), a AS ("                                                                                    \
-    "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"  \
-    "                                 status, error, response_excerpt)"                            \
-    "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"    \
-    "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"    \
-    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), b AS ("                 \
-    "  SELECT subscription_id, success, started_at,"                                               \
-    "         max(started_at) FILTER (WHERE success)"                                              \
-    "             OVER (PARTITION BY subscription_id) AS ok_at"                                    \
-    "    FROM o WHERE attempted"                                                                   \
-    "), last AS ("                                                                                 \
-    "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"     \
-    "         ok_at, min(started_at) FILTER (WHERE NOT success"                                    \
-    "                                          AND started_at > coalesce(ok_at, '-infinity'))"     \
-    "             OVER (PARTITION BY subscription_id) AS first_fail"                               \
-    "    FROM b ORDER BY subscription_id, started_at DESC"                                         \
-    "), chg AS ("                                                                                  \
-    "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"                             \
-    "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)"     \
-    "), lk AS ("                                                                                   \
-    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"                        \
-    "   ORDER BY s.id FOR UPDATE"                                                                  \
-    ")"                                                                                            \
-    " UPDATE subscriptions s SET"                                                                  \
-    "        failure_first_at = CASE WHEN last.success THEN NULL"                                  \
-    "                                WHEN last.ok_at IS NOT NULL THEN last.first_fail"             \
-    "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"      \
-    "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"          \
-    "   FROM chg last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)"
-
-static const struct hub_sql sql_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};
-static const struct hub_sql sql_outcomes_checked = {
-    "dispatch_outcomes_checked",
-    OUTCOMES_SQL("     AND NOT EXISTS (SELECT 1 FROM delivery_attempts x"
-                 "                      WHERE x.job_id = o.id AND x.number = j.attempt_count"
-                 "                        AND x.day = (o.started_at AT TIME ZONE 'UTC')::date)"),
-    0,
-};
-
-/* 410 Gone: $1 subscription ids. */
-static const struct hub_sql sql_gone = {
-    "dispatch_gone",
-    "WITH d AS ("
-    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'gone', updated_at = now()"
-    "   WHERE id = ANY($1::uuid[]) AND enabled RETURNING id, tenant_id)"
-    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    " SELECT tenant_id, 'dispatcher', 'subscription.disable', id::text,"
-    "        '{\"reason\":\"gone\"}'::jsonb FROM d",
-    0,
-};
-
-/* Auto-disable (SPEC §7.7), both gates: $1 window ms, $2 spread ms, $3 ids. */
-static const struct hub_sql sql_autodisable = {
-    "dispatch_autodisable",
-    "WITH d AS ("
-    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'auto_disabled',"
-    "         updated_at = now()"
-    "   WHERE id = ANY($3::uuid[]) AND enabled AND failure_first_at IS NOT NULL"
-    "     AND now() - failure_first_at >= $1::bigint * interval '1 millisecond'"
-    "     AND failure_last_at - failure_first_at >= $2::bigint * interval '1 millisecond'"
-    "  RETURNING id, tenant_id, failure_first_at, failure_last_at)"
-    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    " SELECT tenant_id, 'dispatcher', 'subscription.auto_disable', id::text,"
-    "        jsonb_build_object('failure_first_at', failure_first_at,"
-    "                           'failure_last_at', failure_last_at)"
-    "   FROM d RETURNING object_id, tenant_id",
-    0,
-};
-
-/* Expired leases: the worker died mid-attempt.  $1 poison threshold. */
-static const struct hub_sql sql_reclaim = {
-    "dispatch_reclaim",
-    "UPDATE delivery_jobs d"
-    "   SET state = CASE WHEN d.reclaims + 1 >= $1::int THEN 'dead' ELSE 'pending' END,"
-    "       reason = CASE WHEN d.reclaims + 1 >= $1::int THEN 'poison' ELSE d.reason END,"
-    "       reclaims = d.reclaims + 1, lease_owner = NULL, lease_until = NULL,"
-    "       next_attempt_at = now(), updated_at = now()"
-    "  FROM (SELECT id FROM delivery_jobs WHERE state = 'in_flight' AND lease_until < now()"
-    "         ORDER BY lease_until LIMIT 1000 FOR UPDATE SKIP LOCKED) x"
-    " WHERE d.id = x.id"
-    " RETURNING d.id, d.state",
-    0,
-};
-
-/* Due jobs for the jobs_due gauge (at most 100,000 of each kind): one count
- * per partial index, as no index holds both unordered and fifo jobs. */
-static const struct hub_sql sql_due_sample = {
-    "dispatch_due_sample",
-    "SELECT (SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
-    "         WHERE state = 'pending' AND NOT fifo AND next_attempt_at <= now()"
-    "         LIMIT 100000) x)"
-    "     + (SELECT count(*) FROM (SELECT 1 FROM delivery_jobs"
-    "         WHERE fifo AND state = 'pending' AND next_attempt_at <= now()"
-    "         LIMIT 100000) y)",
-    0,
-};
 
 /* ---------------------------------------------------------------- types -- */
 
@@ -472,7 +92,7 @@ struct job {
     char *event_type;
     char *url;
     char *content_type;
-    char *attrs; /* event attributes (JSON text) */
+    char *attrs;            /* event attributes (JSON text) */
     unsigned char *payload; /* the stored event's, or shaped_body */
     size_t payload_len;
     char *shaped_body; /* a policy's body, owned */
@@ -482,8 +102,8 @@ struct job {
     int64_t schedule[HUB_RETRY_MAX_STEPS];
     size_t n_schedule;
     int schedule_malformed; /* a stored schedule that is not one: n_schedule 0 */
-    int attempt_count; /* before this attempt */
-    double max_rate;   /* deliveries per second, 0 = unlimited */
+    int attempt_count;      /* before this attempt */
+    double max_rate;        /* deliveries per second, 0 = unlimited */
     int schema_major;
     char *policy;               /* the subscription's policy name, or NULL */
     struct hub_policy_gen *gen; /* held from claim to outcome (SPEC §8: a job
@@ -527,13 +147,13 @@ struct url_slot {
 
 struct hub_dispatch {
     struct hub *hub;
-    struct hub_pg *pg_claim; /* one connection: claims, one at a time */
-    struct hub_pg *pg_load;  /* one connection: the claimed jobs' loads */
-    struct hub_pg *pg_out;   /* outcome batches */
+    struct hub_pg *pg_claim;   /* one connection: claims, one at a time */
+    struct hub_pg *pg_load;    /* one connection: the claimed jobs' loads */
+    struct hub_pg *pg_out;     /* outcome batches */
     struct hub_buckets *rates; /* max_rate buckets per subscription (SPEC §7.9) */
-    struct url_slot *urls; /* URL_SLOTS, allocated at the first attempt */
+    struct url_slot *urls;     /* URL_SLOTS, allocated at the first attempt */
     char owner[96];
-    uint64_t claim_serial; /* of the claim in flight, or of the last one */
+    uint64_t claim_serial;                /* of the claim in flight, or of the last one */
     uint64_t schedule_fallback_logged_ms; /* loop time of the last such warning */
     struct hub_breakers *breakers;
     uv_timer_t claim_timer;
@@ -567,7 +187,7 @@ struct hub_dispatch {
     struct outcome *outcomes;
     size_t n_outcomes;
     size_t cap_outcomes;
-    int outcomes_checked; /* sql_outcomes_checked since a duplicate attempt key */
+    int outcomes_checked; /* hub_sql_dispatch_outcomes_checked since a duplicate attempt key */
     size_t flush_single;  /* outcomes to write one per transaction (after a batch failed) */
     uint64_t ev_serial;   /* numbers each job's policy event (hub_policy_event.serial) */
     int64_t policy_log_s; /* policy failure log lines: the current second ... */
@@ -591,7 +211,7 @@ struct hub_dispatch {
  */
 struct due_tenant {
     char *id;
-    int fifo;           /* had open fifo jobs at the sample */
+    int fifo;          /* had open fifo jobs at the sample */
     int64_t floor_us;  /* 0: none (the claim passes -infinity) */
     int64_t oldest_us; /* scratch of claim_floors */
 };
@@ -712,7 +332,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
                 HUB_LI("outcomes", (int64_t)f->n));
         if (out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
             !d->outcomes_checked) {
-            /* an attempt number already recorded (see sql_outcomes) */
+            /* an attempt number already recorded (store_dispatch.c, a:) */
             d->outcomes_checked = 1;
             hub_log(HUB_WARN, "an attempt was already recorded under its number (was a job's "
                               "attempt_count lowered by hand?); outcomes now probe for it first");
@@ -733,12 +353,14 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     if (out->n_results >= 1) {
         PGresult *r = out->results[out->n_results - 1];
         int rows = r ? PQntuples(r) : 0;
-        for (int i = 0; i < rows && PQnfields(r) == 2; i++) {
+        /* only hub_sql_dispatch_autodisable returns columns */
+        for (int i = 0; i < rows && PQnfields(r) == HUB_AUTODISABLE_NCOLS; i++) {
+            const char *sub_id = PQgetvalue(r, i, HUB_AUTODISABLE_SUB_ID);
             d->hub->metrics.subscriptions_auto_disabled++;
-            queue_drop_subscription(d, PQgetvalue(r, i, 0));
+            queue_drop_subscription(d, sub_id);
             hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
-                    HUB_LS("subscription", PQgetvalue(r, i, 0)),
-                    HUB_LS("tenant", PQgetvalue(r, i, 1)),
+                    HUB_LS("subscription", sub_id),
+                    HUB_LS("tenant", PQgetvalue(r, i, HUB_AUTODISABLE_TENANT)),
                     HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
                     HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
         }
@@ -795,7 +417,7 @@ static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outc
 /* Writes up to DISPATCH_FLUSH_MAX queued outcomes in one transaction; up to
  * DISPATCH_OUT_CONNECTIONS such transactions run at once. */
 static void dispatch_flush(struct hub_dispatch *d) {
-    /* the arrays of OUTCOMES_SQL: $1..$13, then $15 (claim serials) */
+    /* the arrays of hub_sql_dispatch_outcomes: $1..$13, then $15 (claim serials) */
     static const uint32_t oids[14] = {
         HUB_OID_INT8, HUB_OID_TEXT,        HUB_OID_TEXT,  HUB_OID_INT8, 16 /* bool */,
         HUB_OID_TEXT, HUB_OID_TIMESTAMPTZ, HUB_OID_INT4,  HUB_OID_INT4, HUB_OID_TEXT,
@@ -874,15 +496,17 @@ static void dispatch_flush(struct hub_dispatch *d) {
         l[13] = (int)strlen(d->owner);
         v[14] = values[13];
         l[14] = lengths[13];
-        hub_pg_txn_add_owned(txn, d->outcomes_checked ? &sql_outcomes_checked : &sql_outcomes, 15,
-                             v, l);
+        hub_pg_txn_add_owned(txn,
+                             d->outcomes_checked ? &hub_sql_dispatch_outcomes_checked
+                                                 : &hub_sql_dispatch_outcomes,
+                             15, v, l);
     }
     if (d->hub->cfg.autodisable_enabled) {
         /* 410 disables at once, but only while auto-disable is allowed */
         char *gv[1];
         int gl[1];
         if (batch_sub_ids(f, outcome_gone, &gv[0], &gl[0]) > 0) {
-            hub_pg_txn_add_owned(txn, &sql_gone, 1, gv, gl);
+            hub_pg_txn_add_owned(txn, &hub_sql_dispatch_gone, 1, gv, gl);
         } else {
             free(gv[0]);
         }
@@ -895,7 +519,7 @@ static void dispatch_flush(struct hub_dispatch *d) {
                      (long long)d->hub->cfg.autodisable_failure_window_ms);
             snprintf(spread, sizeof(spread), "%lld",
                      (long long)d->hub->cfg.autodisable_failure_spread_ms);
-            hub_pg_txn_add(txn, &sql_autodisable, 3, params, plen, pfmt);
+            hub_pg_txn_add(txn, &hub_sql_dispatch_autodisable, 3, params, plen, pfmt);
         }
         free(gv[0]);
     }
@@ -971,7 +595,7 @@ static int job_headers(const struct job *j, const struct hub_kek *kek,
     int rc;
 
     if (hub_webhook_open_keys(kek, j->sub_id, j->secret_sealed, j->prev_secret_sealed,
-                           j->prev_secret_sealed != NULL, keys, &nkeys) != 0) {
+                              j->prev_secret_sealed != NULL, keys, &nkeys) != 0) {
         return -1;
     }
     if (hub_webhook_open_headers(kek, j->sub_id, j->headers_sealed, &dest) != 0) {
@@ -1532,12 +1156,15 @@ static void dispatch_pump(struct hub_dispatch *d) {
 
 /* --------------------------------------------------------------- claims -- */
 
-/* Where a job's columns come from: its row of the claim, its
- * subscription's row and its event's row, of the load or of the claim
- * itself (all binary).  Column col of a source is column base + col of its
- * result; the columns are those of sql_load_*. */
+/*
+ * Where a job's columns come from: its row of the claim, its subscription's
+ * row and its event's row, of the load or of the claim itself (all binary).
+ * Column k of a source is column base + k of its result: k of enum
+ * hub_claim_col, hub_load_sub_col and hub_load_event_col; the base is 0 in
+ * the load's results, HUB_CLAIM_SUB and HUB_CLAIM_EVENT in a claim that did
+ * the lookups itself.
+ */
 enum { ROWS_CLAIM, ROWS_SUB, ROWS_EVENT, ROWS_N };
-enum { CLAIM_SUB_BASE = 10, CLAIM_EVENT_BASE = 18 }; /* of sql_claim */
 struct job_rows {
     PGresult *r[ROWS_N];
     int i[ROWS_N];
@@ -1561,25 +1188,24 @@ static const char *rows_value(const struct job_rows *x, int src, int col, size_t
  */
 static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *x,
                                  struct claim_stamp claim) {
-    enum { N_TEXT = 10, EV_PAYLOAD = 3 };
-    /* columns of sql_claim, sql_load_subscriptions and sql_load_events */
+    enum { N_TEXT = 10 };
     static const struct {
         int src, col;
         size_t off;
     } text[N_TEXT] = {
-        {ROWS_CLAIM, 2, offsetof(struct job, tenant)},
-        {ROWS_CLAIM, 3, offsetof(struct job, event_id)},
-        {ROWS_CLAIM, 4, offsetof(struct job, event_type)},
-        {ROWS_SUB, 1, offsetof(struct job, url)},
-        {ROWS_SUB, 2, offsetof(struct job, headers_sealed)},
-        {ROWS_SUB, 3, offsetof(struct job, secret_sealed)},
-        {ROWS_SUB, 4, offsetof(struct job, prev_secret_sealed)},
-        {ROWS_SUB, 7, offsetof(struct job, policy)},
-        {ROWS_EVENT, 1, offsetof(struct job, content_type)},
-        {ROWS_EVENT, 2, offsetof(struct job, attrs)},
+        {ROWS_CLAIM, HUB_CLAIM_TENANT, offsetof(struct job, tenant)},
+        {ROWS_CLAIM, HUB_CLAIM_EVENT_ID, offsetof(struct job, event_id)},
+        {ROWS_CLAIM, HUB_CLAIM_EVENT_TYPE, offsetof(struct job, event_type)},
+        {ROWS_SUB, HUB_LOAD_SUB_URL, offsetof(struct job, url)},
+        {ROWS_SUB, HUB_LOAD_SUB_HEADERS_SEALED, offsetof(struct job, headers_sealed)},
+        {ROWS_SUB, HUB_LOAD_SUB_SECRET_SEALED, offsetof(struct job, secret_sealed)},
+        {ROWS_SUB, HUB_LOAD_SUB_PREV_SECRET_SEALED, offsetof(struct job, prev_secret_sealed)},
+        {ROWS_SUB, HUB_LOAD_SUB_POLICY, offsetof(struct job, policy)},
+        {ROWS_EVENT, HUB_LOAD_EVENT_CONTENT_TYPE, offsetof(struct job, content_type)},
+        {ROWS_EVENT, HUB_LOAD_EVENT_ATTRS, offsetof(struct job, attrs)},
     };
     size_t need = sizeof(struct job), len = 0;
-    const char *payload = rows_value(x, ROWS_EVENT, EV_PAYLOAD, &len);
+    const char *payload = rows_value(x, ROWS_EVENT, HUB_LOAD_EVENT_PAYLOAD, &len);
     const char *v;
     struct job *j;
     char *p;
@@ -1604,22 +1230,23 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
      * its size, to be encoded by the server and decoded here) */
     j->payload = (unsigned char *)p;
     if (payload != NULL) {
-        rows_value(x, ROWS_EVENT, EV_PAYLOAD, &j->payload_len);
+        rows_value(x, ROWS_EVENT, HUB_LOAD_EVENT_PAYLOAD, &j->payload_len);
         memcpy(p, payload, j->payload_len);
     }
     j->d = d;
-    j->id = atoll(rows_value(x, ROWS_CLAIM, 0, &len));
-    snprintf(j->sub_id, sizeof(j->sub_id), "%s", rows_value(x, ROWS_CLAIM, 1, &len));
-    j->attempt_count = atoi(rows_value(x, ROWS_CLAIM, 5, &len));
-    if ((v = rows_value(x, ROWS_SUB, 5, &len)) != NULL) {
+    j->id = atoll(rows_value(x, ROWS_CLAIM, HUB_CLAIM_ID, &len));
+    snprintf(j->sub_id, sizeof(j->sub_id), "%s", rows_value(x, ROWS_CLAIM, HUB_CLAIM_SUB_ID, &len));
+    j->attempt_count = atoi(rows_value(x, ROWS_CLAIM, HUB_CLAIM_ATTEMPT_COUNT, &len));
+    if ((v = rows_value(x, ROWS_SUB, HUB_LOAD_SUB_RETRY_SCHEDULE, &len)) != NULL) {
         int n = hub_duration_list_parse(v, j->schedule, HUB_RETRY_MAX_STEPS);
         /* a malformed schedule falls back to the default curve, counted
          * when a retry uses it (SPEC §7.4) */
         j->n_schedule = n > 0 && hub_backoff_schedule_valid(j->schedule, (size_t)n) ? (size_t)n : 0;
         j->schedule_malformed = j->n_schedule == 0;
     }
-    j->max_rate = (v = rows_value(x, ROWS_SUB, 6, &len)) != NULL ? atof(v) : 0;
-    j->schema_major = (v = rows_value(x, ROWS_EVENT, 4, &len)) != NULL ? atoi(v) : 0;
+    j->max_rate = (v = rows_value(x, ROWS_SUB, HUB_LOAD_SUB_MAX_RATE, &len)) != NULL ? atof(v) : 0;
+    j->schema_major =
+        (v = rows_value(x, ROWS_EVENT, HUB_LOAD_EVENT_SCHEMA_MAJOR, &len)) != NULL ? atoi(v) : 0;
     j->claim = claim;
     return j;
 }
@@ -1661,8 +1288,8 @@ static struct sub_row *sub_rows_sorted(PGresult *r, int col) {
 /* Gives a claim's jobs back unattempted (no reclaim counted). */
 static void load_release(struct hub_dispatch *d, PGresult *claim, uint64_t serial) {
     for (int i = 0; i < PQntuples(claim); i++) {
-        outcome_unattempted(d, atoll(PQgetvalue(claim, i, 0)), PQgetvalue(claim, i, 1), serial,
-                            "pending", 0);
+        outcome_unattempted(d, atoll(PQgetvalue(claim, i, HUB_CLAIM_ID)),
+                            PQgetvalue(claim, i, HUB_CLAIM_SUB_ID), serial, "pending", 0);
     }
 }
 
@@ -1681,13 +1308,14 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
     int rows = PQntuples(l->claim);
 
     for (int e = 0; evs != NULL && e < PQntuples(evs); e++) {
-        struct job_rows x = {
-            {l->claim, subs, evs}, {atoi(PQgetvalue(evs, e, 0)) - 1, 0, e}, {0, 0, 0}};
+        struct job_rows x = {{l->claim, subs, evs},
+                             {atoi(PQgetvalue(evs, e, HUB_LOAD_EVENT_KEY)) - 1, 0, e},
+                             {0, 0, 0}};
         struct sub_row key, *s;
         if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
             continue;
         }
-        key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], 1);
+        key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], HUB_CLAIM_SUB_ID);
         s = bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id), sub_row_cmp);
         if (s == NULL) {
             continue;
@@ -1705,7 +1333,8 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
     struct sub_row *by_id = NULL;
 
     d->loading -= (size_t)rows;
-    if (out->status != HUB_PG_OK || subs == NULL || (by_id = sub_rows_sorted(subs, 0)) == NULL) {
+    if (out->status != HUB_PG_OK || subs == NULL ||
+        (by_id = sub_rows_sorted(subs, HUB_LOAD_SUB_ID)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", out->status != HUB_PG_OK ? out->error : "out of memory"),
                 HUB_LI("jobs", rows));
@@ -1728,12 +1357,12 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
 /* Queues the jobs of a claim that looked up what their attempts need. */
 static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
     for (int i = 0; i < rows; i++) {
-        struct job_rows x = {{r, r, r}, {i, i, i}, {0, CLAIM_SUB_BASE, CLAIM_EVENT_BASE}};
+        struct job_rows x = {{r, r, r}, {i, i, i}, {0, HUB_CLAIM_SUB, HUB_CLAIM_EVENT}};
         size_t len;
         /* a job whose event is gone (its partition dropped) stays leased: it
          * is reclaimed, and dead as poison in the end */
-        if (rows_value(&x, ROWS_EVENT, 0, &len) == NULL ||
-            rows_value(&x, ROWS_SUB, 0, &len) == NULL) {
+        if (rows_value(&x, ROWS_EVENT, HUB_LOAD_EVENT_KEY, &len) == NULL ||
+            rows_value(&x, ROWS_SUB, HUB_LOAD_SUB_ID, &len) == NULL) {
             continue;
         }
         queue_job(d, &x, stamp);
@@ -1741,7 +1370,7 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct cla
 }
 
 /*
- * Reads what the attempts of a claim's jobs need (sql_load_*) on the load
+ * Reads what the attempts of a claim's jobs need (hub_sql_dispatch_load_*) on the load
  * connection.  The claim connection is free for the next claim meanwhile:
  * the claim is the one step of the cycle that runs one at a time, and the
  * lookups were a third of it.
@@ -1760,7 +1389,7 @@ static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day,
     hub_pgarr_init(&ords, HUB_OID_INT4);
     for (int i = 0; i < rows; i++) {
         if (row_day[i] == day) {
-            hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, 8)));
+            hub_pgarr_add_i64(&seqs, atoll(PQgetvalue(r, i, HUB_CLAIM_EVENT_SEQ)));
             hub_pgarr_add_i32(&ords, i + 1);
         }
     }
@@ -1768,9 +1397,10 @@ static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day,
     params[0] = hub_pgarr_finish(&seqs, &lengths[0]);
     params[1] = hub_pgarr_finish(&ords, &lengths[1]);
     params[2] = text;
-    rc = params[0] != NULL && params[1] != NULL
-             ? hub_pg_txn_add_binary(txn, &sql_load_events, 3, params, lengths, formats)
-             : -1;
+    rc =
+        params[0] != NULL && params[1] != NULL
+            ? hub_pg_txn_add_binary(txn, &hub_sql_dispatch_load_events, 3, params, lengths, formats)
+            : -1;
     hub_pgarr_free(&seqs);
     hub_pgarr_free(&ords);
     return rc;
@@ -1779,7 +1409,7 @@ static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day,
 static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
     static const int formats[1] = {1};
     struct load *l = calloc(1, sizeof(*l));
-    struct sub_row *by_id = sub_rows_sorted(r, 1);
+    struct sub_row *by_id = sub_rows_sorted(r, HUB_CLAIM_SUB_ID);
     int *row_day = malloc(sizeof(*row_day) * (size_t)(rows > 0 ? rows : 1));
     struct hub_pgarr subs;
     const char *sub_ids;
@@ -1803,11 +1433,12 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct 
         if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
             hub_pgarr_add_text(&subs, by_id[i].id);
         }
-        row_day[i] = atoi(PQgetvalue(r, i, 9));
+        row_day[i] = atoi(PQgetvalue(r, i, HUB_CLAIM_EVENT_DAY));
     }
     sub_ids = hub_pgarr_finish(&subs, &sub_len);
     ok = sub_ids != NULL && (txn = hub_pg_txn_new(d->pg_load, load_done, l)) != NULL &&
-         hub_pg_txn_add_binary(txn, &sql_load_subscriptions, 1, &sub_ids, &sub_len, formats) == 0;
+         hub_pg_txn_add_binary(txn, &hub_sql_dispatch_load_subscriptions, 1, &sub_ids, &sub_len,
+                               formats) == 0;
     /* one statement per day, at the day's first row (a batch has one day,
      * two around midnight: the scan back stops at once) */
     for (int i = 0; ok && i < rows; i++) {
@@ -1853,22 +1484,21 @@ static int due_tenant_cmp(const void *key, const void *elem) {
  * unordered job this claim took from it (fifo heads come from their own
  * index and are not read from a floor). */
 static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
-    enum { COL_TENANT = 2, COL_FIFO = 6, COL_DUE_US = 7 }; /* of sql_claim */
     /* pass 0 resets the tenants' scratch, 1 finds their oldest job, 2 moves
      * their floors */
     for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < rows; i++) {
             struct due_tenant *t;
             int64_t at;
-            if (PQgetvalue(r, i, COL_FIFO)[0] == 't' || PQgetisnull(r, i, COL_DUE_US)) {
+            if (PQgetvalue(r, i, HUB_CLAIM_FIFO)[0] == 't' || PQgetisnull(r, i, HUB_CLAIM_DUE_US)) {
                 continue;
             }
-            t = bsearch(PQgetvalue(r, i, COL_TENANT), d->tenants, d->n_tenants,
+            t = bsearch(PQgetvalue(r, i, HUB_CLAIM_TENANT), d->tenants, d->n_tenants,
                         sizeof(*d->tenants), due_tenant_cmp);
             if (t == NULL) {
                 continue;
             }
-            at = atoll(PQgetvalue(r, i, COL_DUE_US));
+            at = atoll(PQgetvalue(r, i, HUB_CLAIM_DUE_US));
             if (pass == 0) {
                 t->oldest_us = INT64_MAX;
             } else if (pass == 1) {
@@ -1901,7 +1531,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         const char *best = NULL;
         snprintf(cursor, sizeof(cursor), "%s", d->last_tenant);
         for (int i = 0; i < rows; i++) {
-            const char *t = PQgetvalue(r, i, 2);
+            const char *t = PQgetvalue(r, i, HUB_CLAIM_TENANT);
             int wrapped = strcmp(t, cursor) <= 0;
             int best_wrapped = best != NULL && strcmp(best, cursor) <= 0;
             if (best == NULL || wrapped > best_wrapped ||
@@ -1967,9 +1597,9 @@ static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
         d->tenants = rows > 0 ? calloc((size_t)rows, sizeof(*d->tenants)) : NULL;
         d->n_tenants = 0;
         for (int i = 0; d->tenants != NULL && i < rows; i++) {
-            char *t = strdup(PQgetvalue(r, i, 0));
+            char *t = strdup(PQgetvalue(r, i, HUB_DUE_TENANTS_ID));
             if (t != NULL) {
-                d->tenants[d->n_tenants].fifo = PQgetvalue(r, i, 1)[0] == 't';
+                d->tenants[d->n_tenants].fifo = PQgetvalue(r, i, HUB_DUE_TENANTS_FIFO)[0] == 't';
                 d->tenants[d->n_tenants++].id = t;
             }
         }
@@ -1996,13 +1626,13 @@ static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
     d->tenants_dirty = d->kicked; /* a kick during the sample may be a new tenant */
     d->kicked = 0;
     if (!d->stopping) {
-        uv_timer_start(&d->claim_timer, claim_timer_cb, d->n_tenants > 0 ? 0 : DISPATCH_IDLE_MS,
-                       0);
+        uv_timer_start(&d->claim_timer, claim_timer_cb, d->n_tenants > 0 ? 0 : DISPATCH_IDLE_MS, 0);
     }
     dispatch_maybe_done(d);
 }
 
-/* Samples the tenants with due jobs (sql_due_tenants); the claim follows. */
+/* Samples the tenants with due jobs (hub_sql_dispatch_due_tenants); the
+ * claim follows. */
 static void dispatch_sample_tenants(struct hub_dispatch *d) {
     char limit[16];
     const char *params[1] = {limit};
@@ -2012,7 +1642,7 @@ static void dispatch_sample_tenants(struct hub_dispatch *d) {
         return;
     }
     snprintf(limit, sizeof(limit), "%d", DISPATCH_TENANTS_MAX);
-    hub_pg_txn_add(txn, &sql_due_tenants, 1, params, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_dispatch_due_tenants, 1, params, NULL, NULL);
     d->claiming = 1;
     hub_pg_txn_submit(txn);
 }
@@ -2039,6 +1669,11 @@ static void dispatch_claim(struct hub_dispatch *d) {
     size_t first = 0, window, share;
     int any_fifo = 0;
     struct hub_pg_txn *txn;
+    /* the four forms of the claim, by [fifo arm][lookups] */
+    static const struct hub_sql *const forms[2][2] = {
+        {&hub_sql_dispatch_claim, &hub_sql_dispatch_claim_lookup},
+        {&hub_sql_dispatch_claim_fifo, &hub_sql_dispatch_claim_fifo_lookup},
+    };
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
         return;
@@ -2104,8 +1739,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     if (txn != NULL) {
         d->claim_serial++;
         snprintf(owner, sizeof(owner), "%s#%llu", d->owner, (unsigned long long)d->claim_serial);
-        hub_pg_txn_add_binary(txn, &sql_claim[any_fifo][!d->claim_full], 7, params, lengths,
-                              formats);
+        hub_pg_txn_add_binary(txn, forms[any_fifo][!d->claim_full], 7, params, lengths, formats);
         d->claiming = 1;
         d->claim_asked = batch;
         hub_pg_txn_submit(txn);
@@ -2126,13 +1760,13 @@ static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
 
     d->aux_inflight--;
     for (int i = 0; i < rows; i++) {
-        int dead = strcmp(PQgetvalue(r, i, 1), "dead") == 0;
+        int dead = strcmp(PQgetvalue(r, i, HUB_RECLAIM_STATE), "dead") == 0;
         if (dead) {
             d->hub->metrics.deliveries[HUB_D_POISON]++;
         }
         hub_log(dead ? HUB_WARN : HUB_INFO,
                 dead ? "job is poison: its lease expired too often" : "expired lease reclaimed",
-                HUB_LS("job", PQgetvalue(r, i, 0)));
+                HUB_LS("job", PQgetvalue(r, i, HUB_RECLAIM_JOB_ID)));
     }
     dispatch_maybe_done(d);
 }
@@ -2147,7 +1781,7 @@ static void reclaim_timer_cb(uv_timer_t *t) {
         return;
     }
     snprintf(threshold, sizeof(threshold), "%lld", (long long)d->hub->cfg.poison_threshold);
-    hub_pg_txn_add(txn, &sql_reclaim, 1, params, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_dispatch_reclaim, 1, params, NULL, NULL);
     d->aux_inflight++;
     hub_pg_txn_submit(txn);
 }
@@ -2157,7 +1791,7 @@ static void sample_done(void *arg, const struct hub_pg_outcome *out) {
     d->aux_inflight--;
     if (out->status == HUB_PG_OK && out->n_results > 0 && out->results[0] &&
         PQntuples(out->results[0]) == 1) {
-        d->hub->metrics.jobs_due = atoll(PQgetvalue(out->results[0], 0, 0));
+        d->hub->metrics.jobs_due = atoll(PQgetvalue(out->results[0], 0, HUB_DUE_SAMPLE_COUNT));
     }
     dispatch_maybe_done(d);
 }
@@ -2166,7 +1800,7 @@ static void sample_timer_cb(uv_timer_t *t) {
     struct hub_dispatch *d = t->data;
     struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, sample_done, d);
     if (txn != NULL) {
-        hub_pg_txn_add(txn, &sql_due_sample, 0, NULL, NULL, NULL);
+        hub_pg_txn_add(txn, &hub_sql_dispatch_due_sample, 0, NULL, NULL, NULL);
         d->aux_inflight++;
         hub_pg_txn_submit(txn);
     }
@@ -2206,12 +1840,11 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
      * outcome of an attempt, committed synchronously, flushes the WAL up to
      * and past the claim it follows. */
     d->pg_claim = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-claim",
-                             DISPATCH_PG_OPTIONS " -c synchronous_commit=off");
-    d->pg_load = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-load", DISPATCH_PG_OPTIONS);
+                             HUB_DISPATCH_PG_OPTIONS " -c synchronous_commit=off");
+    d->pg_load = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-load", HUB_DISPATCH_PG_OPTIONS);
     d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
-                           DISPATCH_PG_OPTIONS);
-    if (d->breakers == NULL || d->pg_claim == NULL || d->pg_load == NULL ||
-        d->pg_out == NULL) {
+                           HUB_DISPATCH_PG_OPTIONS);
+    if (d->breakers == NULL || d->pg_claim == NULL || d->pg_load == NULL || d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);
         }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The dispatcher's outcome statement (OUTCOMES_SQL in src/dispatch.c, read
-# from the source as the hub sends it) against the real schema, for what a
-# live delivery run cannot arrange on purpose: several outcomes of one
-# subscription in one batch, in a chosen order.  SPEC §7.7: a failure
-# streak records the first and last failure since the last success, and
-# one success clears it.  The statement also fences each job by the lease
-# of the claim that handed it out ("<owner>#<claim serial>": another
-# dispatcher's, or a later claim of the same one, keeps the job) and numbers
-# attempts by the job's count.  Last, the trigger that
+# The dispatcher's outcome statement (hub_sql_dispatch_outcomes in
+# src/store_dispatch.c, printed by hub-sql as the hub sends it) against the
+# real schema, for what a live delivery run cannot arrange on purpose:
+# several outcomes of one subscription in one batch, in a chosen order.
+# SPEC §7.7: a failure streak records the first and last failure since the
+# last success, and one success clears it.  The statement also fences each
+# job by the lease of the claim that handed it out ("<owner>#<claim
+# serial>": another dispatcher's, or a later claim of the same one, keeps
+# the job) and numbers attempts by the job's count.  Last, the trigger that
 # parks and unparks a subscription's jobs.
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -16,9 +16,10 @@ hub_test_init
 pg_start
 "$HUB_BIN" migrate >"$WORK/migrate.log" 2>&1 || fatal "migrate failed: $(tail -n 3 "$WORK/migrate.log")"
 
-SQL=$(sed -n '/^#define OUTCOMES_SQL(attempt_probe)/,/^static const struct hub_sql sql_outcomes =/{/^static/!p}' \
-    "$HUB_TEST_REPO/src/dispatch.c" | grep -o '"[^"]*"' | sed 's/^"//; s/"$//' | tr -d '\n')
-[[ $SQL == "WITH o AS ("* ]] || fatal "OUTCOMES_SQL not found in src/dispatch.c"
+HUB_SQL=$BUILD/hub-sql
+[[ -x $HUB_SQL ]] || fatal "hub-sql not found: $HUB_SQL (build the hub-sql target)"
+SQL=$("$HUB_SQL" dispatch_outcomes) || fatal "hub-sql does not know dispatch_outcomes"
+[[ $SQL == "WITH o AS ("* ]] || fatal "dispatch_outcomes is not the outcome statement: ${SQL:0:40}"
 SUB=00000000-0000-7000-8000-000000000001
 export PGTZ=UTC # the timestamps below are compared as text
 TYPES='int8[], text[], text[], int8[], bool[], text[], timestamptz[], int4[], int4[], text[], text[], text[], bool[], text, int8[]'
