@@ -7,6 +7,8 @@
  * reclaim of expired leases (poison after STREAMING_HUB_POISON_THRESHOLD).
  *
  * Runs on the hub's loop; several processes may dispatch from one database.
+ * The parts (claim, attempt, outcome) and who owns a job at each step:
+ * dispatch_int.h; the SQL: store_dispatch.h.
  */
 #ifndef HUB_DISPATCH_H
 #define HUB_DISPATCH_H
@@ -16,7 +18,8 @@
 struct hub;
 struct hub_dispatch;
 
-/* Starts claiming.  Returns 0 and stores *out, or -1 (logged). Borrows hub. */
+/* Starts claiming.  Returns 0 and stores *out, or HUB_ENOMEM (error.h;
+ * logged).  Borrows hub until the stop's done_cb. */
 int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out);
 
 /*

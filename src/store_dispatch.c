@@ -96,7 +96,7 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
  * A fifo head is the first entry of its subscription in the fifo index,
  * found by a skip scan over the tenant's subscriptions with open fifo jobs:
  * the backlog behind a head is never read.  A tenant's unordered jobs are
- * read from its floor on (struct due_tenant, dispatch.c): the due
+ * read from its floor on (struct due_tenant, dispatch_claim.c): the due
  * index keeps the entries of claimed jobs until a vacuum, and every claim
  * would otherwise step over all of them.
  */

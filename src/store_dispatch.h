@@ -2,7 +2,8 @@
  * store_dispatch — the SQL of the delivery engine (SPEC §7): the tenant
  * sample, the claim in its four forms, the load of claimed jobs, the fenced
  * outcome write, 410 and auto-disable, the reclaim of expired leases and
- * the due-jobs gauge.  dispatch.c runs them; nothing here runs anything.
+ * the due-jobs gauge.  dispatch_claim.c, dispatch_outcome.c and dispatch.c
+ * run them; nothing here runs anything.
  *
  * Every statement is parameterised and casts each parameter (pg.c prepares
  * without parameter types).  Result columns are read through the enum
@@ -71,7 +72,7 @@ enum hub_due_tenants_col {
  *   hub_sql_dispatch_claim_fifo_lookup  ... plus what the attempts need
  * A form without the fifo arm is for claims that offer no tenant with open
  * fifo jobs; a form without the lookups leaves them to the load statements
- * on another connection (dispatch.c says when).  Neither form has plan
+ * on another connection (dispatch_claim.c says when).  Neither form has plan
  * nodes for what it leaves out.
  */
 enum hub_claim_param {

@@ -1,0 +1,528 @@
+/*
+ * dispatch_outcome — outcomes (see dispatch_int.h for the parts and who
+ * owns a job when).
+ *
+ * Every job a claim handed out ends here as one outcome record: attempted
+ * (succeeded, failed and retried later, dead) or not (released, deferred,
+ * shed, filtered).  Records wait in d->outcomes and are written in batches
+ * of up to DISPATCH_FLUSH_MAX (hub_sql_dispatch_outcomes), so that the
+ * dispatcher never waits on the database between attempts; up to
+ * DISPATCH_OUT_CONNECTIONS batches are in flight at once.  A batch carries,
+ * in the same transaction, the 410 disables and the auto-disable check of
+ * its subscriptions (SPEC §7.7).
+ *
+ * A batch that fails is put back at the front and retried after 500 ms; a
+ * statement error that is not transient switches to one outcome per
+ * transaction until the refused one is found and dropped (its lease then
+ * expires and the job is reclaimed: at least once still holds).  Leases
+ * protect the jobs meanwhile: the write is fenced by them.
+ *
+ * Also here: the reclaim of expired leases (jobs of a dispatcher that died
+ * mid-attempt), poison after STREAMING_HUB_POISON_THRESHOLD reclaims.
+ */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backoff.h"
+#include "breaker.h"
+#include "dispatch_int.h"
+#include "hub.h"
+#include "log.h"
+#include "pg.h"
+#include "store.h"
+#include "store_dispatch.h"
+
+#define DISPATCH_FLUSH_MS 5         /* outcome batching window */
+#define DISPATCH_FLUSH_MAX 256      /* outcomes per transaction */
+#define DISPATCH_FLUSH_RETRY_MS 500 /* after a batch that was not written */
+
+/* One finished job, as the outcome statement takes it (struct
+ * hub_outcomes_param).  Owns excerpt. */
+struct outcome {
+    int64_t id;
+    uint64_t claim;     /* serial of the claim that leased the job */
+    const char *state;  /* static: succeeded, pending, dead, filtered */
+    const char *reason; /* static, or NULL */
+    int64_t delay_ms;
+    int attempted;
+    int success;
+    char delivery_id[40];
+    int64_t started_unix_ms;
+    int duration_ms;
+    int status; /* 0 = none */
+    char error[32];
+    char *excerpt;
+    char sub_id[40];
+};
+
+/* One outcome transaction: owns the outcomes it carries. */
+struct flush {
+    struct hub_dispatch *d;
+    struct outcome *o;
+    size_t n;
+};
+
+/* ---------------------------------------------------------------- queue -- */
+
+/* A new zeroed record at the end of the queue, or NULL when out of memory
+ * (the caller drops the outcome: the job's lease expires and it is
+ * reclaimed). */
+static struct outcome *outcome_push(struct hub_dispatch *d) {
+    if (d->n_outcomes == d->cap_outcomes) {
+        size_t cap = d->cap_outcomes ? d->cap_outcomes * 2 : 64;
+        struct outcome *o = realloc(d->outcomes, sizeof(*o) * cap);
+        if (o == NULL) {
+            return NULL;
+        }
+        d->outcomes = o;
+        d->cap_outcomes = cap;
+    }
+    struct outcome *o = &d->outcomes[d->n_outcomes++];
+    memset(o, 0, sizeof(*o));
+    return o;
+}
+
+static void flush_timer_cb(uv_timer_t *t) {
+    dispatch_flush(t->data);
+}
+
+/* Starts the batching window unless a write is due anyway; at once when a
+ * full batch is waiting.  With every outcome connection busy nothing is
+ * started: the batch that ends first schedules the next (flush_done). */
+static void schedule_flush(struct hub_dispatch *d) {
+    if (d->flushing < DISPATCH_OUT_CONNECTIONS && !uv_is_active((uv_handle_t *)&d->flush_timer)) {
+        uv_timer_start(&d->flush_timer, flush_timer_cb,
+                       d->n_outcomes >= DISPATCH_FLUSH_MAX ? 0 : DISPATCH_FLUSH_MS, 0);
+    }
+}
+
+void dispatch_outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
+                                  uint64_t claim, const char *state, int64_t delay_ms) {
+    struct outcome *o = outcome_push(d);
+    /* no attempt: the statement leaves the attempts table and the streak
+     * alone, and the job's attempt_count as it is */
+    if (o != NULL) { /* else the lease expires and the job is reclaimed */
+        o->id = id;
+        o->claim = claim;
+        o->state = state;
+        o->delay_ms = delay_ms;
+        o->started_unix_ms = dispatch_unix_ms();
+        snprintf(o->sub_id, sizeof(o->sub_id), "%s", sub_id);
+        schedule_flush(d);
+    }
+}
+
+/* The job's claim serial goes with it: the write is fenced by that claim's
+ * lease, not by whichever claim holds the job by then. */
+void dispatch_job_unattempted(struct hub_dispatch *d, struct job *j, const char *state,
+                              int64_t delay_ms) {
+    dispatch_outcome_unattempted(d, j->id, j->sub_id, j->claim.serial, state, delay_ms);
+    dispatch_job_free(j);
+}
+
+/*
+ * Records an attempt's result: its state (succeeded, or failed and then
+ * pending after the retry delay, or dead), what the attempts table keeps of
+ * it, and the metrics.  A 410 drops the subscription's queued jobs at once
+ * (the batch disables it).
+ */
+void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
+                          const struct hub_httpc_response *res) {
+    struct outcome *o = outcome_push(d);
+    int success =
+        res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
+
+    if (o == NULL) {
+        return; /* OOM: the lease expires and the job is reclaimed */
+    }
+    o->id = j->id;
+    o->claim = j->claim.serial;
+    snprintf(o->sub_id, sizeof(o->sub_id), "%s", j->sub_id);
+    o->started_unix_ms = j->started_unix_ms ? j->started_unix_ms : dispatch_unix_ms();
+    o->attempted = 1;
+    o->success = success;
+    snprintf(o->delivery_id, sizeof(o->delivery_id), "%s", j->delivery_id);
+    if (res != NULL) {
+        o->duration_ms = (int)res->duration_ms;
+        o->status = (int)res->status;
+        if (res->error != HUB_HTTPC_OK) {
+            snprintf(o->error, sizeof(o->error), "%s", hub_httpc_error_str(res->error));
+        } else if (!success) {
+            snprintf(o->error, sizeof(o->error), "status");
+        }
+        if (res->excerpt_len > 0) {
+            /* the text part of the excerpt: it may end inside a character
+             * cut at the byte limit, or the body may not be text at all */
+            size_t n = hub_utf8_prefix(res->excerpt, res->excerpt_len);
+            o->excerpt = n > 0 ? strndup(res->excerpt, n) : NULL;
+        }
+        hub_histogram_observe(&d->hub->metrics.delivery_attempt_seconds,
+                              (double)res->duration_ms / 1000.0);
+    } else {
+        /* failed before any HTTP: a policy error, or secrets that do not open */
+        if (j->breaker_probe) {
+            hub_breaker_release(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
+        }
+        snprintf(o->error, sizeof(o->error), "%s", j->local_error ? j->local_error : "signing");
+        o->excerpt = j->local_excerpt;
+        j->local_excerpt = NULL;
+    }
+    if (success) {
+        o->state = "succeeded";
+        d->hub->metrics.deliveries[HUB_D_SUCCEEDED]++;
+    } else {
+        const char *dead_reason = "exhausted";
+        int64_t delay = dispatch_retry_delay(d, j, res, &dead_reason);
+        if (res != NULL && (res->status == 429 || res->status == 503) && res->retry_after) {
+            int64_t ra = hub_retry_after_ms(res->retry_after, dispatch_unix_ms());
+            if (ra > 0 && delay >= 0 && ra > delay) {
+                delay = ra; /* no earlier than Retry-After (capped at 10h there) */
+            }
+        }
+        d->hub->metrics.deliveries[HUB_D_FAILED]++;
+        if (delay < 0) {
+            o->state = "dead";
+            o->reason = dead_reason;
+            d->hub->metrics.deliveries[HUB_D_DEAD]++;
+        } else {
+            o->state = "pending";
+            o->delay_ms = delay;
+        }
+        if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled) {
+            dispatch_queue_drop_subscription(d, j->sub_id); /* it is being disabled */
+        }
+    }
+    schedule_flush(d);
+}
+
+/* ---------------------------------------------------------------- write -- */
+
+/* Puts a failed batch's outcomes back at the front of the queue, ahead of
+ * the newer ones; takes the batch's records (f itself stays the caller's).
+ * Out of memory they are dropped. */
+static void flush_requeue(struct hub_dispatch *d, struct flush *f) {
+    struct outcome *o = realloc(d->outcomes, sizeof(*o) * (d->n_outcomes + f->n));
+    if (o == NULL) {
+        /* the leases expire and the jobs are reclaimed */
+        for (size_t i = 0; i < f->n; i++) {
+            free(f->o[i].excerpt);
+        }
+        return;
+    }
+    memmove(o + f->n, o, sizeof(*o) * d->n_outcomes);
+    memcpy(o, f->o, sizeof(*o) * f->n);
+    d->outcomes = o;
+    d->n_outcomes += f->n;
+    d->cap_outcomes = d->n_outcomes;
+}
+
+/* Puts a batch that could not be sent back in the queue, and tries again
+ * after DISPATCH_FLUSH_RETRY_MS.  Frees f. */
+static void flush_retry_later(struct hub_dispatch *d, struct flush *f) {
+    if (f != NULL) {
+        flush_requeue(d, f);
+        free(f->o);
+        free(f);
+    }
+    uv_timer_start(&d->flush_timer, flush_timer_cb, DISPATCH_FLUSH_RETRY_MS, 0);
+}
+
+/* 1 for a statement error that says nothing about the rows: a deadlock, a
+ * serialization failure, a lock or statement timeout, resources or the
+ * connection running out, an operator's cancel.  Retried as they are. */
+static int sqlstate_transient(const char *s) {
+    return strncmp(s, "40", 2) == 0 || strncmp(s, "53", 2) == 0 || strncmp(s, "08", 2) == 0 ||
+           strncmp(s, "57", 2) == 0 || strcmp(s, "55P03") == 0 || s[0] == '\0';
+}
+
+/* A batch's transaction ended.  Written: the records are freed, and the
+ * subscriptions the batch auto-disabled lose their queued jobs.  Not
+ * written: see the top of this file.  Frees f. */
+static void flush_done(void *arg, const struct hub_pg_outcome *out) {
+    struct flush *f = arg;
+    struct hub_dispatch *d = f->d;
+
+    d->flushing--;
+    if (out->status == HUB_PG_ESTMT && f->n == 1 && !sqlstate_transient(out->sqlstate) &&
+        !(strcmp(out->sqlstate, "23505") == 0 && !d->outcomes_checked)) {
+        /* The one outcome the statement refuses: dropped, or it would be
+         * retried forever with every outcome queued behind it.  Its job
+         * keeps our lease until that expires; then it is reclaimed and
+         * attempted again (at least once still holds). */
+        hub_log(HUB_ERROR, "a delivery outcome cannot be recorded; its job will be reclaimed",
+                HUB_LI("job", f->o[0].id), HUB_LS("subscription", f->o[0].sub_id),
+                HUB_LS("state", f->o[0].state), HUB_LS("error", out->error));
+        d->flush_single -= d->flush_single > 0;
+        free(f->o[0].excerpt);
+        free(f->o);
+        free(f);
+        schedule_flush(d);
+        dispatch_maybe_done(d);
+        return;
+    }
+    if (out->status != HUB_PG_OK) {
+        /* keep them and try again; leases protect the jobs meanwhile */
+        hub_log(HUB_WARN, "delivery outcomes not recorded, retrying", HUB_LS("error", out->error),
+                HUB_LI("outcomes", (int64_t)f->n));
+        if (out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
+            !d->outcomes_checked) {
+            /* an attempt number already recorded (store_dispatch.c, a:) */
+            d->outcomes_checked = 1;
+            hub_log(HUB_WARN, "an attempt was already recorded under its number (was a job's "
+                              "attempt_count lowered by hand?); outcomes now probe for it first");
+        } else if (out->status == HUB_PG_ESTMT && !sqlstate_transient(out->sqlstate)) {
+            /* one of them (or its subscription) makes the statement fail:
+             * write them one at a time, so that only that one is held back */
+            d->flush_single = d->flush_single > f->n ? d->flush_single : f->n;
+        }
+        uv_timer_stop(&d->flush_timer);
+        flush_retry_later(d, f);
+        return;
+    }
+    d->flush_single -= d->flush_single < f->n ? d->flush_single : f->n;
+    /* auto-disabled subscriptions come back from the last statement */
+    if (out->n_results >= 1) {
+        PGresult *r = out->results[out->n_results - 1];
+        int rows = r ? PQntuples(r) : 0;
+        /* only hub_sql_dispatch_autodisable returns columns */
+        for (int i = 0; i < rows && PQnfields(r) == HUB_AUTODISABLE_NCOLS; i++) {
+            const char *sub_id = PQgetvalue(r, i, HUB_AUTODISABLE_SUB_ID);
+            d->hub->metrics.subscriptions_auto_disabled++;
+            dispatch_queue_drop_subscription(d, sub_id);
+            hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
+                    HUB_LS("subscription", sub_id),
+                    HUB_LS("tenant", PQgetvalue(r, i, HUB_AUTODISABLE_TENANT)),
+                    HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
+                    HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
+        }
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->o[i].excerpt);
+    }
+    free(f->o);
+    free(f);
+    if (d->n_outcomes > 0) {
+        schedule_flush(d);
+    }
+    dispatch_maybe_done(d);
+}
+
+/* The picks of batch_sub_ids: subscriptions a 410 disables, and those whose
+ * auto-disable gates are checked. */
+static int outcome_gone(const struct outcome *o) {
+    return o->attempted && o->status == 410;
+}
+
+static int outcome_failed(const struct outcome *o) {
+    return o->attempted && !o->success;
+}
+
+/*
+ * The subscription ids of the batch's outcomes that pick() selects, as a
+ * binary uuid[] parameter in *value (malloc'd; NULL when none was picked or
+ * on OOM) of *len bytes; repeats are harmless to "= ANY".  Returns how many
+ * it holds.
+ */
+static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outcome *),
+                            char **value, int *len) {
+    struct hub_pgarr a;
+    size_t n = 0, first = 0;
+
+    *value = NULL;
+    while (first < f->n && !pick(&f->o[first])) {
+        first++;
+    }
+    if (first == f->n) {
+        return 0; /* the usual case (every attempt succeeded): no array to build */
+    }
+    hub_pgarr_init(&a, 2950 /* uuid */);
+    for (size_t i = first; i < f->n; i++) {
+        unsigned char u[HUB_UUID_BYTES];
+        if (pick(&f->o[i]) && hub_uuid_parse(f->o[i].sub_id, strlen(f->o[i].sub_id), u) == 0) {
+            hub_pgarr_add(&a, u, sizeof(u));
+            n++;
+        }
+    }
+    *value = hub_pgarr_take(&a, len);
+    return *value != NULL ? n : 0;
+}
+
+/*
+ * Takes up to DISPATCH_FLUSH_MAX queued outcomes (one after a statement
+ * error, see flush_done) into a batch and sends it in one transaction: the
+ * outcome statement, and with auto-disable allowed the 410 disables and the
+ * auto-disable check.  Up to DISPATCH_OUT_CONNECTIONS batches run at once;
+ * a second one is scheduled when outcomes are left.
+ */
+void dispatch_flush(struct hub_dispatch *d) {
+    /* the element types of the statement's arrays; $14 is a plain text */
+    static const uint32_t oids[HUB_OUTCOMES_NPARAMS] = {
+        [HUB_OUTCOMES_PARAM_ID] = HUB_OID_INT8,
+        [HUB_OUTCOMES_PARAM_STATE] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_REASON] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_DELAY_MS] = HUB_OID_INT8,
+        [HUB_OUTCOMES_PARAM_ATTEMPTED] = HUB_OID_BOOL,
+        [HUB_OUTCOMES_PARAM_DELIVERY_ID] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_STARTED_AT] = HUB_OID_TIMESTAMPTZ,
+        [HUB_OUTCOMES_PARAM_DURATION_MS] = HUB_OID_INT4,
+        [HUB_OUTCOMES_PARAM_STATUS] = HUB_OID_INT4,
+        [HUB_OUTCOMES_PARAM_ERROR] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_EXCERPT] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_SUB_ID] = HUB_OID_TEXT,
+        [HUB_OUTCOMES_PARAM_SUCCESS] = HUB_OID_BOOL,
+        [HUB_OUTCOMES_PARAM_CLAIM] = HUB_OID_INT8,
+    };
+    struct hub_pgarr a[HUB_OUTCOMES_NPARAMS];
+    char *values[HUB_OUTCOMES_NPARAMS] = {0};
+    int lengths[HUB_OUTCOMES_NPARAMS] = {0};
+    size_t max = d->flush_single > 0 ? 1 : DISPATCH_FLUSH_MAX;
+    size_t n = d->n_outcomes < max ? d->n_outcomes : max;
+    struct hub_pg_txn *txn;
+    struct flush *f;
+    int rc = 0;
+
+    if (d->flushing >= DISPATCH_OUT_CONNECTIONS || n == 0) {
+        return;
+    }
+    f = calloc(1, sizeof(*f));
+    if (f == NULL || (f->o = malloc(sizeof(*f->o) * n)) == NULL) {
+        free(f);
+        flush_retry_later(d, NULL);
+        return;
+    }
+    /* the batch takes the outcomes out of the queue */
+    f->d = d;
+    f->n = n;
+    memcpy(f->o, d->outcomes, sizeof(*f->o) * n);
+    memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
+    d->n_outcomes -= n;
+    for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
+        if (k != HUB_OUTCOMES_PARAM_OWNER) {
+            hub_pgarr_init(&a[k], oids[k]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct outcome *o = &f->o[i];
+        char t = o->attempted ? 1 : 0, s = o->success ? 1 : 0;
+        int64_t delay_ms =
+            o->delay_ms < DISPATCH_DEFER_MAX_MS ? o->delay_ms : DISPATCH_DEFER_MAX_MS;
+        hub_pgarr_add_i64(&a[HUB_OUTCOMES_PARAM_ID], o->id);
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_STATE], o->state);
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_REASON], o->reason);
+        hub_pgarr_add_i64(&a[HUB_OUTCOMES_PARAM_DELAY_MS], delay_ms);
+        hub_pgarr_add(&a[HUB_OUTCOMES_PARAM_ATTEMPTED], &t, 1);
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_DELIVERY_ID],
+                           o->attempted ? o->delivery_id : NULL);
+        hub_pgarr_add_ts(&a[HUB_OUTCOMES_PARAM_STARTED_AT], o->started_unix_ms * 1000);
+        hub_pgarr_add_i32(&a[HUB_OUTCOMES_PARAM_DURATION_MS], o->duration_ms);
+        if (o->status > 0) {
+            hub_pgarr_add_i32(&a[HUB_OUTCOMES_PARAM_STATUS], o->status);
+        } else {
+            hub_pgarr_add(&a[HUB_OUTCOMES_PARAM_STATUS], NULL, 0);
+        }
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_ERROR], o->error[0] ? o->error : NULL);
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_EXCERPT], o->excerpt);
+        hub_pgarr_add_text(&a[HUB_OUTCOMES_PARAM_SUB_ID], o->sub_id);
+        hub_pgarr_add(&a[HUB_OUTCOMES_PARAM_SUCCESS], &s, 1);
+        hub_pgarr_add_i64(&a[HUB_OUTCOMES_PARAM_CLAIM], (int64_t)o->claim);
+    }
+    for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
+        if (k != HUB_OUTCOMES_PARAM_OWNER) {
+            values[k] = hub_pgarr_take(&a[k], &lengths[k]);
+            rc |= values[k] == NULL;
+        }
+    }
+    txn = rc ? NULL : hub_pg_txn_new(d->pg_out, flush_done, f);
+    if (txn == NULL) {
+        for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
+            free(values[k]);
+        }
+        flush_retry_later(d, f);
+        return;
+    }
+    values[HUB_OUTCOMES_PARAM_OWNER] = strdup(d->owner);
+    lengths[HUB_OUTCOMES_PARAM_OWNER] = (int)strlen(d->owner);
+    hub_pg_txn_add_owned(
+        txn, d->outcomes_checked ? &hub_sql_dispatch_outcomes_checked : &hub_sql_dispatch_outcomes,
+        HUB_OUTCOMES_NPARAMS, values, lengths);
+    if (d->hub->cfg.autodisable_enabled) {
+        /* 410 disables at once, but only while auto-disable is allowed */
+        char *gv[1];
+        int gl[1];
+        if (batch_sub_ids(f, outcome_gone, &gv[0], &gl[0]) > 0) {
+            hub_pg_txn_add_owned(txn, &hub_sql_dispatch_gone, 1, gv, gl);
+        } else {
+            free(gv[0]);
+        }
+        /* the gates are checked at every recorded failure (SPEC §7.7) */
+        if (batch_sub_ids(f, outcome_failed, &gv[0], &gl[0]) > 0) {
+            char window[32], spread[32];
+            const char *params[HUB_AUTODISABLE_NPARAMS] = {window, spread, gv[0]};
+            const int plen[HUB_AUTODISABLE_NPARAMS] = {0, 0, gl[0]};
+            const int pfmt[HUB_AUTODISABLE_NPARAMS] = {0, 0, 1};
+            snprintf(window, sizeof(window), "%lld",
+                     (long long)d->hub->cfg.autodisable_failure_window_ms);
+            snprintf(spread, sizeof(spread), "%lld",
+                     (long long)d->hub->cfg.autodisable_failure_spread_ms);
+            hub_pg_txn_add(txn, &hub_sql_dispatch_autodisable, HUB_AUTODISABLE_NPARAMS, params,
+                           plen, pfmt);
+        }
+        free(gv[0]);
+    }
+    d->flushing++;
+    hub_pg_txn_submit(txn);
+    if (d->n_outcomes > 0) {
+        schedule_flush(d); /* a second batch on the other connection */
+    }
+}
+
+/* -------------------------------------------------------------- reclaim -- */
+
+/* The reclaim's transaction ended: counts and logs the jobs it gave back
+ * (poison ones as dead).  A failed reclaim is simply tried at the next
+ * tick. */
+static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int rows = (out->status == HUB_PG_OK && r) ? PQntuples(r) : 0;
+
+    d->aux_inflight--;
+    for (int i = 0; i < rows; i++) {
+        int dead = strcmp(PQgetvalue(r, i, HUB_RECLAIM_STATE), "dead") == 0;
+        if (dead) {
+            d->hub->metrics.deliveries[HUB_D_POISON]++;
+        }
+        hub_log(dead ? HUB_WARN : HUB_INFO,
+                dead ? "job is poison: its lease expired too often" : "expired lease reclaimed",
+                HUB_LS("job", PQgetvalue(r, i, HUB_RECLAIM_JOB_ID)));
+    }
+    dispatch_maybe_done(d);
+}
+
+/* Runs on the hub's main pool (hub->pg), as the due-jobs sample does, not on
+ * the dispatcher's own connections. */
+void dispatch_reclaim(struct hub_dispatch *d) {
+    char threshold[16];
+    const char *params[1] = {threshold};
+    struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, reclaim_done, d);
+
+    if (txn == NULL) {
+        return;
+    }
+    snprintf(threshold, sizeof(threshold), "%lld", (long long)d->hub->cfg.poison_threshold);
+    hub_pg_txn_add(txn, &hub_sql_dispatch_reclaim, 1, params, NULL, NULL);
+    d->aux_inflight++;
+    hub_pg_txn_submit(txn);
+}
+
+/* Only records never written are left: none after a drain that ended. */
+void dispatch_outcome_free(struct hub_dispatch *d) {
+    for (size_t i = 0; i < d->n_outcomes; i++) {
+        free(d->outcomes[i].excerpt);
+    }
+    free(d->outcomes);
+    d->outcomes = NULL;
+    d->n_outcomes = d->cap_outcomes = 0;
+}
