@@ -8,7 +8,10 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "log.h"
 
 enum hub_cfg_type {
     CFG_STRING,
@@ -255,9 +258,9 @@ int hub_size_parse(const char *s, int64_t *out_bytes) {
     static const struct {
         const char *suffix;
         int64_t mult;
-    } units[] = {{"", 1},          {"B", 1},        {"KiB", 1 << 10}, {"MiB", 1 << 20},
-                 {"GiB", 1 << 30}, {"KB", 1000},    {"MB", 1000000},  {"GB", 1000000000},
-                 {"K", 1 << 10},   {"M", 1 << 20},  {"G", 1 << 30}};
+    } units[] = {{"", 1},          {"B", 1},       {"KiB", 1 << 10}, {"MiB", 1 << 20},
+                 {"GiB", 1 << 30}, {"KB", 1000},   {"MB", 1000000},  {"GB", 1000000000},
+                 {"K", 1 << 10},   {"M", 1 << 20}, {"G", 1 << 30}};
     char *end;
     long long n;
 
@@ -357,8 +360,7 @@ static int cfg_apply(struct hub_config *cfg, const struct hub_cfg_var *v, const 
     case CFG_DOUBLE:
         errno = 0;
         d = strtod(text, &end);
-        if (errno != 0 || end == text || *end != '\0' || !isfinite(d) || d < v->min ||
-            d > v->max) {
+        if (errno != 0 || end == text || *end != '\0' || !isfinite(d) || d < v->min || d > v->max) {
             snprintf(err, errsz, "STREAMING_HUB_%s: not a number in [%g, %g]", v->name, v->min,
                      v->max);
             return -1;
@@ -415,7 +417,8 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
         }
     }
     if (cfg->breaker_open_max_ms < cfg->breaker_open_ms) {
-        snprintf(err, errsz, "STREAMING_HUB_BREAKER_OPEN_MAX: must be >= STREAMING_HUB_BREAKER_OPEN");
+        snprintf(err, errsz,
+                 "STREAMING_HUB_BREAKER_OPEN_MAX: must be >= STREAMING_HUB_BREAKER_OPEN");
         return -1;
     }
     if (strcmp(cfg->env, "production") == 0) {
@@ -438,6 +441,18 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
     return 0;
 }
 
+int hub_config_load_cli(struct hub_config *cfg, const char *log_level) {
+    char err[256];
+
+    if (hub_config_load(cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "streaming-hub: %s\n", err);
+        hub_config_free(cfg);
+        return 2;
+    }
+    hub_log_init(log_level != NULL ? log_level : cfg->log_level, cfg->log_format);
+    return 0;
+}
+
 void hub_config_free(struct hub_config *cfg) {
     for (size_t i = 0; i < N_VARS; i++) {
         const struct hub_cfg_var *v = &hub_cfg_vars[i];
@@ -450,8 +465,8 @@ void hub_config_free(struct hub_config *cfg) {
 }
 
 void hub_config_print_help(FILE *out) {
-    static const char *type_names[] = {"string",   "secret", "bool", "int",
-                                       "number",   "duration", "size", "durations"};
+    static const char *type_names[] = {"string", "secret",   "bool", "int",
+                                       "number", "duration", "size", "durations"};
     fprintf(out, "Environment variables (durations: 500ms, 30s, 2m, 1h30m):\n\n");
     for (size_t i = 0; i < N_VARS; i++) {
         const struct hub_cfg_var *v = &hub_cfg_vars[i];

@@ -75,6 +75,14 @@ struct hub_config {
  */
 int hub_config_load(struct hub_config *cfg, char *err, size_t errsz);
 
+/*
+ * hub_config_load for a command-line entry point: on a malformed value it
+ * prints the one line naming the variable to stderr, releases *cfg and
+ * returns 2 (the exit code for a usage error); on success it starts logging
+ * at log_level (NULL: the configured level) and returns 0.
+ */
+int hub_config_load_cli(struct hub_config *cfg, const char *log_level);
+
 /* Releases the strings owned by cfg; safe on a zeroed or partly loaded cfg. */
 void hub_config_free(struct hub_config *cfg);
 

@@ -34,7 +34,8 @@
 static int dev_free_port(void) {
     for (int port = DEV_PG_PORT_FIRST; port <= DEV_PG_PORT_LAST; port++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
         if (fd >= 0) {
@@ -129,8 +130,8 @@ static int dev_secrets(const char *data_dir, char **admin_token, char **kek) {
     *admin_token = malloc(strlen(tok) + 5);
     sprintf(*admin_token, "dev_%s", tok);
     *kek = strdup(kekb);
-    snprintf(buf, sizeof(buf), "STREAMING_HUB_ADMIN_TOKEN=%s\nSTREAMING_HUB_KEK=%s\n",
-             *admin_token, *kek);
+    snprintf(buf, sizeof(buf), "STREAMING_HUB_ADMIN_TOKEN=%s\nSTREAMING_HUB_KEK=%s\n", *admin_token,
+             *kek);
     return hub_write_file(path, buf, strlen(buf), 0600);
 }
 
@@ -144,8 +145,16 @@ static pid_t dev_start_postgres(const struct passwd *pw, const char *pgdata, int
     snprintf(portstr, sizeof(portstr), "%d", port);
     pid = fork();
     if (pid == 0) {
-        char *argv[] = {PG_BIN "/postgres", "-D", (char *)pgdata, "-p", portstr, "-k",
-                        (char *)pgdata, "-c", "listen_addresses=127.0.0.1", NULL};
+        char *argv[] = {PG_BIN "/postgres",
+                        "-D",
+                        (char *)pgdata,
+                        "-p",
+                        portstr,
+                        "-k",
+                        (char *)pgdata,
+                        "-c",
+                        "listen_addresses=127.0.0.1",
+                        NULL};
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         setpgid(0, 0);
         if (fd >= 0) {
@@ -207,7 +216,7 @@ static int dev_create_database(const char *dsn_admin) {
 
 int hub_dev_main(int argc, char **argv) {
     struct hub_config cfg = {0};
-    char err[256], data_dir[PATH_MAX], pgdata[PATH_MAX + 64], logp[PATH_MAX + 64], dsn[PATH_MAX + 64],
+    char data_dir[PATH_MAX], pgdata[PATH_MAX + 64], logp[PATH_MAX + 64], dsn[PATH_MAX + 64],
         dsn_admin[512];
     const struct passwd *pw = NULL;
     pid_t pg_pid;
@@ -217,15 +226,11 @@ int hub_dev_main(int argc, char **argv) {
         fprintf(stderr, "usage: streaming-hub dev   (configured by STREAMING_HUB_* variables)\n");
         return 2;
     }
-    if (hub_config_load(&cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "streaming-hub: %s\n", err);
-        hub_config_free(&cfg);
+    if (hub_config_load_cli(&cfg, NULL) != 0) {
         return 2;
     }
-    hub_log_init(cfg.log_level, cfg.log_format);
     if (hub_mkdir_p(cfg.data_dir) != 0 || realpath(cfg.data_dir, data_dir) == NULL) {
-        fprintf(stderr, "streaming-hub dev: cannot create %s: %s\n", cfg.data_dir,
-                strerror(errno));
+        fprintf(stderr, "streaming-hub dev: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
         hub_config_free(&cfg);
         return 1;
     }
@@ -255,8 +260,9 @@ int hub_dev_main(int argc, char **argv) {
     }
     snprintf(logp, sizeof(logp), "%s/postgres.log", data_dir);
     if (access(pgdata, F_OK) != 0 || access(strcat(strcpy(dsn, pgdata), "/PG_VERSION"), F_OK)) {
-        char *initdb[] = {PG_BIN "/initdb", "-D", pgdata, "-U", "postgres", "-A", "trust",
-                          "-E", "UTF8", "--locale=C.UTF-8", NULL};
+        char *initdb[] = {
+            PG_BIN "/initdb",   "-D", pgdata, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+            "--locale=C.UTF-8", NULL};
         hub_mkdir_p(pgdata);
         if (pw != NULL && chown(pgdata, pw->pw_uid, pw->pw_gid) != 0) {
             fprintf(stderr, "streaming-hub dev: cannot chown %s\n", pgdata);

@@ -51,7 +51,6 @@ static int cmd_version(void) {
 
 static int cmd_serve(int argc, char **argv) {
     struct hub_config cfg = {0};
-    char err[256];
 
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -62,12 +61,9 @@ static int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "streaming-hub serve: unknown argument %s\n", argv[i]);
         return 2;
     }
-    if (hub_config_load(&cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "streaming-hub: %s\n", err);
-        hub_config_free(&cfg);
+    if (hub_config_load_cli(&cfg, NULL) != 0) {
         return 2;
     }
-    hub_log_init(cfg.log_level, cfg.log_format);
     return hub_serve(&cfg);
 }
 
@@ -87,19 +83,15 @@ static void check_report(void *arg, const char *file, const char *message) {
 static int cmd_check_policies(int argc, char **argv) {
     struct hub_config cfg = {0};
     struct hub_policy_limits lim;
-    char err[256];
     int problems = 0, ok;
 
     if (argc != 1 || strcmp(argv[0], "--help") == 0) {
         fprintf(argc == 1 ? stdout : stderr, "usage: streaming-hub check-policies DIR\n");
         return argc == 1 ? 0 : 2;
     }
-    if (hub_config_load(&cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "streaming-hub: %s\n", err);
-        hub_config_free(&cfg);
+    if (hub_config_load_cli(&cfg, "error") != 0) {
         return 2;
     }
-    hub_log_init("error", cfg.log_format);
     lim = (struct hub_policy_limits){cfg.policy_timeout_ms, (size_t)cfg.policy_memory_bytes};
     hub_config_free(&cfg);
     ok = hub_policy_check_dir(argv[0], &lim, check_report, &problems);

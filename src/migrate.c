@@ -30,8 +30,8 @@ static int exec_ok(PGconn *conn, const char *sql, const char *what) {
 
 static int migration_applied(PGconn *conn, const char *name) {
     const char *params[1] = {name};
-    PGresult *r = PQexecParams(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1,
-                               NULL, params, NULL, NULL, 0);
+    PGresult *r = PQexecParams(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, NULL,
+                               params, NULL, NULL, 0);
     int applied = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) > 0 : -1;
     PQclear(r);
     return applied;
@@ -110,16 +110,12 @@ int hub_migrate_current(PGconn *conn) {
 
 int hub_migrate_main(void) {
     struct hub_config cfg = {0};
-    char err[256];
     PGconn *conn;
     int n;
 
-    if (hub_config_load(&cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "streaming-hub: %s\n", err);
-        hub_config_free(&cfg);
+    if (hub_config_load_cli(&cfg, NULL) != 0) {
         return 2;
     }
-    hub_log_init(cfg.log_level, cfg.log_format);
     if (cfg.postgres_dsn == NULL) {
         fprintf(stderr, "streaming-hub: STREAMING_HUB_POSTGRES_DSN: required for migrate\n");
         hub_config_free(&cfg);
