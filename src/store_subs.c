@@ -40,6 +40,20 @@
     "'created_at', " SUBS_TS(s ".created_at") ", 'updated_at', " SUBS_TS(s ".updated_at") ", "    \
     "'_hs', " s ".headers_sealed" extra ")::text"
 
+/* The audit CTE "a" of a statement whose CTE "s" returns the changed
+ * subscription rows: one entry per row, by the tenant, with `detail` (a
+ * jsonb expression or NULL). */
+#define SUBS_AUDIT(action, detail)                                                                \
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"                  \
+    "       SELECT s.tenant_id, 'tenant', '" action "', s.id::text, " detail " FROM s)"
+
+/* What a verification probe needs of a subscription row s: its url, sealed
+ * headers and secrets, and whether the previous secret still signs (the
+ * probe block of the columns enums in store_subs.h). */
+#define SUBS_PROBE_COLS(s)                                                                        \
+    s ".url, " s ".headers_sealed, " s ".secret_sealed, " s ".prev_secret_sealed, "               \
+    "COALESCE(" s ".prev_secret_until > now(), false)"
+
 /* The delivery (job) object of SPEC §9 from a row alias j, plus `extra`.
  * next_attempt_at means nothing once a job is settled: null then. */
 #define DELIV_JSON(j, extra)                                                                      \
@@ -137,11 +151,8 @@ const struct hub_sql hub_sql_subs_patch = {
     "        updated_at = now()"
     "      FROM o WHERE x.id = o.id"
     "    RETURNING x.*, (o.url <> x.url) AS url_changed),"
-    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    "       SELECT s.tenant_id, 'tenant', 'subscription.update', s.id::text, $16::jsonb FROM s)"
-    " SELECT " SUBS_JSON("s", "") ", s.url_changed, s.url, s.headers_sealed, s.secret_sealed,"
-    "        s.prev_secret_sealed, COALESCE(s.prev_secret_until > now(), false)"
-    "   FROM s",
+    SUBS_AUDIT("subscription.update", "$16::jsonb")
+    " SELECT " SUBS_JSON("s", "") ", s.url_changed, " SUBS_PROBE_COLS("s") " FROM s",
 };
 
 /* Jobs go with the subscription (ON DELETE CASCADE, migrations/0003);
@@ -151,17 +162,14 @@ const struct hub_sql hub_sql_subs_delete = {
     "subs_delete",
     "WITH s AS (DELETE FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid"
     "           RETURNING id, tenant_id),"
-    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
-    "       SELECT s.tenant_id, 'tenant', 'subscription.delete', s.id::text FROM s)"
+    SUBS_AUDIT("subscription.delete", "NULL")
     " SELECT s.id FROM s",
 };
 
 /* The object (for the answer) and the probe block in one read. */
 const struct hub_sql hub_sql_subs_probe_load = {
     "subs_probe_load",
-    "SELECT " SUBS_JSON("s", "") ", s.url, s.headers_sealed, s.secret_sealed,"
-    "       s.prev_secret_sealed, COALESCE(s.prev_secret_until > now(), false)"
-    "  FROM subscriptions s WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
+    "SELECT " SUBS_JSON("s", "") ", " SUBS_PROBE_COLS("s") " FROM subscriptions s WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
 };
 
 /* The url guard: a PATCH to another url while /verify ran makes this a
@@ -178,8 +186,7 @@ const struct hub_sql hub_sql_subs_verify_result = {
     "        updated_at = now()"
     "     WHERE tenant_id = $1::text AND id = $2::uuid AND url = $4::text"
     "    RETURNING *),"
-    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    "       SELECT s.tenant_id, 'tenant', 'subscription.verify', s.id::text, $5::jsonb FROM s)"
+    SUBS_AUDIT("subscription.verify", "$5::jsonb")
     " SELECT " SUBS_JSON("s", "") " FROM s",
 };
 
