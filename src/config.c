@@ -48,7 +48,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"POSTGRES_DSN", CFG_SECRET, NULL, OFF(postgres_dsn), 0, 0, NULL,
      "libpq connection string (required for serve)"},
     {"KAFKA_BROKERS", CFG_STRING, "embedded", OFF(kafka_brokers), 0, 0, NULL,
-     "bootstrap list, or 'embedded' for the in-process mock cluster"},
+     "bootstrap list, or 'embedded' for the in-process mock cluster; set empty (as the "
+     "container image does) it must be given for roles that ingest"},
     {"KAFKA_TOPICS", CFG_STRING, "^lerian\\.streaming\\..+", OFF(kafka_topics), 0, 0, NULL,
      "comma-separated topic list, or one regex starting with ^"},
     {"KAFKA_GROUP", CFG_STRING, "streaming-hub", OFF(kafka_group), 0, 0, NULL, "consumer group"},

@@ -299,6 +299,15 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         rc = 2;
         goto fail_cfg;
     }
+    /* empty, as the container image sets it: no embedded cluster by accident */
+    if (hub_role_ingest(hub) && hub->cfg.kafka_brokers[0] == '\0') {
+        fprintf(stderr,
+                "streaming-hub: STREAMING_HUB_KAFKA_BROKERS: required for role %s "
+                "(a bootstrap list host:port,..., or 'embedded')\n",
+                hub->cfg.role);
+        rc = 2;
+        goto fail_cfg;
+    }
     if (hub->cfg.kek != NULL) {
         if (hub_kek_parse(hub->cfg.kek, &hub->kek) != 0) {
             fprintf(stderr, "streaming-hub: STREAMING_HUB_KEK: not base64 of 32 bytes\n");
