@@ -76,6 +76,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"DATA_DIR", CFG_STRING, "./var", OFF(data_dir), 0, 0, NULL,
      "embedded Kafka bootstrap file, dev PostgreSQL, dev secrets"},
     {"POLICY_DIR", CFG_STRING, "./policies", OFF(policy_dir), 0, 0, NULL, "Lua policy files"},
+    {"POLICY_WATCH", CFG_BOOL, "true", OFF(policy_watch), 0, 0, NULL,
+     "reload when files in POLICY_DIR change (incl. Kubernetes ConfigMap ..data swaps)"},
     {"DISPATCH_WORKERS", CFG_INT, "8", OFF(dispatch_workers), 1, 4096, NULL,
      "concurrent delivery attempts per process"},
     {"DISPATCH_CLAIM_BATCH", CFG_INT, "16", OFF(dispatch_claim_batch), 1, 1000, NULL,

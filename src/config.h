@@ -33,6 +33,7 @@ struct hub_config {
     char *kek; /* base64 of 32 bytes */
     char *data_dir;
     char *policy_dir;
+    int policy_watch; /* reload on changes in policy_dir (policy_watch.h) */
     int64_t dispatch_workers;
     int64_t dispatch_claim_batch;
     int64_t dispatch_lease_ms;

@@ -20,6 +20,7 @@
 #include "migrate.h"
 #include "pg.h"
 #include "policy.h"
+#include "policy_watch.h"
 #include "store.h"
 #include "util.h"
 
@@ -193,6 +194,8 @@ static void hub_finish(struct hub *hub) {
         hub_pg_close(hub->pg, hub_pg_closed, hub);
         hub->pg = NULL;
     }
+    hub_policy_watch_stop(hub->policy_watch);
+    hub->policy_watch = NULL;
     uv_timer_stop(&hub->maintenance);
     uv_timer_stop(&hub->drain_deadline);
     hub_close_handle((uv_handle_t *)&hub->maintenance);
@@ -397,6 +400,9 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_timer_init(hub->loop, &hub->drain_deadline);
     hub->maintenance.data = hub->drain_deadline.data = hub;
     maintenance_arm(hub);
+    if (hub->cfg.policy_watch) {
+        hub->policy_watch = hub_policy_watch_start(hub->loop, hub->cfg.policy_dir, hub->policies);
+    }
 
     hub_log(HUB_INFO, "streaming-hub started", HUB_LS("version", HUB_VERSION),
             HUB_LS("role", hub->cfg.role), HUB_LS("env", hub->cfg.env));

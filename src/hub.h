@@ -34,6 +34,7 @@ struct hub {
     struct hub_httpc *httpc;   /* outgoing HTTP (verification probes, deliveries) */
     struct hub_dispatch *dispatch; /* NULL for the ingest role */
     struct hub_policies *policies; /* Lua policies (SPEC §8), reloaded on SIGHUP */
+    struct hub_policy_watch *policy_watch; /* reloads them on file changes, or NULL */
     struct hub_buckets *pull_buckets;   /* pull API rate limits (api_events.c) */
     struct hub_buckets *ingest_buckets; /* tenant ingest quotas (api_events.c) */
     struct hub_ingest_queue *ingest_queue; /* HTTP ingest requests (ingest.c) */
