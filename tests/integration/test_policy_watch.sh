@@ -25,6 +25,7 @@
 # are needed to load policies.
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
+source "$(dirname "$0")/../support/configmap.sh"
 hub_test_init
 
 PD=$WORK/pw
@@ -161,48 +162,20 @@ rm -rf "$PD.old"
 hub_stop
 
 # ---------------------------------------------------------------------------
-# 3. a ConfigMap volume, updated like kubelet does
+# 3. a ConfigMap volume, updated like kubelet does (support/configmap.sh)
 # ---------------------------------------------------------------------------
-CM_SERIAL=0
-# cm_write KEY=FILE...: one kubelet update to exactly these keys (files
-# given as paths to their contents): a new ..<timestamp> dir, ..data_tmp
-# renamed over ..data, symlinks for new keys, stale ones and the old dir
-# removed.
-cm_write() {
-    local ts old kv key
-    CM_SERIAL=$((CM_SERIAL + 1))
-    ts=..2026_01_01_00_00_00.$(printf '%09d' "$CM_SERIAL")
-    mkdir -p "$CM/$ts"
-    for kv in "$@"; do
-        cp "${kv#*=}" "$CM/$ts/${kv%%=*}"
-    done
-    old=$(readlink "$CM/..data" 2>/dev/null || true)
-    ln -s "$ts" "$CM/..data_tmp"
-    mv -T "$CM/..data_tmp" "$CM/..data"
-    for kv in "$@"; do
-        key=${kv%%=*}
-        [[ -L $CM/$key ]] || ln -s "..data/$key" "$CM/$key"
-    done
-    for key in "$CM"/*; do
-        key=$(basename "$key")
-        [[ -e $CM/..data/$key ]] || rm -f "$CM/$key"
-    done
-    [[ -n $old ]] && rm -rf "${CM:?}/$old"
-    return 0
-}
-
 mkdir -p "$CM" "$WORK/src"
 policy_src m1 >"$WORK/src/m1"
 policy_src n1 >"$WORK/src/n1"
 policy_src m2 >"$WORK/src/m2"
 policy_src o1 >"$WORK/src/o1"
 printf 'return {\n  match = function(ev)\n    return ev.data.amount >\n  end,\n}\n' >"$WORK/src/broken"
-cm_write mu.lua="$WORK/src/m1" nu.lua="$WORK/src/n1"
+configmap_write "$CM" mu.lua="$WORK/src/m1" nu.lua="$WORK/src/n1"
 hub_start STREAMING_HUB_ROLE=delivery STREAMING_HUB_POLICY_DIR="$CM"
 assert_eq mu,nu "$(names)" "the ConfigMap's keys are loaded at start (..data and the timestamped dir are not policies)"
 G=$(gen)
 
-cm_write mu.lua="$WORK/src/m2" nu.lua="$WORK/src/n1" omicron.lua="$WORK/src/o1"
+configmap_write "$CM" mu.lua="$WORK/src/m2" nu.lua="$WORK/src/n1" omicron.lua="$WORK/src/o1"
 wait_until 5 "[[ \$(names) == mu,nu,omicron && \$(hash_of mu) == $(sha <"$WORK/src/m2") ]]" &&
     pass "a ..data swap loads the changed and the new keys" ||
     fail "the ..data swap was not loaded: $(names)"
@@ -210,14 +183,14 @@ settle
 assert_eq $((G + 1)) "$(gen)" "a ..data swap: exactly one reload"
 
 G=$(gen)
-cm_write mu.lua="$WORK/src/m2" omicron.lua="$WORK/src/o1"
+configmap_write "$CM" mu.lua="$WORK/src/m2" omicron.lua="$WORK/src/o1"
 wait_until 5 "[[ \$(names) == mu,omicron ]]" && pass "a key removed from the ConfigMap is gone" ||
     fail "nu still loaded after its key was removed: $(names)"
 settle
 
 G=$(gen)
 GOOD=$(hash_of omicron)
-cm_write mu.lua="$WORK/src/m2" omicron.lua="$WORK/src/broken"
+configmap_write "$CM" mu.lua="$WORK/src/m2" omicron.lua="$WORK/src/broken"
 wait_until 5 "[[ \$(gen) -gt $G ]]" && pass "a swap with a broken file reloads" ||
     fail "no reload after the broken swap"
 settle
