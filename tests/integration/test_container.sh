@@ -56,6 +56,7 @@ ctr_cleanup() {
         ctr rm -f "$c" >/dev/null 2>&1
     done
 }
+# shellcheck disable=SC2154 # rc is assigned inside the trap
 trap 'rc=$?; ctr_cleanup; (exit $rc); hub_test_cleanup' EXIT
 
 now_ms() { date +%s%3N; }
@@ -208,6 +209,8 @@ produce --topic "$TOPIC" --tenant acme --count 20 --id-prefix p2- --type studio.
 sink_wait 40 /ok/pol 30 || fail "only $(sink_count /ok/pol) of 40 policy.tick events delivered"
 assert_eq "20 v1,20 v2" "$(sink_header /ok/pol x-policy | sort | uniq -c | awk '{print $1, $2}' | paste -sd,)" \
     "the deliveries after the swap carry the new version (v2)"
+assert_eq 40 "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$POL_SUB' AND state = 'succeeded'")" \
+    "every policy.tick job succeeded"
 
 configmap_write "$CM" stamp.lua="$WORK/src/v3"
 sleep 1.5

@@ -77,7 +77,6 @@ grep -q '"msg":"watching the policy directory"' "$HUB_LOG" &&
     fail "no \"watching the policy directory\" line in the log"
 assert_eq "$(policy_src a1 | sha)" "$(hash_of alpha)" "alpha v1 loaded at start"
 G=$(gen)
-OK0=$(reloads ok)
 
 policy_src b1 | put "$PD/beta.lua"
 wait_until 5 "[[ \$(hash_of beta) == $(policy_src b1 | sha) ]]" &&

@@ -26,7 +26,7 @@ configmap_write() {
     shift
     CONFIGMAP_SERIAL=$((CONFIGMAP_SERIAL + 1))
     ts=..2026_01_01_00_00_00.$(printf '%09d' "$CONFIGMAP_SERIAL")
-    mkdir -p -m 755 "$dir" "$dir/$ts"
+    mkdir -p "$dir" "$dir/$ts"
     chmod 755 "$dir" "$dir/$ts"
     for kv in "$@"; do
         install -m 644 "${kv#*=}" "$dir/$ts/${kv%%=*}"
