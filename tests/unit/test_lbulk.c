@@ -1,0 +1,172 @@
+/*
+ * Unit tests of src/lbulk.c: string.rep, table.concat and table.insert give
+ * what LuaJIT's give (values, the tables they change, error messages), and
+ * the budget stops them on large inputs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lbulk.h"
+#include "lua_compare.h"
+
+/* Builds the library table from rep, concat and insert on the stack;
+ * `insert` is compared through a copy of its table: its results are the
+ * table after the call and how many values it returned. */
+static const char BUILD_LIB[] = "local rep, concat, insert = ...\n"
+                                "return {rep = rep, concat = concat, insert = function(t, ...)\n"
+                                "  if type(t) ~= 'table' then return insert(t, ...) end\n"
+                                "  local c = {}\n"
+                                "  for k, v in pairs(t) do c[k] = v end\n"
+                                "  local r = {insert(c, ...)}\n"
+                                "  return c, #r\n"
+                                "end}\n";
+
+/* Replaces rep, concat, insert (the top three values) with the table. */
+static void build_lib(lua_State *L) {
+    if (luaL_loadstring(L, BUILD_LIB) != 0) {
+        fail_msg("%s", lua_tostring(L, -1));
+    }
+    lua_insert(L, -4);
+    lua_call(L, 3, 1);
+}
+
+static void push_ref(lua_State *L) {
+    lua_getglobal(L, "string");
+    lua_getfield(L, -1, "rep");
+    lua_getglobal(L, "table");
+    lua_getfield(L, -1, "concat");
+    lua_getfield(L, -2, "insert");
+    lua_remove(L, -3);
+    lua_remove(L, -4);
+    build_lib(L);
+}
+
+/* The hub's functions as they are registered into a policy state. */
+static void push_registered(lua_State *L, const struct hub_lbudget *b) {
+    lua_newtable(L); /* string */
+    lua_newtable(L); /* table */
+    hub_lbulk_register(L, -2, -1, b);
+    lua_getfield(L, -2, "rep");
+    lua_getfield(L, -2, "concat");
+    lua_getfield(L, -3, "insert");
+    lua_remove(L, -4);
+    lua_remove(L, -4);
+}
+
+static void push_mine(lua_State *L, const struct hub_lbudget *b) {
+    push_registered(L, b);
+    build_lib(L);
+}
+
+static void test_rep(void **state) {
+    (void)state;
+    lua_State *L = compare_state(push_ref, push_mine, NULL);
+    run(L, "=rep",
+        "local cases = {\n"
+        "  {'ab', 3}, {'ab', 3, ','}, {'a', 0}, {'a', -1}, {'a', 1}, {'a', 1, ','},\n"
+        "  {'a', 0, ','}, {'a', 2^32 + 3}, {'a', 3.9}, {'a', -0.5}, {'a', '3'}, {'a', 0/0},\n"
+        "  {'a', 2^31}, {'a', -2^31}, {12, 2}, {'a', 3, 5}, {'', 5}, {'', 5, 'x'},\n"
+        "  {'', 0, 'x'}, {'x', 1, 'sep'}, {('xy'):rep(100), 50, '--'}, {'abc', 1000},\n"
+        "  {'abc', 100000, 'z'}, {'\\0', 7, '\\0\\1'}, {'a'}, {'a', nil}, {nil, 2},\n"
+        "  {'a', 'x'}, {'a', 2, {}}, {{}, 2}, {'a', {}},\n"
+        "}\n"
+        "for i, c in ipairs(cases) do compare('rep ' .. i, 'rep', unpack(c, 1, 3)) end\n");
+    lua_close(L);
+}
+
+static void test_concat(void **state) {
+    (void)state;
+    lua_State *L = compare_state(push_ref, push_mine, NULL);
+    run(L, "=concat",
+        "local big = {}\n"
+        "for i = 1, 5000 do big[i] = i % 3 == 0 and i or ('s' .. i) end\n"
+        "local cases = {\n"
+        "  {{1, 2, 3}}, {{1, 2, 3}, ','}, {{1, 2, 3}, ',', 2}, {{1, 2, 3}, ',', 2, 3},\n"
+        "  {{1, 2, 3}, 5}, {{1, {}, 3}}, {{1, nil, 3}, ',', 1, 3}, {{1.5, 2, 1e100, -0.0}},\n"
+        "  {{}, ','}, {{}, ',', 1, 0}, {{'a'}, ',', 1, 2^32 + 2}, {{1, 2}, ',', 2^32 + 1},\n"
+        "  {{'a', 'b'}, nil, 2}, {{'a', 'b'}, ',', '2'}, {{'a', 'b', 'c'}, ',', -1, 1},\n"
+        "  {{'a', true}}, {{'a', 'b'}, ',', 0}, {{[0] = 'z', 'a'}, '-', 0, 1},\n"
+        "  {setmetatable({}, {__index = function() return 'z' end}), ',', 1, 2},\n"
+        "  {setmetatable({1, 2}, {__len = function() return 5 end})},\n"
+        "  {{'\\0', 'a\\0'}, '\\0'}, {big, ', '}, {big, '', 10, 4000},\n"
+        "  {'x'}, {}, {{1, 2, 3}, {}}, {{1, 2, 3}, ',', 'x'}, {{1, 2}, ',', 1, 'y'},\n"
+        "}\n"
+        "for i, c in ipairs(cases) do compare('concat ' .. i, 'concat', unpack(c, 1, 4)) end\n");
+    lua_close(L);
+}
+
+static void test_insert(void **state) {
+    (void)state;
+    lua_State *L = compare_state(push_ref, push_mine, NULL);
+    run(L, "=insert",
+        "local function t() return {'a', 'b', 'c'} end\n"
+        "local cases = {\n"
+        "  {t(), 'x'}, {t(), 1, 'x'}, {t(), 2, 'x'}, {t(), 3, 'x'}, {t(), 4, 'x'},\n"
+        "  {t(), 5, 'x'}, {t(), 0, 'x'}, {t(), -2, 'x'}, {t(), 2.7, 'x'}, {t(), '2', 'x'},\n"
+        "  {t(), 1, nil}, {t(), nil}, {{}, 'x'}, {{}, 1, 'x'}, {{[2] = 'b'}, 1, 'x'},\n"
+        "  {{n = 1}, 'x'}, {t()}, {t(), 1, 2, 3}, {}, {'s', 'x'}, {t(), 'y', 'x'},\n"
+        "  {t(), {}, 'x'},\n"
+        "}\n"
+        "for i, c in ipairs(cases) do\n"
+        "  compare('insert ' .. i, 'insert', unpack(c, 1, table.maxn(c)))\n"
+        "end\n");
+    lua_close(L);
+}
+
+/* Large work is stopped by the budget, naming the function. */
+static void test_budget_stops(void **state) {
+    (void)state;
+    struct step_budget sb = {.b = {.expired = step_expired}, .limit = 5};
+    lua_State *L;
+    static const char *const chunks[] = {
+        "mine.rep('ab', 3e7)",
+        "mine.rep('x', 1e5, ('y'):rep(1000))",
+        "local t = {} for i = 1, 1e5 do t[i] = 'abc' end mine.concat(t, ',')",
+        "local t = {} for i = 1, 1e5 do t[i] = 'abc' end "
+        "for i = 1, 10 do mine.insert(t, 1, 'x') end",
+    };
+
+    sb.b.ud = &sb;
+    L = compare_state(push_ref, push_mine, &sb.b);
+    /* the insert wrapper copies its table: the real one is wanted here */
+    lua_getglobal(L, "mine");
+    push_registered(L, &sb.b);
+    lua_setfield(L, -4, "insert");
+    lua_settop(L, 0);
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+        const char *e;
+        sb.checks = 0;
+        if (luaL_loadstring(L, chunks[i]) != 0) {
+            fail_msg("%s", lua_tostring(L, -1));
+        }
+        if (lua_pcall(L, 0, 0, 0) == 0) {
+            fail_msg("%s was not stopped", chunks[i]);
+        }
+        e = lua_tostring(L, -1);
+        if (e == NULL || strstr(e, "deadline exceeded") == NULL) {
+            fail_msg("%s: %s", chunks[i], e ? e : "(no message)");
+        }
+        lua_settop(L, 0);
+    }
+    sb.checks = 0;
+    run(L, "=short", "assert(mine.rep('-', 20) == ('-'):rep(20))");
+    assert_int_equal(sb.checks, 0);
+    lua_close(L);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rep),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_insert),
+        cmocka_unit_test(test_budget_stops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
