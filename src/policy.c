@@ -9,6 +9,14 @@
  * refused): a policy cannot catch its own timeout.  C code that touches a
  * policy's state runs inside lua_cpcall, so an allocation failure anywhere
  * is an error to report, never a panic.
+ *
+ * Work inside library functions, where the hook never fires, is bounded
+ * too: the functions that can run long in C (patterns, string.rep,
+ * table.concat and table.insert, the JSON codec) are this hub's own
+ * (lpattern, lbulk, ljson), which ask the call's budget every few thousand
+ * steps; and the allocator refuses, as a timeout, a large block that could
+ * not be filled in the time left (string.upper of 50 MB, s .. s, ...).
+ * policy_left_ns() is the one place that reads the deadline.
  */
 #include "policy.h"
 
@@ -25,18 +33,24 @@
 
 #include "backoff.h"
 #include "config.h"
+#include "lbudget.h"
+#include "lbulk.h"
+#include "ljson.h"
 #include "log.h"
+#include "lpattern.h"
 #include "util.h"
 
 #define POLICY_HOOK_COUNT 1000 /* VM instructions between deadline checks */
 #define POLICY_LOG_BURST 20    /* hub.log lines a policy may write at once ... */
 #define POLICY_LOG_PER_S 10    /* ... and per second after that */
 #define POLICY_LOG_MSG_MAX 1024
+/* Growth from which the allocator asks whether the block can still be
+ * filled before the deadline (HUB_LBUDGET_NS_PER_BYTE); smaller blocks are
+ * cheap next to the hook's period. */
+#define POLICY_BIG_ALLOC (1 << 20)
 
 extern const char hub_lua_sandbox[];
 extern const size_t hub_lua_sandbox_len;
-
-int luaopen_cjson(lua_State *L);
 
 /* ---------------------------------------------------------------- names -- */
 
@@ -77,11 +91,13 @@ struct hub_policy {
     size_t used; /* bytes the allocator has handed out */
     size_t cap;  /* ... and may hand out */
     int64_t timeout_ns;
-    uint64_t deadline_ns; /* 0 outside a call */
+    uint64_t deadline_ns; /* 0 outside a call; read only by policy_left_ns() */
     enum condemned condemned;
+    struct hub_lbudget budget;             /* the library functions' view of the deadline */
+    int policy_code;                       /* policy code runs: large blocks need time */
     int ref_fn[HUB_POLICY_FN__COUNT];      /* registry refs of the functions, LUA_NOREF if absent */
-    int ref_encode;                        /* cjson.encode, for shaped tables */
-    int ref_decode;                        /* cjson.decode, for ev.data */
+    int ref_encode;                        /* json.encode, for shaped tables */
+    int ref_decode;                        /* json.decode, for ev.data */
     int ref_ev_meta;                       /* metatable of ev (lazy data) */
     int ref_ev_last;                       /* the last ev built, and ... */
     uint64_t ev_last_serial;               /* ... its serial (0 = none) */
@@ -92,7 +108,52 @@ struct hub_policy {
     uint64_t log_dropped;
 };
 
-/* The accounting allocator: the policy is its userdata. */
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Starts the deadline of a call (or of a file's top level). */
+static void policy_deadline_arm(struct hub_policy *p) {
+    p->deadline_ns = mono_ns() + (uint64_t)p->timeout_ns;
+}
+
+static void policy_deadline_disarm(struct hub_policy *p) {
+    p->deadline_ns = 0;
+}
+
+/* Nanoseconds the running call has left: <= 0 past its deadline, INT64_MAX
+ * outside a call.  The only reader of the deadline: the hook, the
+ * allocator and the library budget all ask here. */
+static int64_t policy_left_ns(const struct hub_policy *p) {
+    if (p->deadline_ns == 0) {
+        return INT64_MAX;
+    }
+    return (int64_t)(p->deadline_ns - mono_ns());
+}
+
+/* The library functions' budget (lbudget.h): refuses work of need_ns when
+ * less is left, and condemns the call so that its error is a timeout no
+ * pcall can catch. */
+static int policy_budget_expired(void *ud, int64_t need_ns) {
+    struct hub_policy *p = ud;
+    if (policy_left_ns(p) > need_ns) {
+        return 0;
+    }
+    p->condemned = CONDEMNED_TIMEOUT;
+    return 1;
+}
+
+/*
+ * The accounting allocator: the policy is its userdata.  During a call,
+ * growth past the cap condemns the call as out of memory; and while policy
+ * code runs, a large block that could not be filled before the deadline
+ * (at HUB_LBUDGET_NS_PER_BYTE) condemns it as out of time: LuaJIT's own
+ * string functions fill what they allocate in one loop the hook cannot
+ * stop.  The hub's own copies (ev.body) are not the policy's doing and
+ * are not refused.
+ */
 static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     struct hub_policy *p = ud;
     void *np;
@@ -112,6 +173,10 @@ static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
         }
         return NULL;
     }
+    if (nsize >= osize + POLICY_BIG_ALLOC && p->policy_code &&
+        policy_budget_expired(p, (int64_t)nsize * HUB_LBUDGET_NS_PER_BYTE)) {
+        return NULL;
+    }
     np = realloc(ptr, nsize);
     if (np != NULL) {
         p->used = p->used - osize + nsize;
@@ -125,19 +190,12 @@ static struct hub_policy *policy_of(lua_State *L) {
     return ud;
 }
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* The count hook: past the deadline, every check raises again, so loops
  * around pcall cannot outlive it. */
 static void policy_hook(lua_State *L, lua_Debug *ar) {
     struct hub_policy *p = policy_of(L);
     (void)ar;
-    if (p->deadline_ns != 0 && mono_ns() > p->deadline_ns) {
-        p->condemned = CONDEMNED_TIMEOUT;
+    if (policy_budget_expired(p, 0)) {
         luaL_error(L, "policy ran past its deadline (%d ms)", (int)(p->timeout_ns / 1000000));
     }
 }
@@ -269,6 +327,13 @@ static int build_sandbox(lua_State *L) {
         lua_pushstring(L, l->name);
         lua_call(L, 1, 0);
     }
+    /* the library functions that run long in C, replaced by bounded ones
+     * before the sandbox copies the tables */
+    lua_getglobal(L, LUA_STRLIBNAME);
+    lua_getglobal(L, LUA_TABLIBNAME);
+    hub_lpattern_register(L, -2, &p->budget);
+    hub_lbulk_register(L, -2, -1, &p->budget);
+    lua_pop(L, 2);
     if (luaL_loadbuffer(L, hub_lua_sandbox, hub_lua_sandbox_len, "=sandbox") != 0) {
         return lua_error(L);
     }
@@ -280,18 +345,12 @@ static int build_sandbox(lua_State *L) {
     lua_setfield(L, -2, "xpcall");
     lua_pushcfunction(L, sandbox_log);
     lua_setfield(L, -2, "log");
-    lua_pushnumber(L, (lua_Number)p->cap);
-    lua_setfield(L, -2, "max_bytes");
-    lua_pushcfunction(L, luaopen_cjson);
-    lua_call(L, 0, 1);
+    hub_ljson_push(L, &p->budget);
     lua_getfield(L, -1, "decode");
     p->ref_decode = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_call(L, 3, 1); /* env */
-    /* shaped tables go through the sandbox's bounded json.encode */
-    lua_getfield(L, -1, "json");
     lua_getfield(L, -1, "encode");
     p->ref_encode = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_pop(L, 1);
+    lua_call(L, 3, 1); /* env */
 
     lua_createtable(L, 0, 2);
     lua_pushcfunction(L, ev_index);
@@ -341,7 +400,9 @@ static int load_chunk(lua_State *L) {
     if (luaL_loadbufferx(L, c->src, c->len, c->chunkname, "t") != 0) {
         return lua_error(L);
     }
+    p->policy_code = 1;
     lua_call(L, 0, 1);
+    p->policy_code = 0;
     if (!lua_istable(L, -1)) {
         snprintf(c->bad, sizeof(c->bad), "the file must return a table, not %s",
                  luaL_typename(L, -1));
@@ -447,6 +508,8 @@ static struct hub_policy *policy_compile(const char *name, const char *src, size
     snprintf(p->hash, sizeof(p->hash), "%s", hash);
     p->cap = lim->memory_bytes;
     p->timeout_ns = lim->timeout_ms * 1000000;
+    p->budget.expired = policy_budget_expired;
+    p->budget.ud = p;
     p->log_tokens = POLICY_LOG_BURST;
     p->log_last_ns = mono_ns();
     for (int i = 0; i < HUB_POLICY_FN__COUNT; i++) {
@@ -467,9 +530,10 @@ static struct hub_policy *policy_compile(const char *name, const char *src, size
         return NULL;
     }
     /* the chunk's top level runs under the same limits as any call */
-    p->deadline_ns = mono_ns() + (uint64_t)p->timeout_ns;
+    policy_deadline_arm(p);
     rc = lua_cpcall(p->L, load_chunk, &c);
-    p->deadline_ns = 0;
+    policy_deadline_disarm(p);
+    p->policy_code = 0;
     if (rc != 0 || c.bad[0] != '\0') {
         if (p->condemned == CONDEMNED_TIMEOUT) {
             snprintf(err, errlen, "%s.lua: the top level ran past the %lld ms deadline", name,
@@ -694,7 +758,9 @@ static int call_protected(lua_State *L) {
     } else {
         push_event(L, p, c->ev);
     }
+    p->policy_code = 1;
     lua_call(L, 1, 2);
+    p->policy_code = 0;
     switch (c->fn) {
     case HUB_POLICY_MATCH:
         c->matched = lua_toboolean(L, -2);
@@ -743,9 +809,10 @@ static enum hub_policy_status policy_call(struct call_ctx *c, char *err, size_t 
 
     snprintf(prefix, sizeof(prefix), "%s: ", hub_policy_fn_str(c->fn));
     p->condemned = ALIVE;
-    p->deadline_ns = mono_ns() + (uint64_t)p->timeout_ns;
+    policy_deadline_arm(p);
     rc = lua_cpcall(p->L, call_protected, c);
-    p->deadline_ns = 0;
+    policy_deadline_disarm(p);
+    p->policy_code = 0;
     if (rc != 0) {
         if (p->condemned == CONDEMNED_TIMEOUT) {
             st = HUB_POLICY_TIMEOUT;
@@ -766,6 +833,11 @@ static enum hub_policy_status policy_call(struct call_ctx *c, char *err, size_t 
     lua_settop(p->L, 0);
     if (p->condemned != ALIVE || rc == LUA_ERRMEM) {
         lua_gc(p->L, LUA_GCCOLLECT, 0);
+        if (st == HUB_POLICY_NOMEM) {
+            /* a collection only halves LuaJIT's concatenation buffer, which
+             * a bomb of s .. s leaves at half the cap */
+            lua_gc(p->L, LUA_GCCOLLECT, 0);
+        }
     }
     p->condemned = ALIVE;
     return st;

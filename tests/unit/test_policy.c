@@ -1471,6 +1471,190 @@ static void test_json_encode_bounded(void **state) {
                             "json.encode of a DAG");
 }
 
+/* ------------------------------------------- work inside library calls -- */
+
+/*
+ * The adversarial policies of a 1 MiB body: patterns that backtrack in C
+ * (%b, nested .-, %f), string.rep, table.concat and table.insert over
+ * large inputs, and json.decode/encode of large documents.  The default
+ * deadline, and room in memory so that time is what stops them.
+ */
+static const struct hub_policy_limits LIM_BULK = {.timeout_ms = 10, .memory_bytes = 256 * MIB};
+
+static const char BULK_POLICY[] =
+    "local t = {}\n"
+    "return { match = function(ev)\n"
+    "  local id, b = ev.id, ev.body\n"
+    "  if id == 'balanced' then return b:match('%b{}') ~= nil end\n"
+    "  if id == 'balanced-find' then return b:find('{%b{}}') ~= nil end\n"
+    "  if id == 'balanced-gsub' then return #b:gsub('%b{}', '') > 0 end\n"
+    "  if id == 'nested' then return b:find('(.-)(.-)(.-)x') ~= nil end\n"
+    "  if id == 'nested-match' then return b:match('^(.-)(.-)(.-)(.-)x') ~= nil end\n"
+    "  if id == 'nested-gmatch' then for x in b:gmatch('.-.-.-x') do end return true end\n"
+    "  if id == 'greedy' then return b:match('(a*)(a*)(a*)x') ~= nil end\n"
+    "  if id == 'frontier' then return b:find('%f[a](a-)%f[x]') ~= nil end\n"
+    "  if id == 'backref' then return b:find('(a+)%1x') ~= nil end\n"
+    "  if id == 'rep' then return #('ab'):rep(4e7) > 0 end\n"
+    "  if id == 'rep-fits' then return #('ab'):rep(2e6) > 0 end\n"
+    "  if id == 'rep-loop' then while true do local s = ('xy'):rep(2e6) end end\n"
+    "  if id == 'rep-huge' then return #('ab'):rep(2^30) > 0 end\n"
+    "  if id == 'grow' then for i = 1, 1e5 do t[#t + 1] = 'abcdefghijklmnop' end end\n"
+    "  if id == 'size' then return #t >= 1e6 end\n"
+    "  if id == 'concat' then return #table.concat(t, ',') > 0 end\n"
+    "  if id == 'insert' then while true do table.insert(t, 1, 'x') end end\n"
+    "  if id == 'encode' then return #json.encode(t) > 0 end\n"
+    "  if id == 'decode' then return ev.data ~= nil end\n"
+    "  if id == 'decode-body' then return json.decode(b) ~= nil end\n"
+    "  if id == 'upper' then while true do local s = b:upper() end end\n"
+    "  return b:sub(1, 1) ~= 'z' and #t >= 0\n"
+    "end }";
+
+static double thread_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A body of n bytes: c repeated, or (c == '[') a JSON array of empty
+ * arrays. */
+static char *bulk_body(size_t n, char c) {
+    char *b = malloc(n + 1);
+    assert_non_null(b);
+    memset(b, c, n);
+    if (c == '[') {
+        for (size_t i = 1; i + 3 < n; i += 3) {
+            memcpy(b + i, "[],", 3);
+        }
+        memcpy(b + n - 3, "[]]", 3);
+    }
+    b[n] = '\0';
+    return b;
+}
+
+/*
+ * Calls match(ev.id = id) on body 3 times: each must end with status want,
+ * and the best of the three within twice the deadline plus 3 ms of the
+ * thread's CPU time.  The deadline counts wall-clock time, so CPU time is
+ * what shows work that ran on past it without a check, whereas a busy
+ * machine that preempts the test only adds wall-clock time: that is
+ * bounded loosely (5x), against hangs.  Then an ordinary call of the same
+ * state works.
+ */
+static void expect_bounded(struct hub_policy *p, const char *id, const char *body,
+                           enum hub_policy_status want) {
+    double best = 1e9, best_cpu = 1e9;
+    struct hub_policy_event ev = make_event(id, body);
+
+    for (int i = 0; i < 3; i++) {
+        char err[512] = "";
+        int matched = 0;
+        double t0 = now_ms(), c0 = thread_cpu_ms(), dt, dc;
+        enum hub_policy_status st = hub_policy_match(p, &ev, &matched, err, sizeof(err));
+        dt = now_ms() - t0;
+        dc = thread_cpu_ms() - c0;
+        if (st != want) {
+            fail_msg("match(%s): %s, want %s (%s)", id, hub_policy_status_str(st),
+                     hub_policy_status_str(want), err);
+        }
+        assert_int_equal(matched, 1);
+        best = dt < best ? dt : best;
+        best_cpu = dc < best_cpu ? dc : best_cpu;
+    }
+    printf("policy: %-14s stopped (%s) after %5.1f ms (%5.1f ms CPU), deadline %lld ms\n", id,
+           hub_policy_status_str(want), best, best_cpu, (long long)LIM_BULK.timeout_ms);
+    if (best_cpu > 2.0 * (double)LIM_BULK.timeout_ms + 3.0) {
+        fail_msg("match(%s) was stopped after %.1f ms of CPU at best, over twice the %lld ms "
+                 "deadline",
+                 id, best_cpu, (long long)LIM_BULK.timeout_ms);
+    }
+    if (best > 5.0 * (double)LIM_BULK.timeout_ms) {
+        fail_msg("match(%s) was stopped after %.1f ms at best, 5x the %lld ms deadline", id, best,
+                 (long long)LIM_BULK.timeout_ms);
+    }
+    expect_match(p, "ok", HUB_POLICY_OK, 1);
+}
+
+/* A 1 MiB body against %b and nested-quantifier patterns: every call is
+ * stopped as a timeout within twice its deadline. */
+static void test_bounded_patterns(void **state) {
+    (void)state;
+    struct hub_policy *p = compile_lim("bulk", BULK_POLICY, &LIM_BULK);
+    char *braces = bulk_body(MIB, '{'), *as = bulk_body(MIB, 'a');
+    static const char *const on_braces[] = {"balanced", "balanced-find", "balanced-gsub"};
+    static const char *const on_as[] = {"nested", "nested-match", "nested-gmatch",
+                                        "greedy", "frontier",     "backref"};
+
+    for (size_t i = 0; i < sizeof(on_braces) / sizeof(on_braces[0]); i++) {
+        expect_bounded(p, on_braces[i], braces, HUB_POLICY_TIMEOUT);
+    }
+    for (size_t i = 0; i < sizeof(on_as) / sizeof(on_as[0]); i++) {
+        expect_bounded(p, on_as[i], as, HUB_POLICY_TIMEOUT);
+    }
+    free(braces);
+    free(as);
+    hub_policy_unref(p);
+}
+
+/* string.rep, table.concat, table.insert and string.upper over sizes that
+ * do not fit in the deadline; a count over the memory cap is out of
+ * memory, at once. */
+static void test_bounded_bulk(void **state) {
+    (void)state;
+    struct hub_policy *p = compile_lim("bulk", BULK_POLICY, &LIM_BULK);
+    char *body = bulk_body(3 * MIB / 2, 'a');
+    int rounds = 0;
+
+    expect_match(p, "rep-fits", HUB_POLICY_OK, 1);
+    expect_bounded(p, "rep", "{}", HUB_POLICY_TIMEOUT);
+    expect_bounded(p, "rep-loop", "{}", HUB_POLICY_TIMEOUT);
+    expect_bounded(p, "rep-huge", "{}", HUB_POLICY_NOMEM);
+    expect_bounded(p, "upper", body, HUB_POLICY_TIMEOUT);
+    /* a table grown over many calls, each under the deadline (to a million
+     * elements: a larger array part could not be allocated in time) */
+    for (;;) {
+        char err[512];
+        int matched = 0;
+        struct hub_policy_event ev = make_event("size", "{}");
+        assert_int_equal(hub_policy_match(p, &ev, &matched, err, sizeof(err)), HUB_POLICY_OK);
+        if (matched) {
+            break;
+        }
+        ev.id = "grow";
+        hub_policy_match(p, &ev, &matched, err, sizeof(err));
+        assert_true(++rounds < 200);
+    }
+    expect_bounded(p, "concat", "{}", HUB_POLICY_TIMEOUT);
+    expect_bounded(p, "encode", "{}", HUB_POLICY_TIMEOUT);
+    expect_bounded(p, "insert", "{}", HUB_POLICY_TIMEOUT);
+    free(body);
+    hub_policy_unref(p);
+}
+
+/* json.decode of a large document of empty arrays (ev.data and a direct
+ * call) is stopped; a deeply nested one is refused at depth 1000, at once
+ * (ev.data is then nil, as for any body that is not JSON). */
+static void test_bounded_json(void **state) {
+    (void)state;
+    struct hub_policy *p = compile_lim("bulk", BULK_POLICY, &LIM_BULK);
+    char *arrays = bulk_body(MIB, '['), *deep = bulk_body(MIB, '[');
+    struct hub_policy_event ev;
+    char err[512];
+    int matched = -1;
+
+    memset(deep, '[', MIB);
+    expect_bounded(p, "decode", arrays, HUB_POLICY_TIMEOUT);
+    expect_bounded(p, "decode-body", arrays, HUB_POLICY_TIMEOUT);
+    ev = make_event("decode", deep);
+    assert_int_equal(hub_policy_match(p, &ev, &matched, err, sizeof(err)), HUB_POLICY_OK);
+    assert_int_equal(matched, 0);
+    ev.id = "decode-body";
+    assert_int_equal(hub_policy_match(p, &ev, &matched, err, sizeof(err)), HUB_POLICY_ERROR);
+    assert_contains(err, "nested");
+    free(arrays);
+    free(deep);
+    hub_policy_unref(p);
+}
+
 /* ----------------------------------------------------------- check_dir -- */
 
 struct reports {
@@ -1636,6 +1820,9 @@ int main(void) {
         T(test_deadline_xpcall_handler_after_timeout),
         T(test_deadline_pattern_backtracking),
         T(test_json_encode_bounded),
+        T(test_bounded_patterns),
+        T(test_bounded_bulk),
+        T(test_bounded_json),
         T(test_check_dir),
         T(test_perf_match_and_shape),
     };
