@@ -163,7 +163,7 @@ static void lj_string(struct lj_dec *d, struct lj_token *t) {
                 hub_lmeter_spend(&d->m, LJ_SCAN_PIECE / 64);
             }
         }
-        hub_lmeter_spend(&d->m, 1);
+        hub_lmeter_spend(&d->m, (int32_t)((d->p - run) % LJ_SCAN_PIECE / 64) + 1);
         if (c == '"') {
             if (copied) {
                 hub_lbuf_add(&d->tmp, run, (size_t)(d->p - run));
@@ -243,6 +243,7 @@ static void lj_number(struct lj_dec *d, struct lj_token *t) {
             hub_lmeter_spend(&d->m, LJ_SCAN_PIECE / 64);
         }
     }
+    hub_lmeter_spend(&d->m, (int32_t)((q - d->p) % LJ_SCAN_PIECE / 64) + 1);
     if (q - d->p > LJ_SCAN_PIECE) {
         hub_lmeter_need(&d->m, (size_t)(q - d->p));
     }
@@ -277,7 +278,7 @@ static void lj_next(struct lj_dec *d, struct lj_token *t) {
             hub_lmeter_spend(&d->m, LJ_SCAN_PIECE / 64);
         }
     }
-    hub_lmeter_spend(&d->m, 1);
+    hub_lmeter_spend(&d->m, (int32_t)((d->p - ws) % LJ_SCAN_PIECE / 64) + 1);
     t->index = (size_t)(d->p - d->s0);
     switch (c) {
     case '{':

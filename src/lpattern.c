@@ -273,7 +273,7 @@ static const char *lp_close(struct lp *ms, const char *s, const char *p) {
  * '{' quadratic and this scan the place to count it. */
 static const char *lp_balance(struct lp *ms, const char *s, const char *p) {
     int open = (unsigned char)p[0], close = (unsigned char)p[1];
-    size_t depth = 1, scanned = 0;
+    size_t depth = 1;
 
     if (p[0] == '\0' || p[1] == '\0') {
         luaL_error(ms->L, "unbalanced pattern");
@@ -281,19 +281,24 @@ static const char *lp_balance(struct lp *ms, const char *s, const char *p) {
     if (s >= ms->se || (unsigned char)*s != open) {
         return NULL;
     }
-    while (++s < ms->se) {
-        int c = (unsigned char)*s;
-        if (c == close) {
-            if (--depth == 0) {
-                return s + 1;
+    s++;
+    while (s < ms->se) {
+        const char *from = s, *lim = ms->se - s > LP_CHUNK ? s + LP_CHUNK : ms->se;
+        for (; s < lim; s++) {
+            int c = (unsigned char)*s;
+            if (c == close) {
+                if (--depth == 0) {
+                    break;
+                }
+            } else if (c == open) {
+                depth++;
             }
-        } else if (c == open) {
-            depth++;
         }
-        if (++scanned == LP_CHUNK) {
-            /* the long runs of "{{{{…" this budget is for */
-            hub_lmeter_spend(&ms->m, LP_CHUNK / 64);
-            scanned = 0;
+        /* every piece is paid for: the long runs of "{{{{…" are what this
+         * budget is for */
+        hub_lmeter_spend(&ms->m, (int32_t)((s - from) / 64) + 1);
+        if (depth == 0) {
+            return s + 1;
         }
     }
     return NULL;
@@ -309,10 +314,17 @@ static const char *lp_backref(struct lp *ms, const char *s, const char *p) {
     }
     /* a position capture never matches: its "length" is huge */
     len = (size_t)ms->cap[i].len;
-    if ((size_t)(ms->se - s) < len || memcmp(ms->cap[i].at, s, len) != 0) {
+    if ((size_t)(ms->se - s) < len) {
         return NULL;
     }
-    hub_lmeter_spend(&ms->m, (int32_t)(len / 64) + 1);
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < LP_CHUNK ? len - done : LP_CHUNK;
+        if (memcmp(ms->cap[i].at + done, s + done, n) != 0) {
+            return NULL;
+        }
+        hub_lmeter_spend(&ms->m, (int32_t)(n / 64) + 1);
+        done += n;
+    }
     return s + len;
 }
 
@@ -328,14 +340,14 @@ static const char *lp_greedy(struct lp *ms, const char *s, const char *p, const 
         hub_lmeter_spend(&ms->m, (int32_t)((ms->se - s) / 64) + 1);
     } else {
         for (;;) {
-            const char *lim = ms->se - q > LP_CHUNK ? q + LP_CHUNK : ms->se;
+            const char *from = q, *lim = ms->se - q > LP_CHUNK ? q + LP_CHUNK : ms->se;
             while (q < lim && lp_single((unsigned char)*q, p, ep)) {
                 q++;
             }
+            hub_lmeter_spend(&ms->m, (int32_t)((q - from) / 64) + 1);
             if (q < lim || q == ms->se) {
                 break;
             }
-            hub_lmeter_spend(&ms->m, LP_CHUNK / 64);
         }
     }
     for (;; q--) {
@@ -746,6 +758,18 @@ static int lp_gmatch(lua_State *L) {
 
 /* --------------------------------------------------------------- gsub -- */
 
+/* Appends len bytes, in pieces the budget can stop: a replacement can copy
+ * a long match many times ("%0%0%0..."). */
+static void lp_emit(struct lp *ms, struct hub_lbuf *b, const char *s, size_t len) {
+    do {
+        size_t n = len < LP_CHUNK ? len : LP_CHUNK;
+        hub_lbuf_add(b, s, n);
+        hub_lmeter_spend(&ms->m, (int32_t)(n / 64) + 1);
+        s += n;
+        len -= n;
+    } while (len > 0);
+}
+
 /* Appends the replacement string repl for the match [s, e): %0-%9 are
  * captures, % before anything else is that character. */
 static void lp_add_string(struct lp *ms, struct hub_lbuf *b, const char *repl, size_t lr,
@@ -757,10 +781,10 @@ static void lp_add_string(struct lp *ms, struct hub_lbuf *b, const char *repl, s
         int c, i;
 
         if (pc == NULL) {
-            hub_lbuf_add(b, repl, (size_t)(end - repl));
+            lp_emit(ms, b, repl, (size_t)(end - repl));
             break;
         }
-        hub_lbuf_add(b, repl, (size_t)(pc - repl));
+        lp_emit(ms, b, repl, (size_t)(pc - repl));
         /* a '%' at the very end escapes the string's NUL terminator */
         c = (unsigned char)pc[1];
         repl = pc + 2;
@@ -770,7 +794,7 @@ static void lp_add_string(struct lp *ms, struct hub_lbuf *b, const char *repl, s
         }
         i = c == '0' ? -1 : c - '1';
         if (i < 0 || (i == 0 && ms->level == 0)) {
-            hub_lbuf_add(b, s, (size_t)(e - s));
+            lp_emit(ms, b, s, (size_t)(e - s));
         } else if (i >= ms->level) {
             luaL_error(ms->L, "invalid capture index");
         } else if (ms->cap[i].len == LP_OPEN) {
@@ -780,7 +804,7 @@ static void lp_add_string(struct lp *ms, struct hub_lbuf *b, const char *repl, s
             int n = snprintf(num, sizeof(num), "%td", ms->cap[i].at - ms->s0 + 1);
             hub_lbuf_add(b, num, (size_t)n);
         } else {
-            hub_lbuf_add(b, ms->cap[i].at, (size_t)ms->cap[i].len);
+            lp_emit(ms, b, ms->cap[i].at, (size_t)ms->cap[i].len);
         }
     }
 }
@@ -803,14 +827,14 @@ static void lp_add_value(struct lp *ms, struct hub_lbuf *b, int tr, const char *
     }
     if (!lua_toboolean(L, -1)) {
         lua_pop(L, 1);
-        hub_lbuf_add(b, s, (size_t)(e - s));
+        lp_emit(ms, b, s, (size_t)(e - s));
         return;
     }
     if (!lua_isstring(L, -1)) {
         luaL_error(L, "invalid replacement value (a %s)", luaL_typename(L, -1));
     }
     r = lua_tolstring(L, -1, &len);
-    hub_lbuf_add(b, r, len);
+    lp_emit(ms, b, r, len);
     lua_pop(L, 1);
 }
 
@@ -856,7 +880,7 @@ static int lp_gsub(lua_State *L) {
         if (first.kind != LP_FIRST_NONE) {
             const char *next = lp_skip(&ms, &first, src);
             next = next != NULL ? next : ms.se;
-            hub_lbuf_add(&b, src, (size_t)(next - src));
+            lp_emit(&ms, &b, src, (size_t)(next - src));
             src = next;
             if (src == ms.se) {
                 break; /* the first item needs a byte */
@@ -885,7 +909,7 @@ static int lp_gsub(lua_State *L) {
             break;
         }
     }
-    hub_lbuf_add(&b, src, (size_t)(ms.se - src));
+    lp_emit(&ms, &b, src, (size_t)(ms.se - src));
     hub_lbuf_push(&b);
     lua_pushinteger(L, n);
     return 2;
