@@ -113,7 +113,15 @@ static inline void hub_lbuf_add(struct hub_lbuf *b, const void *s, size_t len) {
     if (b->cap - b->n < len) {
         hub_lbuf_reserve(b, len);
     }
-    memcpy(b->p + b->n, s, len);
+    if (len <= 16) {
+        /* the many short pieces of a concat or a replacement: a call to
+         * memcpy costs more than the copy */
+        for (size_t i = 0; i < len; i++) {
+            b->p[b->n + i] = ((const char *)s)[i];
+        }
+    } else {
+        memcpy(b->p + b->n, s, len);
+    }
     b->n += len;
 }
 

@@ -6,6 +6,8 @@
 #include <lauxlib.h>
 
 #define LB_PIECE (1 << 20) /* bytes copied between two step charges */
+#define LB_SMALL 256       /* results built on the C stack, with no budget to ask */
+#define LB_BATCH 32        /* table.concat's elements on the Lua stack at once */
 
 /* Copies len bytes in pieces of LB_PIECE, charging the meter for each: the
  * deadline can stop a copy of tens of megabytes between two pieces. */
@@ -21,38 +23,67 @@ static void lb_copy(struct hub_lmeter *m, char *dst, const char *src, size_t len
 }
 
 /*
- * string.rep(s, n [, sep]): the whole result is reserved at once (so a
- * result over the memory cap fails before any work), one copy of s..sep is
- * written, and the rest doubles what is already there.
+ * Writes total bytes of s, sep, s, sep, ... into out: one copy of s..sep,
+ * then doubling what is already there (a few large copies rather than n
+ * small ones), each piece charged to m.
+ */
+static void lb_rep_fill(struct hub_lmeter *m, char *out, size_t total, const char *s, size_t ls,
+                        const char *sep, size_t lsep) {
+    size_t done = ls + lsep < total ? ls + lsep : total;
+
+    memcpy(out, s, ls < total ? ls : total);
+    if (ls < total) {
+        memcpy(out + ls, sep, done - ls);
+    }
+    while (done < total) {
+        size_t n = done < total - done ? done : total - done;
+        lb_copy(m, out + done, out, n);
+        done += n;
+    }
+}
+
+/*
+ * string.rep(s, n [, sep]): a small result is built on the C stack; a
+ * larger one is reserved whole in the state-owned buffer (so that a result
+ * over the memory cap fails before any work) and filled in pieces.
  */
 static int lb_rep(lua_State *L) {
-    size_t ls, lsep = 0, unit, total, done;
+    size_t ls, lsep = 0, total;
     const char *s = luaL_checklstring(L, 1, &ls);
-    int32_t n;
-    const char *sep;
+    int32_t n = hub_lbudget_checkint(L, 2);
+    const char *sep = luaL_optlstring(L, 3, "", &lsep);
     struct hub_lmeter m;
     struct hub_lbuf b;
-    char *out;
 
-    n = hub_lbudget_checkint(L, 2);
-    sep = luaL_optlstring(L, 3, "", &lsep);
     if (n <= 0 || (ls == 0 && lsep == 0)) {
         lua_pushliteral(L, "");
         return 1;
     }
     /* n < 2^31 and both lengths < 2^31: no overflow in 64 bits */
-    unit = ls + lsep;
-    total = unit * (size_t)n - lsep;
+    total = (ls + lsep) * (size_t)n - lsep;
+    if (total <= LB_SMALL) {
+        /* the common ("-"):rep(40): no buffer, no budget */
+        char small[LB_SMALL];
+        size_t k = 0;
+        if (ls == 1 && lsep == 0) {
+            memset(small, s[0], total);
+            k = total;
+        }
+        while (k < total) {
+            /* byte loops: cheaper than calls to memcpy at these sizes */
+            for (size_t i = 0; i < ls && k < total; i++) {
+                small[k++] = s[i];
+            }
+            for (size_t i = 0; i < lsep && k < total; i++) {
+                small[k++] = sep[i];
+            }
+        }
+        lua_pushlstring(L, small, total);
+        return 1;
+    }
     hub_lmeter_init(&m, L, 1, "string.rep");
     hub_lbuf_init(L, &b);
-    out = hub_lbuf_reserve(&b, total);
-    memcpy(out, s, ls);
-    memcpy(out + ls, sep, lsep < total - ls ? lsep : total - ls);
-    for (done = unit < total ? unit : total; done < total;) {
-        size_t n_copy = done < total - done ? done : total - done;
-        lb_copy(&m, out + done, out, n_copy);
-        done += n_copy;
-    }
+    lb_rep_fill(&m, hub_lbuf_reserve(&b, total), total, s, ls, sep, lsep);
     b.n = total;
     hub_lbuf_push(&b);
     return 1;
@@ -73,25 +104,31 @@ static int lb_concat(lua_State *L) {
     sep = luaL_optlstring(L, 2, "", &lsep);
     i = hub_lbudget_optint(L, 3, 1);
     j = lua_isnoneornil(L, 4) ? (int32_t)lua_objlen(L, 1) : hub_lbudget_optint(L, 4, 0);
-    lua_settop(L, 4);
     hub_lmeter_init(&m, L, 1, "table.concat");
     hub_lbuf_init(L, &b);
-    for (int64_t k = i; k <= j; k++) {
-        size_t len;
-        const char *v;
+    luaL_checkstack(L, LB_BATCH, "table.concat");
+    for (int64_t k = i; k <= j;) {
+        /* elements are fetched a batch at a time: popping them one by one
+         * costs more than copying them */
+        int base = lua_gettop(L), n = j - k + 1 < LB_BATCH ? (int)(j - k + 1) : LB_BATCH;
 
-        lua_rawgeti(L, 1, (int)k);
-        if (!lua_isstring(L, -1)) {
-            return luaL_error(L, "invalid value (%s) at index %d in table for 'concat'",
-                              luaL_typename(L, -1), (int)k);
+        for (int x = 0; x < n; x++) {
+            lua_rawgeti(L, 1, (int)(k + x));
         }
-        v = lua_tolstring(L, -1, &len);
-        hub_lbuf_add(&b, v, len);
-        if (k < j) {
-            hub_lbuf_add(&b, sep, lsep);
+        for (int x = 1; x <= n; x++, k++) {
+            size_t len;
+            const char *v = lua_tolstring(L, base + x, &len); /* NULL unless a string or number */
+            if (v == NULL) {
+                return luaL_error(L, "invalid value (%s) at index %d in table for 'concat'",
+                                  luaL_typename(L, base + x), (int)k);
+            }
+            hub_lbuf_add(&b, v, len);
+            if (k < j) {
+                hub_lbuf_add(&b, sep, lsep);
+            }
+            hub_lmeter_spend(&m, (int32_t)((len + lsep) / 64) + 1);
         }
-        lua_pop(L, 1);
-        hub_lmeter_spend(&m, (int32_t)((len + lsep) / 64) + 1);
+        lua_settop(L, base);
     }
     hub_lbuf_push(&b);
     return 1;
