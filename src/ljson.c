@@ -262,6 +262,12 @@ static int lj_odd_number(const char *p) {
     return *p == '+' || strncasecmp(p, "inf", 3) == 0 || strncasecmp(p, "nan", 3) == 0;
 }
 
+/* The one-byte tokens, as token + 1 (0: not one). */
+static const unsigned char lj_punct[256] = {
+    ['{'] = LJ_OBJ_BEGIN + 1, ['}'] = LJ_OBJ_END + 1, ['['] = LJ_ARR_BEGIN + 1,
+    [']'] = LJ_ARR_END + 1,   [','] = LJ_COMMA + 1,   [':'] = LJ_COLON + 1,
+};
+
 /*
  * Reads the next token into t, after JSON whitespace.  Structural
  * characters are one byte; a NUL is the end (and is not consumed); strings
@@ -280,25 +286,12 @@ static void lj_next(struct lj_dec *d, struct lj_token *t) {
     }
     hub_lmeter_spend(&d->m, (int32_t)((d->p - ws) % LJ_SCAN_PIECE / 64) + 1);
     t->index = (size_t)(d->p - d->s0);
+    if (lj_punct[c] != 0) {
+        t->type = (enum lj_tok)(lj_punct[c] - 1);
+        d->p++;
+        return;
+    }
     switch (c) {
-    case '{':
-        t->type = LJ_OBJ_BEGIN;
-        break;
-    case '}':
-        t->type = LJ_OBJ_END;
-        break;
-    case '[':
-        t->type = LJ_ARR_BEGIN;
-        break;
-    case ']':
-        t->type = LJ_ARR_END;
-        break;
-    case ',':
-        t->type = LJ_COMMA;
-        break;
-    case ':':
-        t->type = LJ_COLON;
-        break;
     case '\0':
         t->type = LJ_END;
         return;
@@ -327,7 +320,6 @@ static void lj_next(struct lj_dec *d, struct lj_token *t) {
         }
         return;
     }
-    d->p++;
 }
 
 /* Raises lua-cjson's syntax error: what was expected, what was found (an
@@ -347,67 +339,45 @@ static void lj_descend(struct lj_dec *d, int slots) {
 
 static void lj_value(struct lj_dec *d, struct lj_token *t);
 
-/* Pushes the object whose '{' was just read: string keys, a later
- * duplicate key replacing the earlier value. */
-static void lj_object(struct lj_dec *d) {
+/* Pushes the object (string keys, a later duplicate key replacing the
+ * earlier value) or the array (a table 1..n; null elements are json.null,
+ * so there are no holes) whose opening token was just read. */
+static void lj_container(struct lj_dec *d, int object) {
+    enum lj_tok end = object ? LJ_OBJ_END : LJ_ARR_END;
     struct lj_token t;
 
-    lj_descend(d, 3);
+    lj_descend(d, object ? 3 : 2);
     lua_newtable(d->L);
     lj_next(d, &t);
-    if (t.type == LJ_OBJ_END) {
-        d->depth--;
-        return;
-    }
-    for (;;) {
-        if (t.type != LJ_STRING) {
-            lj_throw(d, "object key string", &t);
+    /* only right after the opening may the end come: "[1,]" is an error */
+    for (int i = 1; t.type != end || i > 1; i++) {
+        if (object) {
+            if (t.type != LJ_STRING) {
+                lj_throw(d, "object key string", &t);
+            }
+            lua_pushlstring(d->L, t.str, t.len);
+            lj_next(d, &t);
+            if (t.type != LJ_COLON) {
+                lj_throw(d, "colon", &t);
+            }
+            lj_next(d, &t);
         }
-        lua_pushlstring(d->L, t.str, t.len);
-        lj_next(d, &t);
-        if (t.type != LJ_COLON) {
-            lj_throw(d, "colon", &t);
-        }
-        lj_next(d, &t);
         lj_value(d, &t);
-        lua_rawset(d->L, -3);
+        if (object) {
+            lua_rawset(d->L, -3);
+        } else {
+            lua_rawseti(d->L, -2, i);
+        }
         lj_next(d, &t);
-        if (t.type == LJ_OBJ_END) {
-            d->depth--;
-            return;
+        if (t.type == end) {
+            break;
         }
         if (t.type != LJ_COMMA) {
-            lj_throw(d, "comma or object end", &t);
+            lj_throw(d, object ? "comma or object end" : "comma or array end", &t);
         }
         lj_next(d, &t);
     }
-}
-
-/* Pushes the array whose '[' was just read, as a table 1..n (null elements
- * are json.null, so there are no holes). */
-static void lj_array(struct lj_dec *d) {
-    struct lj_token t;
-
-    lj_descend(d, 2);
-    lua_newtable(d->L);
-    lj_next(d, &t);
-    if (t.type == LJ_ARR_END) {
-        d->depth--;
-        return;
-    }
-    for (int i = 1;; i++) {
-        lj_value(d, &t);
-        lua_rawseti(d->L, -2, i);
-        lj_next(d, &t);
-        if (t.type == LJ_ARR_END) {
-            d->depth--;
-            return;
-        }
-        if (t.type != LJ_COMMA) {
-            lj_throw(d, "comma or array end", &t);
-        }
-        lj_next(d, &t);
-    }
+    d->depth--;
 }
 
 /* Pushes the value that starts with token t. */
@@ -426,10 +396,8 @@ static void lj_value(struct lj_dec *d, struct lj_token *t) {
         lua_pushlightuserdata(d->L, NULL);
         break;
     case LJ_OBJ_BEGIN:
-        lj_object(d);
-        break;
     case LJ_ARR_BEGIN:
-        lj_array(d);
+        lj_container(d, t->type == LJ_OBJ_BEGIN);
         break;
     default:
         lj_throw(d, "value", t);
