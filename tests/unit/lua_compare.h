@@ -23,6 +23,7 @@
 #include <lualib.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "lbudget.h"
 
@@ -167,6 +168,67 @@ static lua_State *compare_state(void (*push_ref)(lua_State *L),
 static void run(lua_State *L, const char *name, const char *chunk) {
     if (luaL_loadbuffer(L, chunk, strlen(chunk), name) != 0 || lua_pcall(L, 0, 0, 0) != 0) {
         fail_msg("%s", lua_tostring(L, -1));
+    }
+}
+
+/*
+ * Runs each chunk (which calls `mine`) with a budget that allows
+ * sb->limit checks: each must fail with "deadline exceeded" and the
+ * prefix `what` ("string.", "json.") in its message.
+ */
+static void expect_stopped(lua_State *L, struct step_budget *sb, const char *const *chunks,
+                           size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        const char *e;
+        sb->checks = 0;
+        if (luaL_loadstring(L, chunks[i]) != 0) {
+            fail_msg("%s", lua_tostring(L, -1));
+        }
+        if (lua_pcall(L, 0, 0, 0) == 0) {
+            fail_msg("%s was not stopped", chunks[i]);
+        }
+        e = lua_tostring(L, -1);
+        if (e == NULL || strstr(e, "deadline exceeded") == NULL || strstr(e, what) == NULL) {
+            fail_msg("%s: %s", chunks[i], e ? e : "(no message)");
+        }
+        assert_int_equal(sb->checks, sb->limit + 1);
+        lua_settop(L, 0);
+    }
+}
+
+static double compare_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/*
+ * Runs the chunk bench(lib, n) with lib = ref and lib = mine, alternately
+ * twice (the second round counts), and returns the CPU time of each in
+ * t[0] (ref) and t[1] (mine), in ms.  The chunk returns a number, which
+ * must be the same for both.
+ */
+static void compare_speed(lua_State *L, const char *bench, int n, double t[2]) {
+    double result[2];
+    for (int round = 0; round < 2; round++) {
+        for (int which = 0; which < 2; which++) {
+            double t0;
+            if (luaL_loadbuffer(L, bench, strlen(bench), "=bench") != 0) {
+                fail_msg("%s", lua_tostring(L, -1));
+            }
+            lua_getglobal(L, which == 0 ? "ref" : "mine");
+            lua_pushinteger(L, n);
+            t0 = compare_cpu_ms();
+            if (lua_pcall(L, 2, 1, 0) != 0) {
+                fail_msg("%s", lua_tostring(L, -1));
+            }
+            t[which] = compare_cpu_ms() - t0;
+            result[which] = lua_tonumber(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    if (result[0] != result[1]) {
+        fail_msg("the benchmark's results differ: %g and %g", result[0], result[1]);
     }
 }
 

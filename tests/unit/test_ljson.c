@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include <time.h>
+#include <luajit.h>
 
 #include "ljson.h"
 #include "lua_compare.h"
@@ -159,31 +159,11 @@ static void test_budget_stops(void **state) {
 
     sb.b.ud = &sb;
     L = compare_state(push_ref, push_mine, &sb.b);
-    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
-        const char *e;
-        sb.checks = 0;
-        if (luaL_loadstring(L, chunks[i]) != 0) {
-            fail_msg("%s", lua_tostring(L, -1));
-        }
-        if (lua_pcall(L, 0, 0, 0) == 0) {
-            fail_msg("%s was not stopped", chunks[i]);
-        }
-        e = lua_tostring(L, -1);
-        if (e == NULL || strstr(e, "deadline exceeded") == NULL || strstr(e, "json.") == NULL) {
-            fail_msg("%s: %s", chunks[i], e ? e : "(no message)");
-        }
-        lua_settop(L, 0);
-    }
+    expect_stopped(L, &sb, chunks, sizeof(chunks) / sizeof(chunks[0]), "json.");
     sb.checks = 0;
     run(L, "=short", "assert(mine.decode(mine.encode({a = {1, 2}})).a[2] == 2)");
     assert_int_equal(sb.checks, 0);
     lua_close(L);
-}
-
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* Decode and encode of a 1 KiB event body, as a policy's ev.data and
@@ -207,26 +187,9 @@ static void test_speed(void **state) {
     double t[2];
     const int n = 3000;
 
-    for (int round = 0; round < 2; round++) {
-        for (int which = 0; which < 2; which++) {
-            double t0;
-            if (luaL_loadbuffer(L, BENCH, sizeof(BENCH) - 1, "=bench") != 0) {
-                fail_msg("%s", lua_tostring(L, -1));
-            }
-            lua_getglobal(L, which == 0 ? "ref" : "mine");
-            if (which == 0) {
-                lua_pop(L, 1);
-                push_ref(L);
-            }
-            lua_pushinteger(L, n);
-            t0 = cpu_ms();
-            if (lua_pcall(L, 2, 1, 0) != 0) {
-                fail_msg("%s", lua_tostring(L, -1));
-            }
-            t[which] = cpu_ms() - t0;
-            lua_pop(L, 1);
-        }
-    }
+    /* as in a policy state: interpreter only */
+    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    compare_speed(L, BENCH, n, t);
     printf("ljson: decode + encode of a 1 KiB body, %.2f us with lua-cjson, %.2f us with ljson "
            "(ratio %.2f)\n",
            t[0] * 1000.0 / n, t[1] * 1000.0 / n, t[1] / t[0]);

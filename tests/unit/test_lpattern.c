@@ -21,7 +21,6 @@
 #include <lua.h>
 #include <luajit.h>
 #include <lualib.h>
-#include <time.h>
 
 #include "lpattern.h"
 #include "lua_compare.h"
@@ -308,22 +307,7 @@ static void test_budget_stops(void **state) {
 
     sb.b.ud = &sb;
     L = new_state(&sb);
-    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
-        const char *e;
-        sb.checks = 0;
-        if (luaL_loadstring(L, chunks[i]) != 0) {
-            fail_msg("%s", lua_tostring(L, -1));
-        }
-        if (lua_pcall(L, 0, 0, 0) == 0) {
-            fail_msg("%s was not stopped", chunks[i]);
-        }
-        e = lua_tostring(L, -1);
-        if (e == NULL || strstr(e, "deadline exceeded") == NULL || strstr(e, "string.") == NULL) {
-            fail_msg("%s: %s", chunks[i], e ? e : "(no message)");
-        }
-        assert_int_equal(sb.checks, sb.limit + 1);
-        lua_settop(L, 0);
-    }
+    expect_stopped(L, &sb, chunks, sizeof(chunks) / sizeof(chunks[0]), "string.");
     sb.checks = 0;
     run(L, "=short", "assert(mine.match('key=value', '(%w+)=(%w+)') == 'key')");
     assert_int_equal(sb.checks, 0);
@@ -331,12 +315,6 @@ static void test_budget_stops(void **state) {
 }
 
 /* -------------------------------------------------------------- speed -- */
-
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Typical policy patterns, LuaJIT's functions against these (interpreter
  * only, as in a policy state); prints the ratio, and fails only on a gross
@@ -358,28 +336,13 @@ static void test_speed_typical_patterns(void **state) {
         "  local s = gsub(body, '[\"{}]', '')\n"
         "  if match(body, '\"amount\":(%d+)') then hits = hits + 1 end\n"
         "end\n"
+        "assert(hits == 4 * n)\n"
         "return hits\n";
     double t[2];
     const int n = 4000;
 
     luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
-    for (int round = 0; round < 2; round++) {
-        for (int which = 0; which < 2; which++) {
-            double t0;
-            if (luaL_loadbuffer(L, BENCH, sizeof(BENCH) - 1, "=bench") != 0) {
-                fail_msg("%s", lua_tostring(L, -1));
-            }
-            lua_getglobal(L, which == 0 ? "string" : "mine");
-            lua_pushinteger(L, n);
-            t0 = cpu_ms();
-            if (lua_pcall(L, 2, 1, 0) != 0) {
-                fail_msg("%s", lua_tostring(L, -1));
-            }
-            t[which] = cpu_ms() - t0;
-            assert_int_equal(lua_tointeger(L, -1), 4 * n);
-            lua_pop(L, 1);
-        }
-    }
+    compare_speed(L, BENCH, n, t);
     printf("lpattern: typical policy patterns, %.2f us per round with LuaJIT's functions, %.2f "
            "us with lpattern (ratio %.2f)\n",
            t[0] * 1000.0 / n, t[1] * 1000.0 / n, t[1] / t[0]);
