@@ -36,7 +36,7 @@
 
 /* What producing one byte in C costs at most, conservatively (copying into
  * fresh memory with its page faults, hashing, scanning: measured at 0.4 to
- * 1.4 ns, see docs/policies.md): work whose size is known before it starts
+ * 1.3 ns, see docs/policies.md): work whose size is known before it starts
  * needs this much time left per byte. */
 #define HUB_LBUDGET_NS_PER_BYTE 1
 
