@@ -11,8 +11,9 @@
  * reported when the matcher reaches them, never earlier, as LuaJIT does:
  * ("a["):find("x") is nil, ("a["):find("a") an error.
  *
- * Steps: every activation, every 64 bytes scanned by a repetition, a %b, a
- * back-reference or a skip, every replacement of gsub.
+ * Steps: every activation, and every 64 bytes scanned (by a repetition, a
+ * %b, a back-reference, a skip or a plain search) or copied into gsub's
+ * result.
  */
 #include "lpattern.h"
 
