@@ -8,7 +8,10 @@
  * hooks do not fire in compiled traces) and a count hook that enforces a
  * per-call deadline.  Policy code sees only the environment lua/sandbox.lua
  * builds: no io, os.execute, require, load*, dofile, debug, ffi, jit,
- * string.dump or bytecode, and no way to the real string metatable.
+ * string.dump or bytecode, and no way to the real string metatable.  The
+ * library functions that could run long in C, where the hook never fires
+ * (patterns, string.rep, table.concat, table.insert, json), are the hub's
+ * own versions that the deadline stops (lpattern.h, lbulk.h, ljson.h).
  *
  * States and threads: one state per policy per loaded version, run on the
  * loop thread of the process that owns the job.  Independent states mean a
