@@ -1,20 +1,16 @@
 # shellcheck shell=bash
 #
-# tests/support/delivery.sh — tenant API keys and webhook subscriptions for the
-# tests that deliver to the recording sink (sink.sh).
+# tests/support/delivery.sh — webhook subscriptions and their delivery jobs,
+# for the tests that deliver to the recording sink (sink.sh).
 #
-# Source it after lib.sh (it uses admin_curl, psql_q, wait_until, fatal and
-# $HUB_URL).  jq is not assumed: the API answers compact JSON, read with sed.
-# Sink paths that fail on purpose cannot echo the verification challenge, so
-# their subscriptions are activated by hand (subscription_activate).
+# Source it after lib.sh (it uses admin_curl, psql_q, wait_until, wait_sql,
+# fatal and $HUB_URL).  jq is not assumed: the API answers compact JSON, read
+# with sed.  Sink paths that fail on purpose cannot echo the verification
+# challenge, so their subscriptions are activated by hand (subscription_activate).
 #
-#   KEY=$(tenant_key acme)
-#   ID=$(subscribe_active "$KEY" "$(subscription_json transaction.posted "$SINK_URL/status/500/a")")
-
-# tenant_key TENANT: prints a new API key (shk_…) of TENANT; nothing on failure.
-tenant_key() {
-    admin_curl POST "/admin/tenants/$1/api-keys" | sed -n 's/.*"key":"\(shk_[^"]*\)".*/\1/p'
-}
+#   KEY=$(own_tenant_key)
+#   ID=$(subscribe_at "$KEY" "/status/500/$(own_id)/" transaction.posted)
+#   wait_job_state "$ID" dead || fail "the job is not dead: $(job_states "$ID")"
 
 # json_field NAME JSON: the string member NAME of compact JSON (the last if repeated), or nothing.
 json_field() {
@@ -59,4 +55,40 @@ subscribe_active() {
     subscription_activate "$id" || rc=1
     echo "$id"
     return "$rc"
+}
+
+# subscribe_at KEY PATH TYPE [EXTRA]: a webhook subscription of KEY's tenant
+# to TYPE at $SINK_URL PATH, activated by hand once its probe is over (the
+# sink's failing paths cannot echo the challenge); prints the id (fatal
+# without one; a probe that does not finish is a failure).
+subscribe_at() {
+    local id
+    id=$(subscribe_active "$1" "$(subscription_json "$3" "$SINK_URL$2" "${4:-}")") ||
+        fail "the probe of the subscription at $2 did not finish"
+    echo "$id"
+}
+
+# jobs_in SUB STATE: how many jobs of subscription SUB are in STATE.
+jobs_in() {
+    psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$1' AND state = '$2'"
+}
+
+# job_states SUB: "state:count ..." of SUB's jobs (for failure messages).
+job_states() {
+    psql_q "SELECT coalesce(string_agg(state || ':' || n, ' ' ORDER BY state), 'none')
+              FROM (SELECT state, count(*) n FROM delivery_jobs
+                     WHERE subscription_id = '$1' GROUP BY state) x"
+}
+
+# wait_jobs SUB STATE N [TIMEOUT]: waits (default 20 s) until exactly N jobs
+# of SUB are in STATE; 1 on timeout.
+wait_jobs() {
+    wait_sql "${4:-20}" "$3" \
+        "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$1' AND state = '$2'"
+}
+
+# wait_job_state SUB STATE [TIMEOUT]: waits (default 20 s) until the one job
+# of SUB is in STATE; 1 on timeout.
+wait_job_state() {
+    wait_sql "${3:-20}" "$2" "SELECT state FROM delivery_jobs WHERE subscription_id = '$1'"
 }
