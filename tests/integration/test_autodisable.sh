@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
 # Auto-disable (SPEC §7.7), end to end: Kafka → hub → the recording sink.
 #
 # A failure streak per subscription records its first and last failure since
@@ -7,69 +8,74 @@
 # audit row, a log line, a metric) once the streak is BOTH sustained
 # (now - first >= WINDOW) and dispersed (last - first >= SPREAD).
 #
-#   run 1  WINDOW=3s SPREAD=2s:
-#          a) an always-failing destination (/status/500) is auto-disabled,
-#             verification_state untouched, its jobs parked, no more attempts;
-#          a') the same for a destination that never answers (/hang: each
-#             attempt is in flight for the 2s timeout), so attempts are still
-#             in flight when it is disabled: their failures must park the
-#             jobs, not reschedule them;
-#          d) a destination failing until a deadline (/fail-until) is
-#             auto-disabled, then (past the deadline) re-enabled with PATCH
-#             {"enabled":true}: parked jobs resume and succeed, disabled_reason
-#             is cleared and the success clears the streak.
-#   run 2  WINDOW=1h SPREAD=1s: only the dispersion gate holds → never disabled.
-#   run 3  WINDOW=1s SPREAD=1h: only the sustained gate holds → never disabled.
-#   run 4  AUTODISABLE_ENABLED=false, gates that would fire → never disabled,
-#          and a 410 does not disable either.
+#   shared hub  WINDOW=3s SPREAD=2s:
+#          - an always-failing destination (/status/500) is auto-disabled,
+#            verification_state untouched, its jobs parked, no more attempts;
+#          - the same for a destination that never answers (/hang: each
+#            attempt is in flight for the 2s timeout), so attempts are still
+#            in flight when it is disabled: their failures must park the
+#            jobs, not reschedule them;
+#          - a destination failing until a deadline (/fail-until) is
+#            auto-disabled, then (past the deadline) re-enabled with PATCH
+#            {"enabled":true}: parked jobs resume and succeed, disabled_reason
+#            is cleared and the success clears the streak.
+#   a hub of its own  WINDOW=1h SPREAD=1s: only the dispersion gate holds → never disabled.
+#   a hub of its own  WINDOW=1s SPREAD=1h: only the sustained gate holds → never disabled.
+#   a hub of its own  AUTODISABLE_ENABLED=false, gates that would fire → never
+#          disabled, and a 410 does not disable either.
 #
 # The breaker (per tenant and origin: every sink path shares one origin) is
-# kept out of the way with high thresholds.
+# kept out of the way with high thresholds.  Each scenario is a tenant of
+# its own; the three on the shared hub start their streams in prepare_*.
 set -uo pipefail
-source "$(dirname "$0")/../support/lib.sh"
-source "$(dirname "$0")/../support/sink.sh"
-source "$(dirname "$0")/../support/delivery.sh"
-hub_test_init
+# shellcheck source=tests/support/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
-KEK=$(head -c 32 /dev/urandom | base64)
-STEPS=1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms
-BASE_ENV=(STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
-    STREAMING_HUB_RETRY_SCHEDULE=$STEPS STREAMING_HUB_DISPATCH_LEASE=5s
-    STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000
-    STREAMING_HUB_DELIVERY_TIMEOUT=2s STREAMING_HUB_SHUTDOWN_TIMEOUT=3s
-    STREAMING_HUB_DISPATCH_WORKERS=32)
 TOPIC=lerian.streaming.autodisable
-pg_start
-kafka_start --topic $TOPIC:4
-sink_start
-hub_start "${BASE_ENV[@]}" STREAMING_HUB_AUTODISABLE_ENABLED=true \
-    STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=3s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=2s
-RUN1_LOG=$HUB_LOG
+STEPS=1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms,1500ms
+AUTO_DISABLED=streaming_hub_subscriptions_auto_disabled_total
 
-tenant_create acme
-ACME_KEY=$(tenant_key acme)
-[[ -n $ACME_KEY ]] || fatal "no tenant API key"
+setup() {
+    pg_start
+    kafka_start --topic "$TOPIC":4
+    sink_start
+    hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
+        STREAMING_HUB_RETRY_SCHEDULE=$STEPS STREAMING_HUB_DISPATCH_LEASE=5s \
+        STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000 \
+        STREAMING_HUB_DELIVERY_TIMEOUT=2s STREAMING_HUB_SHUTDOWN_TIMEOUT=3s \
+        STREAMING_HUB_DISPATCH_WORKERS=32 STREAMING_HUB_AUTODISABLE_ENABLED=true \
+        STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=3s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=2s
+}
 
 q() { psql_q "$1"; }
 sub_field() { q "SELECT $2 FROM subscriptions WHERE id = '$1'"; }
-jobs_in() { q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$1' AND state = '$2'"; }
-# subscribe PATH TYPE → id, verified by hand once its background probe ended
-# (the failing paths cannot echo the challenge)
+job_counts() { q "SELECT string_agg(state || ':' || n, ' ') FROM (SELECT state, count(*) n FROM delivery_jobs WHERE subscription_id = '$1' GROUP BY state) x"; }
+
+# subscribe PATH TYPE → id of $KEY's subscription, verified by hand once its
+# background probe ended (the failing paths cannot echo the challenge)
 subscribe() {
     local id
-    id=$(subscribe_active "$ACME_KEY" "$(subscription_json "$2" "$SINK_URL$1")") ||
+    id=$(subscribe_active "$KEY" "$(subscription_json "$2" "$SINK_URL$1")") ||
         fatal "the probe of $id did not finish"
     echo "$id"
 }
+
 # patch ID JSON → prints the response body; status in $(http_status)
 patch() {
-    hub_curl PATCH "/v1/subscriptions/$1" "$2" -H "Authorization: Bearer $ACME_KEY"
+    hub_curl PATCH "/v1/subscriptions/$1" "$2" -H "Authorization: Bearer $KEY"
 }
-# events TYPE PREFIX COUNT RATE: produce in the background
+
+# events TYPE PREFIX COUNT RATE: produce $TENANT's events in the background
 events() {
-    produce_bg --topic $TOPIC --tenant acme --count "$3" --rate "$4" --id-prefix "$2" \
+    produce_bg --topic "$TOPIC" --tenant "$TENANT" --count "$3" --rate "$4" --id-prefix "$2" \
         --type "studio.lerian.$1"
 }
+
 # never_disabled ID SINK_PATH SECONDS MSG: failures keep being recorded for SECONDS and
 # the subscription stays enabled all along
 never_disabled() {
@@ -84,121 +90,182 @@ never_disabled() {
     assert_ge "$((after - before))" 5 "$msg: failures kept coming meanwhile ($((after - before)) attempts)"
 }
 
-# --- run 1 (a): always failing → auto-disabled ----------------------------------
-H_ID=$(subscribe /hang/h slow.fails) # each attempt is in flight for the 2s timeout
-deadline_ms=$(($(date +%s%3N) + 11000))
-A_ID=$(subscribe /status/500/a always.fails)
-D_ID=$(subscribe "/fail-until/$deadline_ms/d" recovers.later)
-events always.fails a- 30 5
-events recovers.later d- 10 5
-events slow.fails h- 6 5
+# no_disable_audit ID...: no (auto) disable audit row for these subscriptions
+no_disable_audit() {
+    local ids
+    ids=$(printf "'%s'," "$@")
+    assert_eq 0 "$(q "SELECT count(*) FROM audit_log WHERE object_id IN (${ids%,}) AND action IN ('subscription.auto_disable', 'subscription.disable')")" \
+        "no disable audit row"
+}
 
-wait_until 15 "[[ \$(sub_field $A_ID enabled) == f ]]" || fail "the always-failing subscription was not auto-disabled"
-took=$(q "SELECT round(extract(epoch FROM (SELECT max(at) FROM audit_log WHERE object_id = '$A_ID') - failure_first_at)::numeric, 2) FROM subscriptions WHERE id = '$A_ID'")
-assert_ge "$took" 3 "auto-disable came no earlier than WINDOW after the first failure (3s; took ${took}s)"
-assert_eq "false|auto_disabled|active" "$(sub_field "$A_ID" "enabled || '|' || coalesce(disabled_reason, '') || '|' || verification_state")" \
-    "enabled=false, disabled_reason auto_disabled, verification_state untouched"
-assert_eq t "$(sub_field "$A_ID" "failure_last_at - failure_first_at >= interval '2 s'")" \
-    "the streak was dispersed (last - first >= SPREAD) when it fired"
-assert_eq 1 "$(q "SELECT count(*) FROM audit_log WHERE action = 'subscription.auto_disable' AND object_id = '$A_ID' AND tenant_id = 'acme'")" \
-    "one audit_log row subscription.auto_disable"
-assert_contains "$(q "SELECT detail::text FROM audit_log WHERE action = 'subscription.auto_disable' AND object_id = '$A_ID'")" \
-    failure_first_at "the audit detail carries the streak"
-if grep 'auto-disabled' "$RUN1_LOG" | grep -q "$A_ID"; then
-    pass "log line 'auto-disabled' names the subscription"
-else
-    fail "no 'auto-disabled' log line for $A_ID"
-fi
-resp=$(curl -s -H "Authorization: Bearer $ACME_KEY" "$HUB_URL/v1/subscriptions/$A_ID")
-assert_contains "$resp" '"disabled_reason":"auto_disabled"' "GET shows disabled_reason auto_disabled"
-assert_contains "$resp" '"enabled":false' "GET shows enabled false"
-sleep 0.5 # outcomes of attempts in flight at the moment of disabling land
-wait_until 3 "(( \$(jobs_in $A_ID in_flight) == 0 ))" >/dev/null
-attempts=$(sink_count /status/500/a)
-sleep 3
-assert_eq "$attempts" "$(sink_count /status/500/a)" "no further attempts reach the sink after auto-disable"
-assert_ge "$(jobs_in "$A_ID" parked)" 1 "its remaining jobs are parked"
-assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$A_ID' AND state NOT IN ('parked', 'dead')")" \
-    "no job of the disabled subscription is pending or in flight ($(q "SELECT string_agg(state || ':' || n, ' ') FROM (SELECT state, count(*) n FROM delivery_jobs WHERE subscription_id = '$A_ID' GROUP BY state) x"))"
+# ---------------------------------------------------------------------------
+# the shared hub: WINDOW=3s SPREAD=2s
+# ---------------------------------------------------------------------------
 
-# --- run 1 (d): fails until a deadline → auto-disabled, then PATCH enabled:true --
-wait_until 10 "[[ \$(sub_field $D_ID disabled_reason) == auto_disabled ]]" ||
-    fail "the /fail-until subscription was not auto-disabled before its deadline"
-assert_ge "$(metric streaming_hub_subscriptions_auto_disabled_total)" 2 "streaming_hub_subscriptions_auto_disabled_total counts both"
-assert_eq active "$(sub_field "$D_ID" verification_state)" "verification_state untouched (d)"
-parked_d=$(jobs_in "$D_ID" parked)
-assert_ge "$parked_d" 1 "the /fail-until subscription's jobs are parked ($parked_d)"
-# wait for the destination to recover
-while (($(date +%s%3N) < deadline_ms + 300)); do sleep 0.2; done
-assert_eq 0 "$(sink_ts "/fail-until/$deadline_ms/d" | awk -v d="$deadline_ms" '$1 >= d { n++ } END { print n + 0 }')" \
-    "no attempt reached the recovered destination while it was disabled"
-body=$(patch "$D_ID" '{"enabled":true}')
-assert_eq 200 "$(http_status)" "PATCH {\"enabled\":true} accepted"
-assert_contains "$body" '"enabled":true' "PATCH answers enabled true"
-assert_contains "$body" '"disabled_reason":null' "PATCH answers disabled_reason null"
-wait_until 15 "(( \$(jobs_in $D_ID succeeded) == 10 ))" ||
-    fail "parked jobs did not resume and succeed after PATCH enabled:true ($(q "SELECT string_agg(state || ':' || n, ' ') FROM (SELECT state, count(*) n FROM delivery_jobs WHERE subscription_id = '$D_ID' GROUP BY state) x"))"
-assert_eq "true|" "$(sub_field "$D_ID" "enabled || '|' || coalesce(disabled_reason, '')")" "enabled again, disabled_reason cleared"
-assert_eq "true|true" "$(sub_field "$D_ID" "(failure_first_at IS NULL) || '|' || (failure_last_at IS NULL)")" \
-    "a success clears the streak (failure_first_at/failure_last_at NULL)"
+prepare_an_always_failing_destination_is_auto_disabled() {
+    own_client
+    A_PATH=/status/500/$(own_id)/
+    A_ID=$(subscribe "$A_PATH" always.fails)
+    DISABLED0=$(metric "$AUTO_DISABLED")
+    events always.fails a- 30 5
+    keep TENANT KEY A_ID A_PATH DISABLED0
+}
 
-# --- run 1 (a'): attempts still in flight when the subscription is disabled ------
+scenario_an_always_failing_destination_is_auto_disabled() {
+    local took resp attempts
+    wait_until 15 "[[ \$(sub_field $A_ID enabled) == f ]]" || fail "the always-failing subscription was not auto-disabled"
+    took=$(q "SELECT round(extract(epoch FROM (SELECT max(at) FROM audit_log WHERE object_id = '$A_ID') - failure_first_at)::numeric, 2) FROM subscriptions WHERE id = '$A_ID'")
+    assert_ge "$took" 3 "auto-disable came no earlier than WINDOW after the first failure (3s; took ${took}s)"
+    assert_eq "false|auto_disabled|active" "$(sub_field "$A_ID" "enabled || '|' || coalesce(disabled_reason, '') || '|' || verification_state")" \
+        "enabled=false, disabled_reason auto_disabled, verification_state untouched"
+    assert_eq t "$(sub_field "$A_ID" "failure_last_at - failure_first_at >= interval '2 s'")" \
+        "the streak was dispersed (last - first >= SPREAD) when it fired"
+    assert_eq 1 "$(q "SELECT count(*) FROM audit_log WHERE action = 'subscription.auto_disable' AND object_id = '$A_ID' AND tenant_id = '$TENANT'")" \
+        "one audit_log row subscription.auto_disable"
+    assert_contains "$(q "SELECT detail::text FROM audit_log WHERE action = 'subscription.auto_disable' AND object_id = '$A_ID'")" \
+        failure_first_at "the audit detail carries the streak"
+    if grep 'auto-disabled' "$HUB_LOG" | grep -q "$A_ID"; then
+        pass "log line 'auto-disabled' names the subscription"
+    else
+        fail "no 'auto-disabled' log line for $A_ID"
+    fi
+    assert_ge "$(metric_delta "$AUTO_DISABLED" "$DISABLED0")" 1 "$AUTO_DISABLED counts it"
+    resp=$(curl -s -H "Authorization: Bearer $KEY" "$HUB_URL/v1/subscriptions/$A_ID")
+    assert_contains "$resp" '"disabled_reason":"auto_disabled"' "GET shows disabled_reason auto_disabled"
+    assert_contains "$resp" '"enabled":false' "GET shows enabled false"
+    sleep 0.5 # outcomes of attempts in flight at the moment of disabling land
+    wait_until 3 "(( \$(jobs_in $A_ID in_flight) == 0 ))" >/dev/null
+    attempts=$(sink_count "$A_PATH")
+    sleep 3
+    assert_eq "$attempts" "$(sink_count "$A_PATH")" "no further attempts reach the sink after auto-disable"
+    assert_ge "$(jobs_in "$A_ID" parked)" 1 "its remaining jobs are parked"
+    assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$A_ID' AND state NOT IN ('parked', 'dead')")" \
+        "no job of the disabled subscription is pending or in flight ($(job_counts "$A_ID"))"
+}
+
+# fails until a deadline → auto-disabled, then PATCH enabled:true
+prepare_a_recovered_destination_is_enabled_again() {
+    own_client
+    DEADLINE_MS=$(($(date +%s%3N) + 11000))
+    D_PATH=/fail-until/$DEADLINE_MS/$(own_id)/
+    D_ID=$(subscribe "$D_PATH" recovers.later)
+    DISABLED0=$(metric "$AUTO_DISABLED")
+    events recovers.later d- 10 5
+    keep KEY D_ID D_PATH DEADLINE_MS DISABLED0
+}
+
+scenario_a_recovered_destination_is_enabled_again() {
+    local parked_d body
+    wait_until 10 "[[ \$(sub_field $D_ID disabled_reason) == auto_disabled ]]" ||
+        fail "the /fail-until subscription was not auto-disabled before its deadline"
+    assert_ge "$(metric_delta "$AUTO_DISABLED" "$DISABLED0")" 1 "$AUTO_DISABLED counts it"
+    assert_eq active "$(sub_field "$D_ID" verification_state)" "verification_state untouched (d)"
+    parked_d=$(jobs_in "$D_ID" parked)
+    assert_ge "$parked_d" 1 "the /fail-until subscription's jobs are parked ($parked_d)"
+    # wait for the destination to recover
+    while (($(date +%s%3N) < DEADLINE_MS + 300)); do sleep 0.2; done
+    assert_eq 0 "$(sink_ts "$D_PATH" | awk -v d="$DEADLINE_MS" '$1 >= d { n++ } END { print n + 0 }')" \
+        "no attempt reached the recovered destination while it was disabled"
+    body=$(patch "$D_ID" '{"enabled":true}')
+    assert_eq 200 "$(http_status)" "PATCH {\"enabled\":true} accepted"
+    assert_contains "$body" '"enabled":true' "PATCH answers enabled true"
+    assert_contains "$body" '"disabled_reason":null' "PATCH answers disabled_reason null"
+    wait_jobs "$D_ID" succeeded 10 15 ||
+        fail "parked jobs did not resume and succeed after PATCH enabled:true ($(job_counts "$D_ID"))"
+    assert_eq "true|" "$(sub_field "$D_ID" "enabled || '|' || coalesce(disabled_reason, '')")" "enabled again, disabled_reason cleared"
+    assert_eq "true|true" "$(sub_field "$D_ID" "(failure_first_at IS NULL) || '|' || (failure_last_at IS NULL)")" \
+        "a success clears the streak (failure_first_at/failure_last_at NULL)"
+}
+
 # /hang: every attempt stays in flight for the 2s delivery timeout, so when one
 # failure disables the subscription others are still in flight; their failures
 # must not bring the jobs back to pending (they are parked, never attempted).
-wait_until 15 "[[ \$(sub_field $H_ID disabled_reason) == auto_disabled ]]" ||
-    fail "the /hang subscription was not auto-disabled"
-h_dis_ms=$(q "SELECT (extract(epoch FROM max(at)) * 1000)::bigint FROM audit_log WHERE object_id = '$H_ID' AND action = 'subscription.auto_disable'")
-wait_until 4 "(( \$(jobs_in $H_ID in_flight) == 0 ))" >/dev/null
-sleep 3
-late=$(sink_ts /hang/h | awk -v d="${h_dis_ms:-0}" '$1 > d + 200 { n++ } END { print n + 0 }')
-assert_eq 0 "$late" "no attempt starts after auto-disable, even for jobs that were in flight ($late started later; jobs: $(q "SELECT string_agg(state || ':' || attempt_count, ' ' ORDER BY id) FROM delivery_jobs WHERE subscription_id = '$H_ID'"))"
-assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$H_ID' AND state NOT IN ('parked', 'dead')")" \
-    "jobs in flight at the disable end up parked"
+prepare_attempts_in_flight_at_the_disable_end_up_parked() {
+    own_client
+    H_PATH=/hang/$(own_id)/
+    H_ID=$(subscribe "$H_PATH" slow.fails) # each attempt is in flight for the 2s timeout
+    events slow.fails h- 6 5
+    keep H_ID H_PATH
+}
 
-# --- run 2 (b): only the dispersion gate holds ----------------------------------
-hub_stop
-hub_start "${BASE_ENV[@]}" STREAMING_HUB_AUTODISABLE_ENABLED=true \
-    STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1h STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=1s
-B_ID=$(subscribe /status/500/b only.dispersed)
-events only.dispersed b- 30 5
-never_disabled "$B_ID" /status/500/b 6 "dispersed but not sustained (WINDOW=1h SPREAD=1s)"
-assert_eq t "$(sub_field "$B_ID" "failure_last_at - failure_first_at >= interval '1 s'")" \
-    "the streak is dispersed (last - first >= 1s) and open"
-patch "$B_ID" '{"enabled":false}' >/dev/null
-assert_eq disabled "$(sub_field "$B_ID" disabled_reason)" "PATCH enabled:false → disabled_reason disabled"
-assert_eq 0 "$(metric streaming_hub_subscriptions_auto_disabled_total)" "run 2: nothing auto-disabled"
+scenario_attempts_in_flight_at_the_disable_end_up_parked() {
+    local h_dis_ms late
+    wait_until 15 "[[ \$(sub_field $H_ID disabled_reason) == auto_disabled ]]" ||
+        fail "the /hang subscription was not auto-disabled"
+    h_dis_ms=$(q "SELECT (extract(epoch FROM max(at)) * 1000)::bigint FROM audit_log WHERE object_id = '$H_ID' AND action = 'subscription.auto_disable'")
+    wait_until 4 "(( \$(jobs_in $H_ID in_flight) == 0 ))" >/dev/null
+    sleep 3
+    late=$(sink_ts "$H_PATH" | awk -v d="${h_dis_ms:-0}" '$1 > d + 200 { n++ } END { print n + 0 }')
+    assert_eq 0 "$late" "no attempt starts after auto-disable, even for jobs that were in flight ($late started later; jobs: $(q "SELECT string_agg(state || ':' || attempt_count, ' ' ORDER BY id) FROM delivery_jobs WHERE subscription_id = '$H_ID'"))"
+    assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$H_ID' AND state NOT IN ('parked', 'dead')")" \
+        "jobs in flight at the disable end up parked"
+}
 
-# --- run 3 (b'): only the sustained gate holds ----------------------------------
-hub_stop
-hub_start "${BASE_ENV[@]}" STREAMING_HUB_AUTODISABLE_ENABLED=true \
-    STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=1h
-S_ID=$(subscribe /status/500/s only.sustained)
-events only.sustained s- 30 5
-never_disabled "$S_ID" /status/500/s 6 "sustained but not dispersed (WINDOW=1s SPREAD=1h)"
-assert_eq t "$(sub_field "$S_ID" "now() - failure_first_at >= interval '1 s'")" "the streak is sustained (now - first >= 1s)"
-patch "$S_ID" '{"enabled":false}' >/dev/null
-assert_eq 0 "$(metric streaming_hub_subscriptions_auto_disabled_total)" "run 3: nothing auto-disabled"
+# ---------------------------------------------------------------------------
+# hubs of their own: one gate only, or the kill switch off
+# ---------------------------------------------------------------------------
 
-# --- run 4 (c): kill switch off --------------------------------------------------
-hub_stop
-hub_start "${BASE_ENV[@]}" STREAMING_HUB_AUTODISABLE_ENABLED=false \
-    STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=500ms
-K_ID=$(subscribe /status/500/k kill.switch)
-G_ID=$(subscribe /gone/k gone.ignored)
-events kill.switch k- 30 5
-events gone.ignored g- 3 5
-never_disabled "$K_ID" /status/500/k 6 "kill switch off: gates that would fire do not disable"
-assert_eq t "$(sub_field "$K_ID" "now() - failure_first_at >= interval '1 s' AND failure_last_at - failure_first_at >= interval '500 ms'")" \
-    "both gates hold on the recorded streak"
-assert_ge "$(sink_count /gone/k)" 4 "410 answers were received ($(sink_count /gone/k) attempts)"
-assert_eq "true|" "$(sub_field "$G_ID" "enabled || '|' || coalesce(disabled_reason, '')")" \
-    "kill switch off: 410 does not disable the subscription"
-assert_eq 0 "$(jobs_in "$G_ID" parked)" "kill switch off: the 410 subscription's jobs are not parked"
-assert_eq 0 "$(metric streaming_hub_subscriptions_auto_disabled_total)" "run 4: nothing auto-disabled"
-assert_eq 0 "$(q "SELECT count(*) FROM audit_log WHERE object_id IN ('$B_ID', '$S_ID', '$K_ID', '$G_ID') AND action IN ('subscription.auto_disable', 'subscription.disable')")" \
-    "no disable audit row for runs 2-4"
-patch "$K_ID" '{"enabled":false}' >/dev/null
-patch "$G_ID" '{"enabled":false}' >/dev/null
+hub_env_only_dispersed_is_never_disabled() {
+    echo STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1h STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=1s
+}
 
-hub_test_done
+scenario_only_dispersed_is_never_disabled() {
+    local b_id path
+    own_client
+    path=/status/500/$(own_id)/
+    b_id=$(subscribe "$path" only.dispersed)
+    events only.dispersed b- 30 5
+    never_disabled "$b_id" "$path" 6 "dispersed but not sustained (WINDOW=1h SPREAD=1s)"
+    assert_eq t "$(sub_field "$b_id" "failure_last_at - failure_first_at >= interval '1 s'")" \
+        "the streak is dispersed (last - first >= 1s) and open"
+    patch "$b_id" '{"enabled":false}' >/dev/null
+    assert_eq disabled "$(sub_field "$b_id" disabled_reason)" "PATCH enabled:false → disabled_reason disabled"
+    assert_eq 0 "$(metric "$AUTO_DISABLED")" "run 2: nothing auto-disabled"
+    no_disable_audit "$b_id"
+}
+
+hub_env_only_sustained_is_never_disabled() {
+    echo STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=1h
+}
+
+scenario_only_sustained_is_never_disabled() {
+    local s_id path
+    own_client
+    path=/status/500/$(own_id)/
+    s_id=$(subscribe "$path" only.sustained)
+    events only.sustained s- 30 5
+    never_disabled "$s_id" "$path" 6 "sustained but not dispersed (WINDOW=1s SPREAD=1h)"
+    assert_eq t "$(sub_field "$s_id" "now() - failure_first_at >= interval '1 s'")" "the streak is sustained (now - first >= 1s)"
+    patch "$s_id" '{"enabled":false}' >/dev/null
+    assert_eq 0 "$(metric "$AUTO_DISABLED")" "run 3: nothing auto-disabled"
+    no_disable_audit "$s_id"
+}
+
+hub_env_the_kill_switch_off_disables_nothing() {
+    echo STREAMING_HUB_AUTODISABLE_ENABLED=false \
+        STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=1s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=500ms
+}
+
+scenario_the_kill_switch_off_disables_nothing() {
+    local k_id g_id path gpath
+    own_client
+    path=/status/500/$(own_id)/
+    gpath=/gone/$(own_id)/
+    k_id=$(subscribe "$path" kill.switch)
+    g_id=$(subscribe "$gpath" gone.ignored)
+    events kill.switch k- 30 5
+    events gone.ignored g- 3 5
+    never_disabled "$k_id" "$path" 6 "kill switch off: gates that would fire do not disable"
+    assert_eq t "$(sub_field "$k_id" "now() - failure_first_at >= interval '1 s' AND failure_last_at - failure_first_at >= interval '500 ms'")" \
+        "both gates hold on the recorded streak"
+    assert_ge "$(sink_count "$gpath")" 4 "410 answers were received ($(sink_count "$gpath") attempts)"
+    assert_eq "true|" "$(sub_field "$g_id" "enabled || '|' || coalesce(disabled_reason, '')")" \
+        "kill switch off: 410 does not disable the subscription"
+    assert_eq 0 "$(jobs_in "$g_id" parked)" "kill switch off: the 410 subscription's jobs are not parked"
+    assert_eq 0 "$(metric "$AUTO_DISABLED")" "run 4: nothing auto-disabled"
+    no_disable_audit "$k_id" "$g_id"
+    patch "$k_id" '{"enabled":false}' >/dev/null
+    patch "$g_id" '{"enabled":false}' >/dev/null
+}
+
+scenarios_main "$@"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
 # At-least-once delivery across crashes (SPEC §7, §7.1, §7.5).
 #
 # One tenant, one verified subscription (the sink's /echo path answers the
@@ -11,87 +12,93 @@
 # ev-0 .. ev-19999 reached the sink at least once (duplicates are allowed by
 # at-least-once and are counted in the log).
 set -uo pipefail
-source "$(dirname "$0")/../support/lib.sh"
-source "$(dirname "$0")/../support/sink.sh"
-source "$(dirname "$0")/../support/delivery.sh"
-hub_test_init
+# shellcheck source=tests/support/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
 N=20000
-KEK=$(head -c 32 /dev/urandom | base64)
-HUB_ENV=(STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
-    STREAMING_HUB_DISPATCH_LEASE=3s STREAMING_HUB_DISPATCH_WORKERS=32
-    STREAMING_HUB_DISPATCH_CLAIM_BATCH=64 STREAMING_HUB_RETRY_SCHEDULE=200ms,500ms,1s
-    STREAMING_HUB_DELIVERY_TIMEOUT=5s STREAMING_HUB_SHUTDOWN_TIMEOUT=5s)
 TOPIC=lerian.streaming.crash
-pg_start
-kafka_start --topic $TOPIC:4
-sink_start
-hub_start "${HUB_ENV[@]}"
 
-tenant_create acme
-ACME_KEY=$(tenant_key acme)
-[[ -n $ACME_KEY ]] || fatal "no tenant API key"
-s=$(subscription_create "$ACME_KEY" "$(subscription_json transaction.posted "$SINK_URL/echo/crash")")
-SUB_ID=$(json_field id "$s")
-[[ -n $SUB_ID ]] || fatal "subscription not created: $s"
-subscription_wait_verified "$SUB_ID" ||
-    fatal "the background probe did not verify the /echo destination"
-pass "subscription verified by its probe"
+setup() {
+    pg_start
+    kafka_start --topic "$TOPIC":4
+    sink_start
+    hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
+        STREAMING_HUB_DISPATCH_LEASE=3s STREAMING_HUB_DISPATCH_WORKERS=32 \
+        STREAMING_HUB_DISPATCH_CLAIM_BATCH=64 STREAMING_HUB_RETRY_SCHEDULE=200ms,500ms,1s \
+        STREAMING_HUB_DELIVERY_TIMEOUT=5s STREAMING_HUB_SHUTDOWN_TIMEOUT=5s
+}
 
-q() { psql_q "$1"; }
-delivered() { sink_count /echo/crash; }
-states() { q "SELECT coalesce(string_agg(state || ':' || n, ' ' ORDER BY state), 'none') FROM (SELECT state, count(*) n FROM delivery_jobs GROUP BY state) x"; }
+scenario_every_event_is_delivered_across_two_sigkills() {
+    local tenant key path s sub_id t_start round base inflight missing unexpected total dups
+    tenant=$(own_id)
+    key=$(own_tenant_key)
+    path=/echo/$(own_id)/
+    s=$(subscription_create "$key" "$(subscription_json transaction.posted "$SINK_URL$path")")
+    sub_id=$(json_field id "$s")
+    [[ -n $sub_id ]] || fatal "subscription not created: $s"
+    subscription_wait_verified "$sub_id" ||
+        fatal "the background probe did not verify the /echo destination"
+    pass "subscription verified by its probe"
 
-produce_bg --topic $TOPIC --tenant acme --count $N --payload-bytes 64 --rate 4000 \
-    --partitions 4 --id-prefix ev- --type studio.lerian.transaction.posted
-t_start=$SECONDS
+    delivered() { sink_count "$path"; }
+    states() { job_states "$sub_id"; }
 
-# two crashes while deliveries are in progress, with progress in between
-for round in 1 2; do
-    base=$(delivered)
-    wait_until 30 "(( \$(delivered) >= $base + 1500 ))" ||
-        fail "round $round: deliveries made no progress before the crash ($(delivered) received)"
-    log "round $round: $(delivered) requests received, jobs: $(states)"
-    hub_kill9
-    inflight=$(q "SELECT count(*) FROM delivery_jobs WHERE state = 'in_flight'")
-    log "round $round: $inflight jobs left in flight by the crash"
-    hub_start "${HUB_ENV[@]}"
-done
-assert_ge "$(grep -c '"msg":"http listening"' "$WORK"/hub.*.log | awk -F: '{ s += $NF } END { print s }')" 3 \
-    "the hub was started three times (two SIGKILLs)"
+    produce_bg --topic "$TOPIC" --tenant "$tenant" --count "$N" --payload-bytes 64 --rate 4000 \
+        --partitions 4 --id-prefix ev- --type studio.lerian.transaction.posted
+    t_start=$SECONDS
 
-wait_until 60 "! kill -0 $PRODUCER_PID 2>/dev/null" || fail "the producer did not finish"
-wait "$PRODUCER_PID" 2>/dev/null
-assert_eq 0 "$?" "hub-produce exited cleanly"
+    # two crashes while deliveries are in progress, with progress in between
+    for round in 1 2; do
+        base=$(delivered)
+        wait_until 30 "(( \$(delivered) >= $base + 1500 ))" ||
+            fail "round $round: deliveries made no progress before the crash ($(delivered) received)"
+        log "round $round: $(delivered) requests received, jobs: $(states)"
+        hub_kill9
+        inflight=$(jobs_in "$sub_id" in_flight)
+        log "round $round: $inflight jobs left in flight by the crash"
+        hub_start_shared
+    done
+    assert_ge "$(grep -c '"msg":"http listening"' "$WORK"/hub.*.log | awk -F: '{ s += $NF } END { print s }')" 3 \
+        "the hub was started three times (two SIGKILLs)"
 
-wait_until 60 "[[ \$(q \"SELECT count(*) FROM delivery_jobs WHERE state = 'succeeded'\") == $N ]]" ||
-    fail "not every job succeeded within 60 s: $(states)"
-log "all done after $((SECONDS - t_start)) s: $(states)"
+    wait_until 60 "! kill -0 $PRODUCER_PID 2>/dev/null" || fail "the producer did not finish"
+    wait "$PRODUCER_PID" 2>/dev/null
+    assert_eq 0 "$?" "hub-produce exited cleanly"
 
-assert_eq $N "$(q "SELECT count(*) FROM event_inbox WHERE tenant_id = 'acme'")" "$N events stored once each"
-assert_eq $N "$(q "SELECT count(*) FROM delivery_jobs")" "exactly $N delivery jobs (one per event)"
-assert_eq $N "$(q "SELECT count(*) FROM delivery_jobs WHERE state = 'succeeded' AND subscription_id = '$SUB_ID'")" \
-    "all $N jobs succeeded"
-assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE state = 'dead'")" "no job dead"
-assert_eq $N "$(q "SELECT count(DISTINCT event_id) FROM delivery_jobs")" "one job per ce-id"
+    wait_jobs "$sub_id" succeeded "$N" 60 || fail "not every job succeeded within 60 s: $(states)"
+    log "all done after $((SECONDS - t_start)) s: $(states)"
 
-# every produced ce-id reached the sink at least once
-seq 0 $((N - 1)) | sed 's/^/ev-/' | LC_ALL=C sort >"$WORK/expected.ids"
-sink_header /echo/crash x-lerian-event-id | grep '^ev-' >"$WORK/received.all"
-LC_ALL=C sort -u "$WORK/received.all" >"$WORK/received.ids"
-missing=$(LC_ALL=C comm -23 "$WORK/expected.ids" "$WORK/received.ids" | wc -l)
-unexpected=$(LC_ALL=C comm -13 "$WORK/expected.ids" "$WORK/received.ids" | wc -l)
-total=$(wc -l <"$WORK/received.all")
-dups=$((total - $(wc -l <"$WORK/received.ids")))
-assert_eq 0 "$missing" "every ce-id ev-0..ev-$((N - 1)) was received at least once ($missing missing$( ((missing > 0)) &&
-    printf ', e.g. %s' "$(LC_ALL=C comm -23 "$WORK/expected.ids" "$WORK/received.ids" | head -n 5 | tr '\n' ' ')"))"
-assert_eq 0 "$unexpected" "no ce-id the producer did not send"
-log "sink received $total deliveries for $N events: $dups duplicates (allowed: at-least-once)"
-assert_ge "$dups" 0 "duplicates counted: $dups"
-assert_eq 0 "$(sink_header /echo/crash x-lerian-subscription-id | grep -vc "^$SUB_ID\$")" \
-    "every delivery names the subscription"
-# a duplicate is a re-attempt of a job whose lease was reclaimed after a crash
-assert_ge "$(q "SELECT count(*) FROM delivery_jobs WHERE reclaims > 0")" "$( ((dups > 0)) && echo 1 || echo 0)" \
-    "duplicates come from reclaimed leases"
+    assert_eq "$N" "$(inbox_count "tenant_id = '$tenant'")" "$N events stored once each"
+    assert_eq "$N" "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE tenant_id = '$tenant'")" \
+        "exactly $N delivery jobs (one per event)"
+    assert_eq "$N" "$(jobs_in "$sub_id" succeeded)" "all $N jobs succeeded"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE tenant_id = '$tenant' AND state = 'dead'")" "no job dead"
+    assert_eq "$N" "$(psql_q "SELECT count(DISTINCT event_id) FROM delivery_jobs WHERE tenant_id = '$tenant'")" \
+        "one job per ce-id"
 
-hub_test_done
+    # every produced ce-id reached the sink at least once
+    seq 0 $((N - 1)) | sed 's/^/ev-/' | LC_ALL=C sort >"$WORK/expected.ids"
+    sink_header "$path" x-lerian-event-id | grep '^ev-' >"$WORK/received.all"
+    LC_ALL=C sort -u "$WORK/received.all" >"$WORK/received.ids"
+    missing=$(LC_ALL=C comm -23 "$WORK/expected.ids" "$WORK/received.ids" | wc -l)
+    unexpected=$(LC_ALL=C comm -13 "$WORK/expected.ids" "$WORK/received.ids" | wc -l)
+    total=$(wc -l <"$WORK/received.all")
+    dups=$((total - $(wc -l <"$WORK/received.ids")))
+    assert_eq 0 "$missing" "every ce-id ev-0..ev-$((N - 1)) was received at least once ($missing missing$( ((missing > 0)) &&
+        printf ', e.g. %s' "$(LC_ALL=C comm -23 "$WORK/expected.ids" "$WORK/received.ids" | head -n 5 | tr '\n' ' ')"))"
+    assert_eq 0 "$unexpected" "no ce-id the producer did not send"
+    log "sink received $total deliveries for $N events: $dups duplicates (allowed: at-least-once)"
+    assert_ge "$dups" 0 "duplicates counted: $dups"
+    assert_eq 0 "$(sink_header "$path" x-lerian-subscription-id | grep -vc "^$sub_id\$")" \
+        "every delivery names the subscription"
+    # a duplicate is a re-attempt of a job whose lease was reclaimed after a crash
+    assert_ge "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE tenant_id = '$tenant' AND reclaims > 0")" \
+        "$( ((dups > 0)) && echo 1 || echo 0)" "duplicates come from reclaimed leases"
+}
+
+scenarios_main "$@"

@@ -1,120 +1,170 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
 # Replay (SPEC §9): POST /v1/subscriptions/{id}/replay {"since","until","event_types"}
 # makes new delivery jobs for stored events — also for events stored before the
 # subscription existed — and re-arms finished ones; it honours the window and
 # the event type filter, refuses bad input with 400 naming the field, is a 404
 # for another tenant's subscription, is rate-limited per subscription (429 +
 # Retry-After) and audited.
+#
+# Each scenario is a tenant of its own: six transaction and four balance
+# events stored before its subscription exists (the window T0..T1), then
+# one live event (stored and delivered in prepare_*, so that the waits of
+# the scenarios overlap).
 set -uo pipefail
-source "$(dirname "$0")/../support/lib.sh"
-source "$(dirname "$0")/../support/sink.sh"
-source "$(dirname "$0")/../support/delivery.sh"
-hub_test_init
+# shellcheck source=tests/support/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
-KEK=$(head -c 32 /dev/urandom | base64)
-pg_start
-kafka_start --topic lerian.streaming.replay:2
-sink_start
-hub_start STREAMING_HUB_KEK="$KEK" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
+TOPIC=lerian.streaming.replay
 
-tenant_create acme
-tenant_create other
-KEY=$(tenant_key acme)
-OTHER_KEY=$(tenant_key other)
-[[ -n $KEY && -n $OTHER_KEY ]] || fatal "no tenant API keys"
+setup() {
+    pg_start
+    kafka_start --topic "$TOPIC":2
+    sink_start
+    hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
+}
 
 replay() { # replay KEY ID JSON → body; status in $(http_status)
     hub_curl POST "/v1/subscriptions/$2/replay" "$3" -H "Authorization: Bearer $1"
 }
 rfc3339() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%S.%3NZ; }
-# deliveries of produced events (the verification probe is not one)
-delivered() { sink_header /ok/replay x-lerian-event-id | grep -cE '^(early|late|bal)-'; }
+# deliveries of produced events to PATH (the verification probe is not one)
+delivered() { sink_header "$PATH_" x-lerian-event-id | grep -cE '^(early|late|bal)-'; }
+# window: the replay window T0..T1 as JSON members
+window() { printf '"since":"%s","until":"%s"' "$(rfc3339 "$T0")" "$(rfc3339 "$T1")"; }
 
-# 1. events stored before any subscription exists: nothing is delivered
-T0=$(date +%s.%N)
-produce --topic lerian.streaming.replay --tenant acme --count 6 --id-prefix early- \
-    --type studio.lerian.transaction.posted >/dev/null
-produce --topic lerian.streaming.replay --tenant acme --count 4 --id-prefix bal- \
-    --type studio.lerian.balance.updated >/dev/null
-wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM event_inbox WHERE tenant_id = 'acme'\") == 10 ]]" ||
-    fatal "the early events were not stored"
-T1=$(date +%s.%N)
-sleep 1.1
+# stored_window: the scenario's tenant with 6 transaction and 4 balance
+# events stored before any subscription exists (nothing is delivered), a
+# subscription to both types, and one live event after it, delivered.
+# Sets and keeps TENANT KEY SUB PATH_ T0 T1.
+stored_window() {
+    own_client
+    PATH_=/ok/$(own_id)/
+    T0=$(date +%s.%N)
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 6 --id-prefix early- \
+        --type studio.lerian.transaction.posted >/dev/null
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 4 --id-prefix bal- \
+        --type studio.lerian.balance.updated >/dev/null
+    wait_sql 30 10 "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT'" ||
+        fatal "the early events were not stored"
+    T1=$(date +%s.%N)
+    sleep 1.1
 
-# 2. a subscription to both types, then one more event after it
-SUB=$(subscribe_active "$KEY" "$(subscription_json 'transaction.*' "$SINK_URL/ok/replay")") ||
-    fail "the subscription's probe did not finish"
-psql_q "UPDATE subscriptions SET event_types = '{transaction.*,balance.*}' WHERE id = '$SUB'" >/dev/null
-produce --topic lerian.streaming.replay --tenant acme --count 1 --id-prefix late- \
-    --type studio.lerian.transaction.posted >/dev/null
-wait_until 30 '(( $(delivered) >= 1 ))' || fail "the live event was not delivered"
-sleep 1
-assert_eq 1 "$(delivered)" "before the replay only the live event arrived"
+    SUB=$(subscribe_at "$KEY" "$PATH_" 'transaction.*')
+    psql_q "UPDATE subscriptions SET event_types = '{transaction.*,balance.*}' WHERE id = '$SUB'" >/dev/null
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix late- \
+        --type studio.lerian.transaction.posted >/dev/null
+    wait_until 30 '(( $(delivered) >= 1 ))' || fail "the live event was not delivered"
+    keep TENANT KEY SUB PATH_ T0 T1
+}
 
-# 3. bad input
-replay "$KEY" "$SUB" '{}' >/dev/null
-assert_eq 400 "$(http_status)" "no since → 400"
-assert_contains "$(cat "$WORK/last_http_body")" '"field":"since"' "the 400 names since"
-replay "$KEY" "$SUB" '{"since":"yesterday"}' >/dev/null
-assert_eq 400 "$(http_status)" "a malformed since → 400"
-replay "$KEY" "$SUB" '{"since":"0000-01-01T00:00:00Z"}' >/dev/null
-assert_eq 400 "$(http_status)" "since in year 0000 (RFC 3339 has it, PostgreSQL does not) → 400"
-assert_contains "$(cat "$WORK/last_http_body")" '"field":"since"' "the 400 names since"
-replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T1")\",\"until\":\"$(rfc3339 "$T0")\"}" >/dev/null
-assert_eq 400 "$(http_status)" "until before since → 400"
-assert_contains "$(cat "$WORK/last_http_body")" '"field":"until"' "the 400 names until"
-replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"event_types\":[\"a.b.*\"]}" >/dev/null
-assert_eq 400 "$(http_status)" "a malformed event type → 400"
-replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"extra\":1}" >/dev/null
-assert_eq 400 "$(http_status)" "an unknown member → 400"
-replay "$OTHER_KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\"}" >/dev/null
-assert_eq 404 "$(http_status)" "another tenant's subscription → 404"
+# first_replay: the early window, transaction events only (6 new jobs);
+# waits until they are delivered.
+first_replay() {
+    replay "$KEY" "$SUB" "{$(window),\"event_types\":[\"transaction.posted\"]}" >/dev/null
+    assert_eq 202 "$(http_status)" "replay of the early transaction events → 202"
+    wait_until 30 '(( $(delivered) >= 7 ))' || fail "the replayed events were not delivered"
+}
 
-# 4. the early window, transaction events only: 6 new jobs, delivered
-body=$(replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"until\":\"$(rfc3339 "$T1")\",\"event_types\":[\"transaction.posted\"]}")
-assert_eq 202 "$(http_status)" "replay → 202"
-assert_contains "$body" '"events":6' "six stored events in the window match"
-assert_contains "$body" '"created":6' "six new jobs"
-assert_contains "$body" '"truncated":false' "not truncated"
-wait_until 30 '(( $(delivered) >= 7 ))' || fail "the replayed events were not delivered"
-sleep 1
-assert_eq 7 "$(delivered)" "exactly the six replayed events arrived (and the live one)"
-assert_eq 6 "$(sink_header /ok/replay x-lerian-event-id | grep -c '^early-')" "the replayed ones are the early transaction events"
+scenario_bad_replays_are_400_naming_the_field() {
+    local other_key sub t0 t1
+    own_client
+    other_key=$(own_tenant_key other)
+    sub=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'transaction.*')
+    t1=$(date +%s.%N)
+    t0=$(awk -v t="$t1" 'BEGIN { printf "%.3f", t - 10 }')
+    replay "$KEY" "$sub" '{}' >/dev/null
+    assert_eq 400 "$(http_status)" "no since → 400"
+    assert_contains "$(last_body)" '"field":"since"' "the 400 names since"
+    replay "$KEY" "$sub" '{"since":"yesterday"}' >/dev/null
+    assert_eq 400 "$(http_status)" "a malformed since → 400"
+    replay "$KEY" "$sub" '{"since":"0000-01-01T00:00:00Z"}' >/dev/null
+    assert_eq 400 "$(http_status)" "since in year 0000 (RFC 3339 has it, PostgreSQL does not) → 400"
+    assert_contains "$(last_body)" '"field":"since"' "the 400 names since"
+    replay "$KEY" "$sub" "{\"since\":\"$(rfc3339 "$t1")\",\"until\":\"$(rfc3339 "$t0")\"}" >/dev/null
+    assert_eq 400 "$(http_status)" "until before since → 400"
+    assert_contains "$(last_body)" '"field":"until"' "the 400 names until"
+    replay "$KEY" "$sub" "{\"since\":\"$(rfc3339 "$t0")\",\"event_types\":[\"a.b.*\"]}" >/dev/null
+    assert_eq 400 "$(http_status)" "a malformed event type → 400"
+    replay "$KEY" "$sub" "{\"since\":\"$(rfc3339 "$t0")\",\"extra\":1}" >/dev/null
+    assert_eq 400 "$(http_status)" "an unknown member → 400"
+    replay "$other_key" "$sub" "{\"since\":\"$(rfc3339 "$t0")\"}" >/dev/null
+    assert_eq 404 "$(http_status)" "another tenant's subscription → 404"
+}
 
-# 5. rate limit, then the same window again with every type: the 6 delivered
-# jobs are re-armed and the 4 balance events get new jobs
-replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\"}" >/dev/null
-assert_eq 429 "$(http_status)" "a second replay at once → 429"
-curl -s -D "$WORK/replay_headers" -o /dev/null -X POST -H "Authorization: Bearer $KEY" \
-    -H 'Content-Type: application/json' -d "{\"since\":\"$(rfc3339 "$T0")\"}" \
-    "$HUB_URL/v1/subscriptions/$SUB/replay"
-ra=$(grep -i '^retry-after:' "$WORK/replay_headers" | tr -dc 0-9)
-[[ -n $ra && $ra -ge 1 && $ra -le 5 ]] && pass "429 carries Retry-After ($ra s)" ||
-    fail "429 without a sensible Retry-After: '$ra'"
-sleep 5.5
-body=$(replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"until\":\"$(rfc3339 "$T1")\"}")
-assert_eq 202 "$(http_status)" "replay after the interval → 202"
-assert_contains "$body" '"events":10' "ten stored events in the window"
-assert_contains "$body" '"created":4' "four new jobs (the balance events)"
-assert_contains "$body" '"rearmed":6' "six finished jobs re-armed"
-wait_until 30 '(( $(delivered) >= 17 ))' || fail "the second replay was not delivered"
-sleep 1
-assert_eq 17 "$(delivered)" "1 live + 6 + 10 replayed deliveries"
+# the early window, transaction events only: 6 new jobs, delivered
+prepare_a_replay_delivers_the_stored_events_of_its_window() {
+    stored_window
+}
 
-# 6. audited
-assert_eq 2 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB'")" \
-    "each accepted replay is in the audit log"
-assert_eq 10 "$(psql_q "SELECT (detail->>'events')::int FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB' ORDER BY id DESC LIMIT 1")" \
-    "the audit entry counts the events"
+scenario_a_replay_delivers_the_stored_events_of_its_window() {
+    local body
+    sleep 1
+    assert_eq 1 "$(delivered)" "before the replay only the live event arrived"
+    body=$(replay "$KEY" "$SUB" "{$(window),\"event_types\":[\"transaction.posted\"]}")
+    assert_eq 202 "$(http_status)" "replay → 202"
+    assert_contains "$body" '"events":6' "six stored events in the window match"
+    assert_contains "$body" '"created":6' "six new jobs"
+    assert_contains "$body" '"truncated":false' "not truncated"
+    wait_until 30 '(( $(delivered) >= 7 ))' || fail "the replayed events were not delivered"
+    sleep 1
+    assert_eq 7 "$(delivered)" "exactly the six replayed events arrived (and the live one)"
+    assert_eq 6 "$(sink_header "$PATH_" x-lerian-event-id | grep -c '^early-')" "the replayed ones are the early transaction events"
+}
 
-# 7. a replay narrows what the subscription receives, never widens it: back
-# to transaction.* only, a replay asking for every type takes the six
+# rate limit, then the same window again with every type: the 6 delivered
+# jobs are re-armed and the 4 balance events get new jobs; audited
+prepare_a_replay_is_rate_limited_and_rearms_finished_jobs() {
+    stored_window
+}
+
+scenario_a_replay_is_rate_limited_and_rearms_finished_jobs() {
+    local ra body
+    first_replay
+    replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\"}" >/dev/null
+    assert_eq 429 "$(http_status)" "a second replay at once → 429"
+    curl -s -D "$WORK/replay_headers" -o /dev/null -X POST -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' -d "{\"since\":\"$(rfc3339 "$T0")\"}" \
+        "$HUB_URL/v1/subscriptions/$SUB/replay"
+    ra=$(grep -i '^retry-after:' "$WORK/replay_headers" | tr -dc 0-9)
+    [[ -n $ra && $ra -ge 1 && $ra -le 5 ]] && pass "429 carries Retry-After ($ra s)" ||
+        fail "429 without a sensible Retry-After: '$ra'"
+    sleep 5.5
+    body=$(replay "$KEY" "$SUB" "{$(window)}")
+    assert_eq 202 "$(http_status)" "replay after the interval → 202"
+    assert_contains "$body" '"events":10' "ten stored events in the window"
+    assert_contains "$body" '"created":4' "four new jobs (the balance events)"
+    assert_contains "$body" '"rearmed":6' "six finished jobs re-armed"
+    wait_until 30 '(( $(delivered) >= 17 ))' || fail "the second replay was not delivered"
+    sleep 1
+    assert_eq 17 "$(delivered)" "1 live + 6 + 10 replayed deliveries"
+
+    assert_eq 2 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB'")" \
+        "each accepted replay is in the audit log"
+    assert_eq 10 "$(psql_q "SELECT (detail->>'events')::int FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB' ORDER BY id DESC LIMIT 1")" \
+        "the audit entry counts the events"
+}
+
+# a replay narrows what the subscription receives, never widens it: back to
+# transaction.* only, a replay asking for every type takes the six
 # transaction events of the window and not the four balance ones
-psql_q "UPDATE subscriptions SET event_types = '{transaction.*}' WHERE id = '$SUB'" >/dev/null
-sleep 5.5
-body=$(replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\",\"until\":\"$(rfc3339 "$T1")\",\"event_types\":[\"*\"]}")
-assert_eq 202 "$(http_status)" "replay asking for every type → 202"
-assert_contains "$body" '"events":6' "only the six events the subscription itself matches"
-assert_contains "$body" '"created":0' "no job for a type the subscription does not take"
+prepare_a_replay_never_widens_the_subscription() {
+    stored_window
+}
 
-hub_test_done
+scenario_a_replay_never_widens_the_subscription() {
+    local body
+    first_replay
+    psql_q "UPDATE subscriptions SET event_types = '{transaction.*}' WHERE id = '$SUB'" >/dev/null
+    sleep 5.5
+    body=$(replay "$KEY" "$SUB" "{$(window),\"event_types\":[\"*\"]}")
+    assert_eq 202 "$(http_status)" "replay asking for every type → 202"
+    assert_contains "$body" '"events":6' "only the six events the subscription itself matches"
+    assert_contains "$body" '"created":0' "no job for a type the subscription does not take"
+}
+
+scenarios_main "$@"
