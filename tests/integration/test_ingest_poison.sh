@@ -1,84 +1,91 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
 # A poisoned partition does not block the others (SPEC §3.3): a database
 # trigger makes every insert of the record with source '/poison' fail, so the
 # batch of partition 0 that carries it fails again and again.  Partitions 1..3
 # must still be stored in bounded time, partition 0 must not skip ahead of its
 # poisoned record, and once the trigger is gone everything — the poisoned
 # record included — is stored exactly once.
+set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
-hub_test_init
 
 TOPIC=lerian.streaming.poison
 N=2000
 
-pg_start
-kafka_start --topic "$TOPIC:4"
-hub_start
-tenant_create acme
+setup() {
+    pg_start
+    kafka_start --topic "$TOPIC:4"
+    hub_shared
+}
 
-wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
-psql_q "
-CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
-BEGIN
-    IF NEW.source = '/poison' THEN
-        RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
-    END IF;
-    RETURN NEW;
-END \$\$;
-CREATE TRIGGER test_poison BEFORE INSERT ON event_inbox
-    FOR EACH ROW EXECUTE FUNCTION test_poison();" || fatal "could not install the poison trigger"
-
+# count_on SQL_CONDITION: events stored on the partitions that match it
 count_on() {
     psql_q "SELECT count(*) FROM event_inbox WHERE kafka_partition $1"
 }
 
-# The poisoned record first on partition 0 (i = 0 → partition 0), then N
-# normal records, record i on partition i % 4.
-out=$(produce --topic "$TOPIC" --tenant acme --partitions 4 --count 1 --source /poison \
-    --id-prefix poison-)
-assert_contains "$out" "produced 1 failed 0" "poisoned record produced"
-out=$(produce --topic "$TOPIC" --tenant acme --partitions 4 --count "$N" --id-prefix n- \
-    --payload-bytes 200)
-assert_contains "$out" "produced $N failed 0" "$N normal records produced"
+scenario_a_poisoned_partition_neither_blocks_the_others_nor_skips_ahead() {
+    local tenant out others
+    tenant=$(own_tenant)
+    wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
+    psql_q "
+    CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
+    BEGIN
+        IF NEW.source = '/poison' THEN
+            RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
+        END IF;
+        RETURN NEW;
+    END \$\$;
+    CREATE TRIGGER test_poison BEFORE INSERT ON event_inbox
+        FOR EACH ROW EXECUTE FUNCTION test_poison();" || fatal "could not install the poison trigger"
 
-others=$((N * 3 / 4))
-if wait_until 60 "[[ \$(count_on 'IN (1, 2, 3)') -ge $others ]]"; then
-    pass "partitions 1..3 stored while partition 0 is poisoned"
-else
-    fail "partitions 1..3: only $(count_on 'IN (1, 2, 3)') of $others stored within 60 s"
-fi
-# Let partition 0 be retried a few more times: it must stay stuck behind its
-# poisoned record (stored in partition order, nothing skipped or lost).
-sleep 3
-assert_eq "$others" "$(count_on 'IN (1, 2, 3)')" "partitions 1..3 stored exactly once"
-assert_eq 0 "$(count_on '= 0')" "nothing of partition 0 stored past the poisoned record"
-assert_ge "$(metric streaming_hub_ingest_batch_failures_total)" 1 \
-    "streaming_hub_ingest_batch_failures_total > 0"
-assert_eq 0 "$(psql_q "SELECT count(*) FROM quarantine")" \
-    "a database failure is not a verdict: nothing quarantined"
-assert_eq 200 "$(curl -s -o /dev/null -w '%{http_code}' "$HUB_URL/readyz")" \
-    "hub still ready while one partition is retried"
+    # The poisoned record first on partition 0 (i = 0 → partition 0), then N
+    # normal records, record i on partition i % 4.
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count 1 --source /poison \
+        --id-prefix poison-)
+    assert_contains "$out" "produced 1 failed 0" "poisoned record produced"
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count "$N" --id-prefix n- \
+        --payload-bytes 200)
+    assert_contains "$out" "produced $N failed 0" "$N normal records produced"
 
-psql_q "DROP TRIGGER test_poison ON event_inbox" || fail "could not drop the trigger"
-if wait_until 90 "[[ \$(count_on '= 0') -ge $((N / 4 + 1)) ]]"; then
-    pass "partition 0 recovers once the trigger is gone"
-else
-    fail "partition 0: only $(count_on '= 0') of $((N / 4 + 1)) stored within 90 s"
-fi
-sleep 1
-assert_eq "$((N + 1))|$((N + 1))" \
-    "$(psql_q "SELECT count(*), count(DISTINCT (tenant_id, source, event_id)) FROM event_inbox")" \
-    "all $((N + 1)) records stored exactly once"
-assert_eq "1|0|0" "$(psql_q "SELECT count(*), min(kafka_partition), min(kafka_offset)
-                              FROM event_inbox WHERE source = '/poison'")" \
-    "the poisoned record stored once, first on partition 0"
-assert_eq 0 "$(psql_q "SELECT count(*) FROM (
-                         SELECT seq, lag(seq) OVER (PARTITION BY kafka_partition
-                                                    ORDER BY kafka_offset) AS prev
-                           FROM event_inbox) x WHERE prev > seq")" \
-    "each partition stored in partition order"
-assert_eq "$((N + 1))" "$(metric 'streaming_hub_ingest_records_total{verdict="accepted",reason=""}')" \
-    "accepted counter counts each record once despite the retries"
+    others=$((N * 3 / 4))
+    if wait_until 60 "[[ \$(count_on 'IN (1, 2, 3)') -ge $others ]]"; then
+        pass "partitions 1..3 stored while partition 0 is poisoned"
+    else
+        fail "partitions 1..3: only $(count_on 'IN (1, 2, 3)') of $others stored within 60 s"
+    fi
+    # Let partition 0 be retried a few more times: it must stay stuck behind
+    # its poisoned record (stored in partition order, nothing skipped or lost).
+    sleep 3
+    assert_eq "$others" "$(count_on 'IN (1, 2, 3)')" "partitions 1..3 stored exactly once"
+    assert_eq 0 "$(count_on '= 0')" "nothing of partition 0 stored past the poisoned record"
+    assert_ge "$(metric streaming_hub_ingest_batch_failures_total)" 1 \
+        "streaming_hub_ingest_batch_failures_total > 0"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM quarantine")" \
+        "a database failure is not a verdict: nothing quarantined"
+    assert_eq 200 "$(curl -s -o /dev/null -w '%{http_code}' "$HUB_URL/readyz")" \
+        "hub still ready while one partition is retried"
 
-hub_test_done
+    psql_q "DROP TRIGGER test_poison ON event_inbox" || fail "could not drop the trigger"
+    if wait_until 90 "[[ \$(count_on '= 0') -ge $((N / 4 + 1)) ]]"; then
+        pass "partition 0 recovers once the trigger is gone"
+    else
+        fail "partition 0: only $(count_on '= 0') of $((N / 4 + 1)) stored within 90 s"
+    fi
+    sleep 1
+    assert_eq "$((N + 1))|$((N + 1))" \
+        "$(psql_q "SELECT count(*), count(DISTINCT (tenant_id, source, event_id)) FROM event_inbox")" \
+        "all $((N + 1)) records stored exactly once"
+    assert_eq "1|0|0" "$(psql_q "SELECT count(*), min(kafka_partition), min(kafka_offset)
+                                  FROM event_inbox WHERE source = '/poison'")" \
+        "the poisoned record stored once, first on partition 0"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM (
+                             SELECT seq, lag(seq) OVER (PARTITION BY kafka_partition
+                                                        ORDER BY kafka_offset) AS prev
+                               FROM event_inbox) x WHERE prev > seq")" \
+        "each partition stored in partition order"
+    assert_eq "$((N + 1))" "$(metric 'streaming_hub_ingest_records_total{verdict="accepted",reason=""}')" \
+        "accepted counter counts each record once despite the retries"
+}
+
+scenarios_main "$@"
