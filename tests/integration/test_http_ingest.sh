@@ -61,9 +61,9 @@ setup() {
 # response headers for last_header.  hub_curl is not used: it forces
 # Content-Type: application/json on any body.
 post() {
-    local key=$1 ct=$2 body=$3
+    local key=$1 ct=$2 body=$3 last=${HUB_HTTP_LAST:-$WORK/last_http}
     shift 3
-    local args=(-s -X POST --max-time 60 -o "$(http_last body)" -D "$(http_last headers)"
+    local args=(-s -X POST --max-time 60 -o "${last}_body" -D "${last}_headers"
         -w '%{http_code}')
     [[ $key != - ]] && args+=(-H "Authorization: Bearer $key")
     if [[ $ct == - ]]; then
@@ -77,20 +77,20 @@ post() {
         printf '%s' "$body" >"$WORK/req_body"
         args+=(--data-binary "@$WORK/req_body")
     fi
-    curl "${args[@]}" "$@" "$HUB_URL/v1/events" >"$(http_last status)" 2>/dev/null ||
-        echo 000 >"$(http_last status)"
-    last_body
+    curl "${args[@]}" "$@" "$HUB_URL/v1/events" >"${last}_status" 2>/dev/null ||
+        echo 000 >"${last}_status"
+    cat "${last}_body" 2>/dev/null
 }
 
 # pull KEY PATH_AND_QUERY: GET as KEY ("-": none); body printed, status kept,
 # response headers for last_header.
 pull() {
-    local args=(-s --max-time 30 -o "$(http_last body)" -D "$(http_last headers)"
-        -w '%{http_code}')
+    local last=${HUB_HTTP_LAST:-$WORK/last_http}
+    local args=(-s --max-time 30 -o "${last}_body" -D "${last}_headers" -w '%{http_code}')
     [[ $1 != - ]] && args+=(-H "Authorization: Bearer $1")
-    curl "${args[@]}" "$HUB_URL$2" >"$(http_last status)" 2>/dev/null ||
-        echo 000 >"$(http_last status)"
-    last_body
+    curl "${args[@]}" "$HUB_URL$2" >"${last}_status" 2>/dev/null ||
+        echo 000 >"${last}_status"
+    cat "${last}_body" 2>/dev/null
 }
 
 # is_problem: the last answer is application/problem+json.
@@ -108,8 +108,9 @@ assert_problem() {
 }
 
 # ce ID [EDIT ...]: the header list H of a valid binary-mode event (source
-# /http/bin, type studio.lerian.account.created, tenant $TENANT: own_client sets it), then each
-# EDIT of headers_edit (NAME=VALUE replaces or adds, -NAME removes).
+# /http/bin, type studio.lerian.account.created, tenant $TENANT, which
+# own_client sets), then each EDIT of headers_edit (NAME=VALUE replaces or
+# adds, -NAME removes).
 ce() {
     H=("ce-specversion=1.0" "ce-id=$1" "ce-source=/http/bin"
         "ce-type=studio.lerian.account.created" "ce-time=$(now3339)" "ce-tenantid=$TENANT")

@@ -308,7 +308,7 @@ prepare_a_match_that_raises_is_a_match() {
 }
 
 scenario_a_match_that_raises_is_a_match() {
-    wait_until 20 "[[ \$(jobs_of matcherr succeeded) == 5 ]]" || fail "match error: jobs not delivered"
+    wait_jobs "${SUB[matcherr]}" succeeded 5 20 || fail "match error: jobs not delivered"
     assert_eq 5 "$(nrecs "$(own_path matcherr)" match.error)" "match error: an error counts as a match, all 5 delivered"
     assert_eq 5 "$(perr match_error match error)" \
         'streaming_hub_policy_errors_total{policy="match_error",function="match",kind="error"} counts them'
@@ -331,7 +331,7 @@ prepare_a_retry_table_replaces_the_schedule() {
 }
 
 scenario_a_retry_table_replaces_the_schedule() {
-    wait_until 20 "[[ \$(jobs_of rtable dead) == 1 ]]" || fail "retry table: job not dead"
+    wait_jobs "${SUB[rtable]}" dead 1 20 || fail "retry table: job not dead"
     assert_eq "exhausted|3" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[rtable]}'")" \
         'retry = {"100ms","100ms"}: dead after 3 attempts, reason exhausted (not the 4 of the default curve)'
     assert_eq 3 "$(nrecs "/status/500/$(own_id)/" retry.table)" "retry table: the sink saw 3 attempts"
@@ -345,7 +345,7 @@ prepare_a_retry_function_answering_false_dead_letters() {
 }
 
 scenario_a_retry_function_answering_false_dead_letters() {
-    wait_until 20 "[[ \$(jobs_of rfalse dead) == 1 ]]" || fail "retry false: job not dead"
+    wait_jobs "${SUB[rfalse]}" dead 1 20 || fail "retry false: job not dead"
     assert_eq "policy|1" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[rfalse]}'")" \
         "retry function returning false: dead after 1 attempt, reason policy"
     assert_eq 1 "$(nrecs "/status/500/$(own_id)/" retry.false)" "retry false: the sink saw 1 attempt"
@@ -360,7 +360,7 @@ prepare_a_retry_function_that_raises_falls_back_to_the_default_curve() {
 
 scenario_a_retry_function_that_raises_falls_back_to_the_default_curve() {
     local span
-    wait_until 20 "[[ \$(jobs_of rerror dead) == 1 ]]" || fail "retry error: job not dead"
+    wait_jobs "${SUB[rerror]}" dead 1 20 || fail "retry error: job not dead"
     assert_eq "exhausted|4" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[rerror]}'")" \
         "retry function that raises: the default curve (3 steps → 4 attempts), then dead exhausted"
     span=$(sink_ts "/status/500/$(own_id)/" | tail -n 4 | awk 'NR == 1 { f = $1 } { l = $1 } END { print l - f }')
@@ -385,7 +385,7 @@ prepare_no_retry_table_keeps_the_subscription_schedule() {
 scenario_no_retry_table_keeps_the_subscription_schedule() {
     local k span
     for k in schedmatch schednil; do
-        wait_until 30 "[[ \$(jobs_of $k dead) == 1 ]]" || fail "$k: job not dead"
+        wait_jobs "${SUB[$k]}" dead 1 30 || fail "$k: job not dead"
         assert_eq "exhausted|13" "$(psql_q "SELECT reason, attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[$k]}'")" \
             "$k: the subscription's 12-step schedule → 13 attempts, dead exhausted"
         span=$(psql_q "SELECT (extract(epoch FROM max(a.started_at) - min(a.started_at)) * 1000)::int FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[$k]}'")
@@ -453,7 +453,7 @@ prepare_the_sandbox_hides_what_is_dangerous() {
 
 scenario_the_sandbox_hides_what_is_dangerous() {
     local sb
-    wait_until 20 "[[ \$(jobs_of sandbox succeeded) == 1 ]]" || fail "sandbox probe not delivered"
+    wait_jobs "${SUB[sandbox]}" succeeded 1 20 || fail "sandbox probe not delivered"
     sb=$(recs "$(own_path sandbox)" sandbox.probe | head -n1 | jq -r .body_b64 | base64 -d | jq -cS . 2>&1)
     assert_eq '{"debug":"nil","dofile":"nil","dump":"nil","execute":"nil","ffi":"nil","getenv":"nil","io":"nil","jit":"nil","json":"function","load":"nil","loadstring":"nil","package":"nil","require":"nil","time":"function"}' \
         "$sb" "sandbox: no io, require, os.execute, os.getenv, load*, dofile, debug, ffi, jit, package, string.dump"
@@ -509,7 +509,7 @@ prepare_a_non_utf8_policy_error_is_recorded() {
 }
 
 scenario_a_non_utf8_policy_error_is_recorded() {
-    wait_until 20 "[[ \$(psql_q \"SELECT state FROM delivery_jobs WHERE subscription_id = '${SUB[bytes]}'\") == dead ]]" ||
+    wait_job_state "${SUB[bytes]}" dead 20 ||
         fail "non-UTF-8 policy error: the job did not reach dead after its one retry"
     assert_eq "2 policy_error|shape: shape_bytes.lua: bytes " "$(psql_q "SELECT count(*) || ' ' || min(a.error) || '|' || min(a.response_excerpt) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[bytes]}'")" \
         "non-UTF-8 policy error: both attempts recorded, the excerpt cut before the first bad byte"
@@ -540,7 +540,7 @@ scenario_a_loop_and_a_memory_bomb_are_stopped() {
         sleep 0.1
     done
     assert_le "$slowest" 1 "/healthz answers within 1 s while the loops are stopped (slowest ${slowest}s)"
-    wait_until 30 "[[ \$(jobs_of loop dead) == 3 ]]" || fail "loop: jobs not dead ($(attempts_of loop | wc -l) attempts)"
+    wait_jobs "${SUB[loop]}" dead 3 30 || fail "loop: jobs not dead ($(attempts_of loop | wc -l) attempts)"
     wait "$nb_pid" || fail "produce neighbour.tick failed"
     assert_eq "exhausted|13" "$(psql_q "SELECT DISTINCT reason || '|' || attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[loop]}'")" \
         "loop: each job stopped on every one of its 13 attempts, then dead"
@@ -550,10 +550,10 @@ scenario_a_loop_and_a_memory_bomb_are_stopped() {
     assert_contains "$(psql_q "SELECT a.response_excerpt FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[loop]}' LIMIT 1")" \
         "deadline" "loop: the excerpt says the call ran past its deadline"
     assert_eq 0 "$(nrecs "$(own_path loop)" shape.loop)" "loop: nothing was sent"
-    wait_until 20 "[[ \$(jobs_of nomem dead) == 1 ]]" || fail "nomem: job not dead"
+    wait_jobs "${SUB[nomem]}" dead 1 20 || fail "nomem: job not dead"
     assert_eq 2 "$(perr shape_nomem shape nomem)" \
         'streaming_hub_policy_errors_total{policy="shape_nomem",function="shape",kind="nomem"} = 2'
-    wait_until 20 "[[ \$(jobs_of neighbour succeeded) == 30 ]]" || fail "neighbour: not all delivered"
+    wait_jobs "${SUB[neighbour]}" succeeded 30 20 || fail "neighbour: not all delivered"
     assert_eq 30 "$(nrecs "$(own_path neighbour)" neighbour.tick)" "another subscription's 30 deliveries went on meanwhile"
     assert_eq 200 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$HUB_URL/healthz")" "/healthz 200 after the loop"
     hub_alive && pass "the hub is still running" || fail "the hub died"
@@ -569,7 +569,7 @@ scenario_a_broken_reload_keeps_the_good_version_until_sighup() {
     path=$(own_path versioned)
     mk versioned "$path" versioned.tick ',"policy":"versioned"'
     ev versioned.tick 1 v1a-
-    wait_until 20 "[[ \$(jobs_of versioned succeeded) == 1 ]]" || fail "versioned: first event not delivered"
+    wait_jobs "${SUB[versioned]}" succeeded 1 20 || fail "versioned: first event not delivered"
     assert_eq v1 "$(recs "$path" versioned.tick | tail -n1 | jq -r '.headers["x-version"]')" \
         "versioned: v1 in use"
     before=$(admin_curl GET /admin/policies)
@@ -608,7 +608,7 @@ EOF
     assert_eq $((err0 + 1)) "$(metric 'streaming_hub_policy_reloads_total{result="error"}')" \
         'streaming_hub_policy_reloads_total{result="error"} counts the broken reload'
     ev versioned.tick 1 v1b-
-    wait_until 20 "[[ \$(jobs_of versioned succeeded) == 2 ]]" || fail "versioned: event after the broken reload not delivered"
+    wait_jobs "${SUB[versioned]}" succeeded 2 20 || fail "versioned: event after the broken reload not delivered"
     assert_eq v1 "$(recs "$path" versioned.tick | grep -F '"v1b-0"' | jq -r '.headers["x-version"]')" \
         "after the broken reload deliveries still use the good version (v1)"
     if grep '"policy failed to load; its previous version stays"' "$HUB_LOG" | grep -q 'versioned.lua:3'; then
@@ -648,7 +648,7 @@ EOF
     assert_eq "$(jq -r .generation <<<"$after")" "$(metric streaming_hub_policy_generation)" \
         "streaming_hub_policy_generation"
     ev versioned.tick 1 v2-
-    wait_until 20 "[[ \$(jobs_of versioned succeeded) == 3 ]]" || fail "versioned: event after SIGHUP not delivered"
+    wait_jobs "${SUB[versioned]}" succeeded 3 20 || fail "versioned: event after SIGHUP not delivered"
     assert_eq v2 "$(recs "$path" versioned.tick | grep -F '"v2-0"' | jq -r '.headers["x-version"]')" \
         "after SIGHUP deliveries use v2"
 }
@@ -664,7 +664,7 @@ scenario_a_deleted_policy_is_never_sent_unshaped() {
     assert_eq 0 "$(jq '[.policies[] | select(.name == "ephemeral")] | length' <<<"$rl")" \
         "deleted files are gone from the new generation"
     ev ephemeral.tick 1 ep-
-    wait_until 20 "[[ \$(jobs_of ephemeral dead) == 1 ]]" || fail "ephemeral: job not dead"
+    wait_jobs "${SUB[ephemeral]}" dead 1 20 || fail "ephemeral: job not dead"
     assert_eq "2|2" "$(psql_q "SELECT count(*), count(*) FILTER (WHERE a.error = 'policy_error') FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[ephemeral]}'")" \
         "policy deleted: both attempts fail with policy_error"
     assert_eq 0 "$(nrecs "$(own_path ephemeral)" ephemeral.tick)" "policy deleted: nothing is sent unshaped"
@@ -702,7 +702,7 @@ scenario_reloads_under_steady_load_deliver_each_event_once() {
     wait "$PRODUCER_PID" || fail "the producer failed: $(cat "$PRODUCER_LOG")"
     log "producer: $(cat "$PRODUCER_LOG")"
     assert_eq 20 "${#reload_secs[@]}" "20 reloads under load answered"
-    wait_until 90 "[[ \$(jobs_of steady succeeded) == $n ]]" ||
+    wait_jobs "${SUB[steady]}" succeeded "$n" 90 ||
         fail "steady: $(jobs_of steady succeeded) of $n jobs succeeded"
     log "steady: all delivered $((SECONDS - t0)) s after the producer started"
     sleep 0.5

@@ -773,21 +773,18 @@ hub_ensure() {
 # HTTP helpers
 # ---------------------------------------------------------------------------
 
-# http_last KIND: the file that holds the last answer's KIND (body, status,
-# headers).  Each scenario has files of its own (prepares may run at once);
-# outside the runner they are $WORK/last_http_KIND.
-http_last() {
-    printf '%s_%s' "${HUB_HTTP_LAST:-$WORK/last_http}" "$1"
-}
+# The last answer of hub_curl/admin_curl is kept in ${HUB_HTTP_LAST}_body,
+# _status and _headers: each scenario has files of its own (prepares may run
+# at once); outside the runner they are $WORK/last_http_*.
 
 # last_body: the body of the last hub_curl/admin_curl call.
 last_body() {
-    cat "$(http_last body)" 2>/dev/null
+    cat "${HUB_HTTP_LAST:-$WORK/last_http}_body" 2>/dev/null
 }
 
 # http_status: the status code of the last admin_curl/hub_curl call.
 http_status() {
-    cat "$(http_last status)" 2>/dev/null || echo 000
+    cat "${HUB_HTTP_LAST:-$WORK/last_http}_status" 2>/dev/null || echo 000
 }
 
 # hub_curl METHOD PATH [BODY] [curl args...]: request to the hub; prints the
@@ -797,15 +794,16 @@ hub_curl() {
     local method=$1 path=$2 body=${3:-}
     shift 2
     (($# > 0)) && shift
-    local args=(-s -X "$method" --max-time 30 -o "$(http_last body)"
-        -D "$(http_last headers)" -w '%{http_code}' "$@")
+    local last=${HUB_HTTP_LAST:-$WORK/last_http}
+    local args=(-s -X "$method" --max-time 30 -o "${last}_body"
+        -D "${last}_headers" -w '%{http_code}' "$@")
     if [[ -n $body ]]; then
         args+=(-H 'Content-Type: application/json' --data-binary "$body")
     fi
-    : >"$(http_last headers)"
-    curl "${args[@]}" "$HUB_URL$path" >"$(http_last status)" 2>/dev/null ||
-        echo 000 >"$(http_last status)"
-    last_body
+    : >"${last}_headers"
+    curl "${args[@]}" "$HUB_URL$path" >"${last}_status" 2>/dev/null ||
+        echo 000 >"${last}_status"
+    cat "${last}_body" 2>/dev/null
 }
 
 # admin_curl METHOD PATH [JSON] [curl args...]: admin API call with the admin bearer token.
@@ -819,7 +817,7 @@ admin_curl() {
 # last_header NAME: the value of response header NAME (any case) of the last
 # hub_curl call, CR stripped; nothing when absent.
 last_header() {
-    grep -i "^$1:" "$(http_last headers)" 2>/dev/null | head -n1 |
+    grep -i "^$1:" "${HUB_HTTP_LAST:-$WORK/last_http}_headers" 2>/dev/null | head -n1 |
         sed -E 's/^[^:]*:[[:space:]]*//' | tr -d '\r' || true
 }
 

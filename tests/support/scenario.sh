@@ -46,7 +46,10 @@
 #     "N passed, M failed", exit status 1 if anything failed.
 #
 # A scenario run alone (by name) gets the same set-up as within the whole
-# file: everything it reads it made itself, or is a shared service.
+# file: everything it reads it made itself (own_client, own_tenant, own_id
+# in lib.sh), or is a shared service or fixture.  The hub's counters are
+# shared too: a scenario compares their growth (metric_delta), unless it
+# runs on a hub of its own.
 
 # keep VAR...: in a prepare_<name>, hands these variables (scalars or
 # arrays) to scenario_<name>'s body.
@@ -115,7 +118,7 @@ scenarios_start() {
     log "$kind $name"
     mkdir -p "$WORK/http"
     (
-        # shellcheck disable=SC2034 # read by fatal, http_last and the rest of lib.sh
+        # shellcheck disable=SC2034 # read by fatal, hub_curl and the rest of lib.sh
         HUB_SCENARIO=$name HUB_SCENARIO_PID=$BASHPID HUB_HTTP_LAST=$WORK/http/$name
         if [[ -f $WORK/scenarios/$name.vars ]]; then
             # shellcheck source=/dev/null
@@ -202,8 +205,9 @@ scenarios_main() {
         ;;
     esac
     if (($# == 0)) && [[ -n ${HUB_TEST_ONLY:-} ]]; then
-        # shellcheck disable=SC2086 # split on commas and blanks on purpose
-        set -- ${HUB_TEST_ONLY//,/ }
+        local only
+        IFS=$' \t,' read -ra only <<<"$HUB_TEST_ONLY" # no globbing of the patterns
+        set -- "${only[@]}"
     fi
     selected=$(scenarios_select "$all" "$@") || exit 2
 
