@@ -616,37 +616,40 @@ hub_start() {
     HUB_LOG=$WORK/hub.$n.log
     HUB_RUNNING_ENV=$(printf '%q ' "$@")
     # -NAME drops NAME: the assignments before it and the inherited one
-    local a set=() unset=()
+    local a assign=() drop=()
     for a in "$@"; do
         if [[ $a == -* ]]; then
-            unset+=(-u "${a#-}")
-            for i in "${!set[@]}"; do
-                [[ ${set[$i]%%=*} == "${a#-}" ]] && unset 'set[i]'
+            drop+=(-u "${a#-}")
+            for i in "${!assign[@]}"; do
+                [[ ${assign[$i]%%=*} == "${a#-}" ]] && unset 'assign[i]'
             done
         else
-            set+=("$a")
+            assign+=("$a")
         fi
     done
     mkdir -p "$WORK/hub" "$WORK/policies"
     (
         cd "$WORK" || exit 1
-        env "${unset[@]}" \
+        env "${drop[@]}" \
             STREAMING_HUB_HTTP_LISTEN_ADDR=127.0.0.1:0 \
             STREAMING_HUB_DATA_DIR="$WORK/hub" \
             STREAMING_HUB_POLICY_DIR="$WORK/policies" \
             STREAMING_HUB_ADMIN_TOKEN="$ADMIN_TOKEN" \
             STREAMING_HUB_KAFKA_SESSION_TIMEOUT=3s \
             STREAMING_HUB_LOG_LEVEL="${HUB_LOG_LEVEL:-info}" \
-            "${set[@]}" "$HUB_BIN" serve >>"$HUB_LOG" 2>&1 &
+            "${assign[@]}" "$HUB_BIN" serve >>"$HUB_LOG" 2>&1 &
         echo $! >"$WORK/hub.$n.pid"
         wait $!
         echo $? >"$WORK/hub.$n.rc"
     ) >/dev/null 2>&1 &
     HUB_WRAPPER_PID=$!
     HUB_PID=
+    deadline=$((SECONDS + 10))
     while [[ -z $HUB_PID ]]; do
         HUB_PID=$(cat "$WORK/hub.$n.pid" 2>/dev/null)
-        [[ -n $HUB_PID ]] || sleep 0.01
+        [[ -n $HUB_PID ]] && break
+        ((SECONDS < deadline)) || fatal "the hub's wrapper wrote no pid within 10 s"
+        sleep 0.01
     done
     export HUB_PID HUB_LOG
     hub_state_save
