@@ -302,7 +302,7 @@ static void txn_free(struct hub_pg_txn *txn) {
  * has no result. */
 static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, const char *error) {
     struct hub_pg_outcome out;
-    const char *sqlstate = "";
+    const char *sqlstate = "", *constraint = "";
     /* A transaction that never ran has no results: callers that read one
      * before looking at the status (results[1] of a two-statement API call)
      * read NULL here.  Longer transactions (a load: one statement per day)
@@ -315,7 +315,9 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
     if (status == HUB_PG_ESTMT && txn->error_result != NULL) {
         const char *s = PQresultErrorField(txn->error_result, PG_DIAG_SQLSTATE);
         const char *m = PQresultErrorField(txn->error_result, PG_DIAG_MESSAGE_PRIMARY);
+        const char *c = PQresultErrorField(txn->error_result, PG_DIAG_CONSTRAINT_NAME);
         sqlstate = s ? s : "";
+        constraint = c ? c : "";
         snprintf(txn->error_text, sizeof(txn->error_text), "%s", m ? m : "statement failed");
         error = txn->error_text;
     }
@@ -324,6 +326,7 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
     out.n_results = txn->results ? txn->n_stmts : 0;
     out.error = status == HUB_PG_OK ? NULL : (error ? error : "failed");
     out.sqlstate = sqlstate;
+    out.constraint = constraint;
     txn->cb(txn->arg, &out);
     txn_free(txn);
 }

@@ -62,6 +62,8 @@ struct hub_pg_outcome {
     int n_results;
     const char *error;    /* first line of the error when status != OK */
     const char *sqlstate; /* SQLSTATE when status == HUB_PG_ESTMT, else "" */
+    /* the constraint an ESTMT names (a 23505's, say), else "" or NULL */
+    const char *constraint;
 };
 
 /* Called once per transaction on the loop thread.  The results belong to the
