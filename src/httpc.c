@@ -85,7 +85,9 @@ struct httpc_req {
     int configured; /* the options every request shares are set */
     uint64_t started_ns;
     size_t body_len;    /* body bytes accepted (never more than max_body) */
-    size_t excerpt_len; /* bytes in excerpt[], <= excerpt_bytes */
+    size_t excerpt_len; /* bytes in excerpt[], <= excerpt_max */
+    size_t excerpt_max; /* this request's excerpt (hub_httpc_request.excerpt_bytes) */
+    size_t excerpt_cap; /* room in excerpt[] (the client's excerpt_bytes, or more) */
     int too_big;        /* the write callback refused more body */
     int blocked;        /* the SSRF guard refused an address */
     int has_retry_after;
@@ -95,7 +97,7 @@ struct httpc_req {
     char error_text[CURL_ERROR_SIZE + 64];
     struct httpc_req *prev; /* c->active while in flight, c->idle (next only) when idle */
     struct httpc_req *next;
-    char excerpt[]; /* excerpt_bytes + 1 */
+    char excerpt[]; /* excerpt_cap + 1 */
 };
 
 struct hub_httpc {
@@ -138,19 +140,22 @@ static void httpc_req_destroy(struct httpc_req *r) {
  * memory.  The easy handle carries no options, or (r->configured) those
  * every request of the client shares (see httpc_setup).
  */
-static struct httpc_req *httpc_req_get(struct hub_httpc *c) {
+static struct httpc_req *httpc_req_get(struct hub_httpc *c, size_t excerpt) {
     struct httpc_req *r = c->idle;
+    size_t cap = excerpt > c->excerpt_bytes ? excerpt : c->excerpt_bytes;
 
-    if (r != NULL) {
+    /* idle requests have the client's room; a larger excerpt is a new one */
+    if (r != NULL && cap == c->excerpt_bytes) {
         c->idle = r->next;
         c->n_idle--;
         r->next = NULL;
         return r;
     }
-    r = calloc(1, sizeof(*r) + c->excerpt_bytes + 1);
+    r = calloc(1, sizeof(*r) + cap + 1);
     if (r == NULL) {
         return NULL;
     }
+    r->excerpt_cap = cap;
     r->c = c;
     r->easy = curl_easy_init();
     if (r->easy == NULL) {
@@ -168,7 +173,7 @@ static struct httpc_req *httpc_req_get(struct hub_httpc *c) {
  * dispatcher's CPU) but not the body's copy.
  */
 static void httpc_req_release(struct hub_httpc *c, struct httpc_req *r) {
-    if (c->closing || c->n_idle >= HTTPC_IDLE_MAX) {
+    if (c->closing || c->n_idle >= HTTPC_IDLE_MAX || r->excerpt_cap != c->excerpt_bytes) {
         httpc_req_destroy(r);
         return;
     }
@@ -225,7 +230,7 @@ static size_t httpc_write_cb(char *data, size_t size, size_t nmemb, void *userda
     struct httpc_req *r = userdata;
     struct hub_httpc *c = r->c;
     size_t n = size * nmemb;
-    size_t room = c->excerpt_bytes - r->excerpt_len;
+    size_t room = r->excerpt_max - r->excerpt_len;
 
     if (n > c->max_body_bytes - r->body_len) {
         r->too_big = 1;
@@ -934,7 +939,7 @@ int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub
         }
         url = &parsed;
     }
-    r = httpc_req_get(c);
+    r = httpc_req_get(c, req->excerpt_bytes);
     if (r == NULL) {
         hub_log(HUB_ERROR, "httpc: out of memory");
         return -1;
@@ -944,6 +949,7 @@ int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub
     r->started_ns = hub_now_ns();
     r->body_len = 0;
     r->excerpt_len = 0;
+    r->excerpt_max = req->excerpt_bytes > 0 ? req->excerpt_bytes : c->excerpt_bytes;
     r->excerpt[0] = '\0';
     r->too_big = 0;
     r->blocked = 0;

@@ -41,6 +41,9 @@ struct hub_httpc_request {
     size_t body_len;
     int64_t timeout_ms;         /* whole attempt (STREAMING_HUB_DELIVERY_TIMEOUT) */
     int64_t connect_timeout_ms; /* 5000 */
+    /* response body bytes kept for the callback (the response's excerpt);
+     * 0: the client's excerpt_bytes (verification probes keep more) */
+    size_t excerpt_bytes;
 };
 
 enum hub_httpc_error {
