@@ -13,8 +13,8 @@
  *    "body_len":N,"http_version":"1.0"|"1.1"|"2"}
  *
  * and then answered according to its path (see route() and sink.md): /ok,
- * /status/C, /retry-after/C/S, /gone, /slow/MS, /hang, /echo, /flaky/N,
- * /fail-until/MS, /redirect, /big, /big-chunked, /garbage, /reset, /close,
+ * /status/C, /retry-after/C/S, /gone, /slow/MS, /hang, /echo, /echo-after/N,
+ * /flaky/N, /fail-until/MS, /redirect, /big, /big-chunked, /garbage, /reset, /close,
  * /_count.  Anything after a recognised prefix is ignored, so one sink serves
  * many subscriptions (/ok/tenant-a, /status/503/sub-1, ...).
  *
@@ -52,6 +52,7 @@
 #define SINK_BIG_CHUNK ((size_t)64 << 10)
 #define SINK_MAX_DELAY_MS (24ULL * 3600 * 1000)
 #define SINK_MAX_FLAKY 1000000000ULL
+#define SINK_MAX_ECHO_AFTER ((uint64_t)1 << 20) /* /echo-after/<n>: n at most 1 MiB */
 #define SINK_HANG_CHECK_MS 200
 #define SINK_STOP_GRACE_MS 5000
 
@@ -798,6 +799,25 @@ static void answer_echo(h2o_req_t *req) {
     h2o_send_inline(req, req->entity.base != NULL ? req->entity.base : "", req->res.content_length);
 }
 
+/* /echo-after/<n>: 200 with n bytes of 'x' and then the request body: an
+ * echo buried in a larger document (a verification challenge far into the
+ * body). */
+static void answer_echo_after(h2o_req_t *req, uint64_t n) {
+    size_t len = req->entity.base != NULL ? req->entity.len : 0;
+    char *b = h2o_mem_alloc_pool(&req->pool, (size_t)n + len + 1);
+
+    memset(b, 'x', (size_t)n);
+    if (len > 0) {
+        memcpy(b + n, req->entity.base, len);
+    }
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/plain"));
+    req->res.content_length = (size_t)n + len;
+    h2o_send_inline(req, b, req->res.content_length);
+}
+
 /* /flaky/<n>: 503 for the first n requests to this exact path, then 200. */
 static void answer_flaky(struct sink *s, h2o_req_t *req, h2o_iovec_t path, uint64_t n) {
     struct sink_flaky *f;
@@ -873,6 +893,12 @@ static void route(struct sink *s, h2o_req_t *req, h2o_iovec_t path) {
         pending_start(s, req, SINK_PENDING_SLOW, a);
     } else if (has_prefix(path, "/hang")) {
         pending_start(s, req, SINK_PENDING_HANG, 0);
+    } else if (has_prefix(path, "/echo-after/")) {
+        if (parse_u64(segment_at(path, 12, &end), SINK_MAX_ECHO_AFTER, &a) != 0) {
+            bad_path(req);
+            return;
+        }
+        answer_echo_after(req, a);
     } else if (has_prefix(path, "/echo")) {
         answer_echo(req);
     } else if (has_prefix(path, "/flaky/")) {
@@ -1084,8 +1110,8 @@ static void usage(FILE *out) {
           "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, port 0 = ephemeral)\n"
           "  --record FILE       append one JSON line per request (created if missing)\n"
           "  --port-file FILE    write the bound \"HOST:PORT\" there (atomically)\n"
-          "Paths: /ok /status/C /retry-after/C/S /gone /slow/MS /hang /echo /flaky/N\n"
-          "       /fail-until/UNIX_MS /redirect /big /big-chunked /garbage /reset /close\n"
+          "Paths: /ok /status/C /retry-after/C/S /gone /slow/MS /hang /echo /echo-after/N\n"
+          "       /flaky/N /fail-until/UNIX_MS /redirect /big /big-chunked /garbage /reset /close\n"
           "       /_count (see tests/support/sink.md)\n",
           out);
 }
