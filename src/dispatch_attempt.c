@@ -290,7 +290,7 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     struct hub_dispatch *d = j->d;
     int success = res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
 
-    hub_breaker_report(d->breakers, j->tenant, j->origin, success, dispatch_unix_ms());
+    dispatch_breaker_report(d, j, success);
     dispatch_job_outcome(d, j, res);
     if (hub_log_enabled(HUB_DEBUG)) {
         hub_log(HUB_DEBUG, "delivery attempt", HUB_LS("tenant", j->tenant),

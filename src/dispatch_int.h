@@ -265,6 +265,14 @@ void dispatch_job_unattempted(struct hub_dispatch *d, struct job *j, const char 
 void dispatch_outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
                                   uint64_t claim, const char *state, int64_t delay_ms);
 
+/* 1 when this process knows j's lease is over (its claim answered more
+ * than a lease ago, on this clock): its outcome will not be written. */
+int dispatch_lease_past(const struct hub_dispatch *d, const struct job *j, int64_t now_ms);
+
+/* Reports j's attempt (success non-zero) to its breaker, unless its lease is
+ * past: a stale outcome feeds no breaker (a stale probe is released). */
+void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int success);
+
 /* Writes up to one batch of queued outcomes now, if a connection is free. */
 void dispatch_flush(struct hub_dispatch *d);
 

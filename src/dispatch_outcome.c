@@ -7,9 +7,12 @@
  * shed, filtered).  Records wait in d->outcomes and are written in batches
  * of up to DISPATCH_FLUSH_MAX (hub_sql_dispatch_outcomes), so that the
  * dispatcher never waits on the database between attempts; up to
- * DISPATCH_OUT_CONNECTIONS batches are in flight at once.  A batch carries,
- * in the same transaction, the 410 disables and the auto-disable check of
- * its subscriptions (SPEC §7.7).
+ * DISPATCH_OUT_CONNECTIONS batches are in flight at once.  The same
+ * statement moves the failure streaks, disables on a 410 and checks the
+ * auto-disable gates (SPEC §7.3, §7.7), all fenced by the jobs' leases: an
+ * outcome that comes back after its lease expired (the job may have been
+ * reclaimed and delivered by another process since) changes nothing.  The
+ * in-memory breaker is not fed such an outcome either (dispatch_breaker_report).
  *
  * A batch that fails is put back at the front and retried after 500 ms; a
  * statement error that is not transient switches to one outcome per
@@ -190,11 +193,41 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
             o->state = "pending";
             o->delay_ms = delay;
         }
-        if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled) {
-            dispatch_queue_drop_subscription(d, j->sub_id); /* it is being disabled */
+        if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled &&
+            !dispatch_lease_past(d, j, dispatch_unix_ms())) {
+            /* it is being disabled; a stale 410 disables nothing (the
+             * statement's fence), so it drops nothing either */
+            dispatch_queue_drop_subscription(d, j->sub_id);
         }
     }
     schedule_flush(d);
+}
+
+/* -------------------------------------------------------------- breaker -- */
+
+/* The claim's answer came back at j->claim.ms, after the database set the
+ * lease to end one lease later: past that (on this clock), the lease is
+ * surely over. */
+int dispatch_lease_past(const struct hub_dispatch *d, const struct job *j, int64_t now_ms) {
+    return now_ms - j->claim.ms > d->hub->cfg.dispatch_lease_ms;
+}
+
+/*
+ * The breaker learns from an attempt only while the attempt's lease holds:
+ * once it is over the job may be someone else's, and its outcome is not
+ * written (the fence), so it must not trip or close a breaker either.  A
+ * stale half-open probe is handed back as if it never reached the
+ * destination, so that the breaker probes again at once instead of waiting
+ * for a report that will not come.
+ */
+void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int success) {
+    int64_t now = dispatch_unix_ms();
+
+    if (!dispatch_lease_past(d, j, now)) {
+        hub_breaker_report(d->breakers, j->tenant, j->origin, success, now);
+    } else if (j->breaker_probe) {
+        hub_breaker_release(d->breakers, j->tenant, j->origin, now);
+    }
 }
 
 /* ---------------------------------------------------------------- write -- */
@@ -282,18 +315,23 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
         return;
     }
     d->flush_single -= d->flush_single < f->n ? d->flush_single : f->n;
-    /* auto-disabled subscriptions come back from the last statement */
-    if (out->n_results >= 1) {
-        PGresult *r = out->results[out->n_results - 1];
-        int rows = r ? PQntuples(r) : 0;
-        /* only hub_sql_dispatch_autodisable returns columns */
-        for (int i = 0; i < rows && PQnfields(r) == HUB_AUTODISABLE_NCOLS; i++) {
-            const char *sub_id = PQgetvalue(r, i, HUB_AUTODISABLE_SUB_ID);
-            d->hub->metrics.subscriptions_auto_disabled++;
+    /* the subscriptions the batch disabled (410, auto-disable) come back
+     * from the outcome statement: no attempt of theirs may start now */
+    if (out->n_results >= 1 && out->results[0] != NULL &&
+        PQnfields(out->results[0]) == HUB_OUTCOMES_NCOLS) {
+        PGresult *r = out->results[0];
+        for (int i = 0; i < PQntuples(r); i++) {
+            const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
+            const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
             dispatch_queue_drop_subscription(d, sub_id);
+            if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {
+                hub_log(HUB_WARN, "subscription disabled: its destination answered 410 Gone",
+                        HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant));
+                continue;
+            }
+            d->hub->metrics.subscriptions_auto_disabled++;
             hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
-                    HUB_LS("subscription", sub_id),
-                    HUB_LS("tenant", PQgetvalue(r, i, HUB_AUTODISABLE_TENANT)),
+                    HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant),
                     HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
                     HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
         }
@@ -309,55 +347,29 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     dispatch_maybe_done(d);
 }
 
-/* The picks of batch_sub_ids: subscriptions a 410 disables, and those whose
- * auto-disable gates are checked. */
-static int outcome_gone(const struct outcome *o) {
-    return o->attempted && o->status == 410;
-}
+/* A malloc'd big-endian integer of n bytes (1: a binary bool, 8: a binary
+ * int8), its length in *len; NULL when out of memory. */
+static char *binary_value(uint64_t v, int n, int *len) {
+    char *b = malloc((size_t)n);
 
-static int outcome_failed(const struct outcome *o) {
-    return o->attempted && !o->success;
-}
-
-/*
- * The subscription ids of the batch's outcomes that pick() selects, as a
- * binary uuid[] parameter in *value (malloc'd; NULL when none was picked or
- * on OOM) of *len bytes; repeats are harmless to "= ANY".  Returns how many
- * it holds.
- */
-static size_t batch_sub_ids(const struct flush *f, int (*pick)(const struct outcome *),
-                            char **value, int *len) {
-    struct hub_pgarr a;
-    size_t n = 0, first = 0;
-
-    *value = NULL;
-    while (first < f->n && !pick(&f->o[first])) {
-        first++;
+    *len = n;
+    for (int i = n - 1; b != NULL && i >= 0; i--) {
+        b[i] = (char)(v & 0xff);
+        v >>= 8;
     }
-    if (first == f->n) {
-        return 0; /* the usual case (every attempt succeeded): no array to build */
-    }
-    hub_pgarr_init(&a, 2950 /* uuid */);
-    for (size_t i = first; i < f->n; i++) {
-        unsigned char u[HUB_UUID_BYTES];
-        if (pick(&f->o[i]) && hub_uuid_parse(f->o[i].sub_id, strlen(f->o[i].sub_id), u) == 0) {
-            hub_pgarr_add(&a, u, sizeof(u));
-            n++;
-        }
-    }
-    *value = hub_pgarr_take(&a, len);
-    return *value != NULL ? n : 0;
+    return b;
 }
 
 /*
  * Takes up to DISPATCH_FLUSH_MAX queued outcomes (one after a statement
  * error, see flush_done) into a batch and sends it in one transaction: the
- * outcome statement, and with auto-disable allowed the 410 disables and the
- * auto-disable check.  Up to DISPATCH_OUT_CONNECTIONS batches run at once;
- * a second one is scheduled when outcomes are left.
+ * outcome statement, which also applies 410s and the auto-disable gates
+ * when auto-disable is allowed.  Up to DISPATCH_OUT_CONNECTIONS batches run
+ * at once; a second one is scheduled when outcomes are left.
  */
 void dispatch_flush(struct hub_dispatch *d) {
-    /* the element types of the statement's arrays; $14 is a plain text */
+    /* the element types of the statement's arrays; $14, $16, $17 and $18
+     * are plain values (0 here) */
     static const uint32_t oids[HUB_OUTCOMES_NPARAMS] = {
         [HUB_OUTCOMES_PARAM_ID] = HUB_OID_INT8,
         [HUB_OUTCOMES_PARAM_STATE] = HUB_OID_TEXT,
@@ -399,7 +411,7 @@ void dispatch_flush(struct hub_dispatch *d) {
     memmove(d->outcomes, d->outcomes + n, sizeof(*d->outcomes) * (d->n_outcomes - n));
     d->n_outcomes -= n;
     for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
-        if (k != HUB_OUTCOMES_PARAM_OWNER) {
+        if (oids[k] != 0) {
             hub_pgarr_init(&a[k], oids[k]);
         }
     }
@@ -429,10 +441,26 @@ void dispatch_flush(struct hub_dispatch *d) {
         hub_pgarr_add_i64(&a[HUB_OUTCOMES_PARAM_CLAIM], (int64_t)o->claim);
     }
     for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
-        if (k != HUB_OUTCOMES_PARAM_OWNER) {
+        if (oids[k] != 0) {
             values[k] = hub_pgarr_take(&a[k], &lengths[k]);
             rc |= values[k] == NULL;
         }
+    }
+    /* the plain parameters, binary like the arrays (the statement casts
+     * each, so its types are known): owner text, a bool, two int8 */
+    values[HUB_OUTCOMES_PARAM_OWNER] = strdup(d->owner);
+    lengths[HUB_OUTCOMES_PARAM_OWNER] = (int)strlen(d->owner);
+    values[HUB_OUTCOMES_PARAM_AUTODISABLE] =
+        binary_value((uint64_t)(d->hub->cfg.autodisable_enabled ? 1 : 0), 1,
+                     &lengths[HUB_OUTCOMES_PARAM_AUTODISABLE]);
+    values[HUB_OUTCOMES_PARAM_WINDOW_MS] =
+        binary_value((uint64_t)d->hub->cfg.autodisable_failure_window_ms, 8,
+                     &lengths[HUB_OUTCOMES_PARAM_WINDOW_MS]);
+    values[HUB_OUTCOMES_PARAM_SPREAD_MS] =
+        binary_value((uint64_t)d->hub->cfg.autodisable_failure_spread_ms, 8,
+                     &lengths[HUB_OUTCOMES_PARAM_SPREAD_MS]);
+    for (int k = 0; k < HUB_OUTCOMES_NPARAMS; k++) {
+        rc |= oids[k] == 0 && values[k] == NULL;
     }
     txn = rc ? NULL : hub_pg_txn_new(d->pg_out, flush_done, f);
     if (txn == NULL) {
@@ -442,35 +470,9 @@ void dispatch_flush(struct hub_dispatch *d) {
         flush_retry_later(d, f);
         return;
     }
-    values[HUB_OUTCOMES_PARAM_OWNER] = strdup(d->owner);
-    lengths[HUB_OUTCOMES_PARAM_OWNER] = (int)strlen(d->owner);
     hub_pg_txn_add_owned(
         txn, d->outcomes_checked ? &hub_sql_dispatch_outcomes_checked : &hub_sql_dispatch_outcomes,
         HUB_OUTCOMES_NPARAMS, values, lengths);
-    if (d->hub->cfg.autodisable_enabled) {
-        /* 410 disables at once, but only while auto-disable is allowed */
-        char *gv[1];
-        int gl[1];
-        if (batch_sub_ids(f, outcome_gone, &gv[0], &gl[0]) > 0) {
-            hub_pg_txn_add_owned(txn, &hub_sql_dispatch_gone, 1, gv, gl);
-        } else {
-            free(gv[0]);
-        }
-        /* the gates are checked at every recorded failure (SPEC §7.7) */
-        if (batch_sub_ids(f, outcome_failed, &gv[0], &gl[0]) > 0) {
-            char window[32], spread[32];
-            const char *params[HUB_AUTODISABLE_NPARAMS] = {window, spread, gv[0]};
-            const int plen[HUB_AUTODISABLE_NPARAMS] = {0, 0, gl[0]};
-            const int pfmt[HUB_AUTODISABLE_NPARAMS] = {0, 0, 1};
-            snprintf(window, sizeof(window), "%lld",
-                     (long long)d->hub->cfg.autodisable_failure_window_ms);
-            snprintf(spread, sizeof(spread), "%lld",
-                     (long long)d->hub->cfg.autodisable_failure_spread_ms);
-            hub_pg_txn_add(txn, &hub_sql_dispatch_autodisable, HUB_AUTODISABLE_NPARAMS, params,
-                           plen, pfmt);
-        }
-        free(gv[0]);
-    }
     d->flushing++;
     hub_pg_txn_submit(txn);
     if (d->n_outcomes > 0) {

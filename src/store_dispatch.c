@@ -108,7 +108,8 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "   SELECT u.id FROM ("                                                                        \
     "    (SELECT j.id, j.next_attempt_at"                                                          \
     "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"                 \
-    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id AND s.enabled"   \
+    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id"                  \
+    "        AND s.enabled AND s.verification_state = 'active'"                                    \
     "        AND j.next_attempt_at >= t.floor AND j.next_attempt_at <= now()"                      \
     "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int)"
 
@@ -130,8 +131,8 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "        SELECT o.id, o.state, o.next_attempt_at FROM delivery_jobs o"                         \
     "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"  \
     "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"                            \
-    "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s"                                      \
-    "                           WHERE s.id = f.sub AND s.enabled LIMIT 1) s"                       \
+    "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s WHERE s.id = f.sub"                   \
+    "                           AND s.enabled AND s.verification_state = 'active' LIMIT 1) s"      \
     "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
 
 /*
@@ -214,6 +215,11 @@ const struct hub_sql hub_sql_dispatch_claim_fifo_lookup = {
 /*
  * The load runs in one round trip on its own connection: the subscriptions
  * once each, then one events statement per day of the batch (usually one).
+ * It reads the subscriptions in a later snapshot than the claim's, so it
+ * checks the gate again: a url changed since the claim (verification back to
+ * 'pending') must not be attempted with the jobs leased before the change.
+ * Those jobs find no subscription row and are not attempted; the change
+ * parked them, lease and all (migrations/0011).
  * The day is a parameter so that the executor prunes the inbox to that
  * day's partition as it starts; a day per row was pruned only row by row,
  * after every partition's scan had been set up, and partitions grow with the
@@ -223,7 +229,8 @@ const struct hub_sql hub_sql_dispatch_claim_fifo_lookup = {
 const struct hub_sql hub_sql_dispatch_load_subscriptions = {
     "dispatch_load_subscriptions",
     "SELECT " DISPATCH_SUB_COLUMNS "  FROM unnest($1::text[]) u(id)"
-    "  CROSS JOIN LATERAL (SELECT * FROM subscriptions s WHERE s.id = u.id::uuid LIMIT 1) s",
+    "  CROSS JOIN LATERAL (SELECT * FROM subscriptions s WHERE s.id = u.id::uuid"
+    "                       AND s.enabled AND s.verification_state = 'active' LIMIT 1) s",
     0,
 };
 
@@ -243,13 +250,18 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * The fence ("<owner>#<claim serial>", set by the claim) holds even when the
  * new holder of a reclaimed job is this same dispatcher: an outcome delayed
  * past its lease by a database outage must not settle the job's next
- * attempt.
+ * attempt.  It holds for everything an outcome moves, not only the job:
+ * streaks, 410 disables and the auto-disable gates read the outcomes whose
+ * job this statement settled (j), never the batch as sent (o).  A stale
+ * outcome (its lease expired, the job reclaimed and perhaps delivered by
+ * another process since) changes nothing at all.
  *
- * j: a job whose subscription was disabled while it was in flight is parked
- * rather than retried (SPEC §7.7): the disabling transaction parked it
- * (d.state is the row as committed, re-read when that transaction wrote it
- * first), or it committed before this snapshot.  The lease owner is set only
- * while a job is in flight, so it is the whole fence; a "state =
+ * j: a job whose subscription stopped being deliverable while it was in
+ * flight (disabled, or sent back to verification: SPEC §6, §7.7) is parked
+ * rather than retried: the transaction that changed the subscription parked
+ * it (d.state is the row as committed, re-read when that transaction wrote
+ * it first), or it committed before this snapshot.  The lease owner is set
+ * only while a job is in flight, so it is the whole fence; a "state =
  * 'in_flight'" there would let the planner walk the partial lease index
  * (all jobs in flight) instead of the primary key whenever its statistics
  * think few are in flight, slower as the backlog of outcomes grows.
@@ -266,14 +278,33 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * the key first.  The probe is not in the usual statement because it costs
  * an index descent per attempt, and ON CONFLICT's speculative insertion
  * costs more (one more WAL record a row).
- * b, last: failure streaks take the newest outcome per subscription in the
- * batch; a success anywhere in the batch ends the streak before it, so
- * failures after it start a new one.
- * chg: only streaks that change; a success on a subscription without a
- * streak writes nothing (no row version, no trigger, no lock).
+ * b, last: failure streaks take the newest fenced outcome per subscription
+ * in the batch; a success anywhere in the batch ends the streak before it,
+ * so failures after it start a new one.  last also says whether the batch
+ * holds a fenced failure (the auto-disable gates are checked at every
+ * recorded failure, SPEC §7.7) and a fenced 410.
+ * chg: only subscriptions that change; a success on a subscription without
+ * a streak writes nothing (no row version, no lock).
  * lk: two outcome batches may touch the same subscriptions: they lock them
  * in one order, so that concurrent batches queue instead of deadlocking.
+ * It also keeps `enabled` as it was before u, to tell which subscriptions
+ * this statement disabled.
+ * u: the streak, and with $16 (the auto-disable kill switch) a 410's
+ * disable and the auto-disable gates on the streak as it now is, all in one
+ * update of each row (a second update of a row in one statement would be
+ * ignored).  The parking trigger (migrations/0011) runs only when enabled
+ * really changes.
+ * au: the audit entries of the disables, which are also the result rows.
  */
+#define OUT_NEW_FIRST                                                                              \
+    "(CASE WHEN last.success THEN NULL WHEN last.ok_at IS NOT NULL THEN last.first_fail"           \
+    "      ELSE coalesce(s.failure_first_at, last.first_fail) END)"
+#define OUT_NEW_LAST "(CASE WHEN last.success THEN NULL ELSE last.started_at END)"
+#define OUT_GONE "($16::boolean AND s.enabled AND last.gone)"
+#define OUT_AUTO                                                                                   \
+    "($16::boolean AND s.enabled AND last.failed AND " OUT_NEW_FIRST " IS NOT NULL"                \
+    " AND now() - " OUT_NEW_FIRST " >= $17::bigint * interval '1 millisecond'"                     \
+    " AND " OUT_NEW_LAST " - " OUT_NEW_FIRST " >= $18::bigint * interval '1 millisecond')"
 #define OUTCOMES_SQL(attempt_probe)                                                                \
     "WITH o AS ("                                                                                  \
     "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"           \
@@ -284,7 +315,8 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "), j AS ("                                                                                    \
     "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
     "             d.state = 'parked' OR NOT EXISTS ("                                              \
-    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled))"    \
+    "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled"      \
+    "                AND s.verification_state = 'active'))"                                        \
     "             THEN 'parked' ELSE o.state END, reason = o.reason,"                              \
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"          \
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                    \
@@ -302,29 +334,49 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"    \
     "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"    \
     "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), b AS ("                 \
-    "  SELECT subscription_id, success, started_at,"                                               \
-    "         max(started_at) FILTER (WHERE success)"                                              \
-    "             OVER (PARTITION BY subscription_id) AS ok_at"                                    \
-    "    FROM o WHERE attempted"                                                                   \
+    "  SELECT o.subscription_id, o.success, o.started_at, o.status,"                               \
+    "         max(o.started_at) FILTER (WHERE o.success)"                                          \
+    "             OVER (PARTITION BY o.subscription_id) AS ok_at"                                  \
+    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted"                                           \
     "), last AS ("                                                                                 \
     "  SELECT DISTINCT ON (subscription_id) subscription_id::uuid AS id, success, started_at,"     \
     "         ok_at, min(started_at) FILTER (WHERE NOT success"                                    \
     "                                          AND started_at > coalesce(ok_at, '-infinity'))"     \
-    "             OVER (PARTITION BY subscription_id) AS first_fail"                               \
-    "    FROM b ORDER BY subscription_id, started_at DESC"                                         \
+    "             OVER w AS first_fail,"                                                           \
+    "         bool_or(NOT success) OVER w AS failed,"                                              \
+    "         bool_or(status IS NOT DISTINCT FROM 410) OVER w AS gone"                             \
+    "    FROM b WINDOW w AS (PARTITION BY subscription_id)"                                        \
+    "   ORDER BY subscription_id, started_at DESC"                                                 \
     "), chg AS ("                                                                                  \
     "  SELECT last.* FROM last JOIN subscriptions s ON s.id = last.id"                             \
     "   WHERE NOT (last.success AND s.failure_first_at IS NULL AND s.failure_last_at IS NULL)"     \
+    "      OR ($16::boolean AND last.gone)"                                                        \
     "), lk AS ("                                                                                   \
-    "  SELECT s.id FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"                        \
+    "  SELECT s.id, s.enabled FROM subscriptions s WHERE s.id IN (SELECT id FROM chg)"             \
     "   ORDER BY s.id FOR UPDATE"                                                                  \
+    "), u AS ("                                                                                    \
+    "  UPDATE subscriptions s SET"                                                                 \
+    "         failure_first_at = " OUT_NEW_FIRST ", failure_last_at = " OUT_NEW_LAST ","           \
+    "         enabled = s.enabled AND NOT (" OUT_GONE " OR " OUT_AUTO "),"                         \
+    "         disabled_reason = CASE WHEN " OUT_GONE " THEN 'gone'"                                \
+    "                                WHEN " OUT_AUTO " THEN 'auto_disabled'"                       \
+    "                                ELSE s.disabled_reason END,"                                  \
+    "         updated_at = CASE WHEN " OUT_GONE " OR " OUT_AUTO " THEN now()"                      \
+    "                           ELSE s.updated_at END"                                             \
+    "    FROM chg last JOIN lk ON lk.id = last.id WHERE s.id = last.id"                            \
+    "  RETURNING s.id, s.tenant_id, s.disabled_reason, s.failure_first_at, s.failure_last_at,"     \
+    "            lk.enabled AND NOT s.enabled AS disabled"                                         \
+    "), au AS ("                                                                                   \
+    "  INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"                        \
+    "  SELECT tenant_id, 'dispatcher',"                                                            \
+    "         CASE WHEN disabled_reason = 'gone' THEN 'subscription.disable'"                      \
+    "              ELSE 'subscription.auto_disable' END, id::text,"                                \
+    "         CASE WHEN disabled_reason = 'gone' THEN '{\"reason\":\"gone\"}'::jsonb"              \
+    "              ELSE jsonb_build_object('failure_first_at', failure_first_at,"                  \
+    "                                      'failure_last_at', failure_last_at) END"                \
+    "    FROM u WHERE disabled"                                                                    \
     ")"                                                                                            \
-    " UPDATE subscriptions s SET"                                                                  \
-    "        failure_first_at = CASE WHEN last.success THEN NULL"                                  \
-    "                                WHEN last.ok_at IS NOT NULL THEN last.first_fail"             \
-    "                                ELSE coalesce(s.failure_first_at, last.first_fail) END,"      \
-    "        failure_last_at = CASE WHEN last.success THEN NULL ELSE last.started_at END"          \
-    "   FROM chg last WHERE s.id = last.id AND s.id IN (SELECT id FROM lk)"
+    " SELECT id::text, tenant_id, disabled_reason FROM u WHERE disabled"
 
 const struct hub_sql hub_sql_dispatch_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};
 const struct hub_sql hub_sql_dispatch_outcomes_checked = {
@@ -332,34 +384,6 @@ const struct hub_sql hub_sql_dispatch_outcomes_checked = {
     OUTCOMES_SQL("     AND NOT EXISTS (SELECT 1 FROM delivery_attempts x"
                  "                      WHERE x.job_id = o.id AND x.number = j.attempt_count"
                  "                        AND x.day = (o.started_at AT TIME ZONE 'UTC')::date)"),
-    0,
-};
-
-const struct hub_sql hub_sql_dispatch_gone = {
-    "dispatch_gone",
-    "WITH d AS ("
-    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'gone', updated_at = now()"
-    "   WHERE id = ANY($1::uuid[]) AND enabled RETURNING id, tenant_id)"
-    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    " SELECT tenant_id, 'dispatcher', 'subscription.disable', id::text,"
-    "        '{\"reason\":\"gone\"}'::jsonb FROM d",
-    0,
-};
-
-const struct hub_sql hub_sql_dispatch_autodisable = {
-    "dispatch_autodisable",
-    "WITH d AS ("
-    "  UPDATE subscriptions SET enabled = false, disabled_reason = 'auto_disabled',"
-    "         updated_at = now()"
-    "   WHERE id = ANY($3::uuid[]) AND enabled AND failure_first_at IS NOT NULL"
-    "     AND now() - failure_first_at >= $1::bigint * interval '1 millisecond'"
-    "     AND failure_last_at - failure_first_at >= $2::bigint * interval '1 millisecond'"
-    "  RETURNING id, tenant_id, failure_first_at, failure_last_at)"
-    " INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
-    " SELECT tenant_id, 'dispatcher', 'subscription.auto_disable', id::text,"
-    "        jsonb_build_object('failure_first_at', failure_first_at,"
-    "                           'failure_last_at', failure_last_at)"
-    "   FROM d RETURNING object_id, tenant_id",
     0,
 };
 
@@ -403,8 +427,6 @@ const struct hub_sql *const hub_sql_dispatch_all[] = {
     &hub_sql_dispatch_load_events,
     &hub_sql_dispatch_outcomes,
     &hub_sql_dispatch_outcomes_checked,
-    &hub_sql_dispatch_gone,
-    &hub_sql_dispatch_autodisable,
     &hub_sql_dispatch_reclaim,
     &hub_sql_dispatch_due_sample,
     NULL,

@@ -61,7 +61,8 @@ enum hub_due_tenants_col {
  * stops as soon as the batch is full.  A tenant's share comes from its
  * unordered jobs due now from its floor on, and (fifo forms only) the head of
  * each of its fifo subscriptions (SPEC §7.8: the oldest unfinished job, only
- * while none is in flight).  Jobs of disabled subscriptions are not claimed.
+ * while none is in flight).  Only jobs of deliverable subscriptions are
+ * claimed: enabled AND verification_state 'active' (SPEC §6, the gate).
  * FOR UPDATE SKIP LOCKED: several dispatchers claim concurrently.  Claimed
  * jobs become 'in_flight' with lease_owner $1 until now() + $2 ms.
  *
@@ -152,8 +153,9 @@ enum hub_claim_col {
 
 /*
  * The subscriptions of a claim that did not look them up: $1 their ids
- * (binary text[]).  One row per subscription that still exists (binary):
- * enum hub_load_sub_col.
+ * (binary text[]).  One row per subscription that still exists and is
+ * still deliverable (enabled, verified: see the claim) (binary): enum
+ * hub_load_sub_col.
  */
 extern const struct hub_sql hub_sql_dispatch_load_subscriptions;
 
@@ -173,19 +175,29 @@ extern const struct hub_sql hub_sql_dispatch_load_events;
 /*
  * Outcomes of finished jobs, one array element per outcome (attempted,
  * shed, deferred, released or filtered), all arrays in the same order and
- * binary except $14.  Each job is fenced by the lease of the claim that
- * handed it out: it is updated only while its lease_owner is still
- * "$14#<claim>", so a job reclaimed since keeps its new holder's state.
+ * binary except $14, $16, $17 and $18.  Each job is fenced by the lease of
+ * the claim that handed it out: it is updated only while its lease_owner is
+ * still "$14#<claim>", so a job reclaimed since keeps its new holder's
+ * state.  The fence covers everything an outcome changes: an outcome whose
+ * job it does not update (a stale one) records no attempt, moves no streak,
+ * disables nothing.  For the fenced ones:
  *   - state 'filtered' deletes the job; any other state is set, with
  *     reason, next_attempt_at = now() + delay, the lease cleared and
  *     attempt_count raised for an attempted outcome; 'pending' becomes
- *     'parked' when the subscription was disabled meanwhile (SPEC §7.7);
+ *     'parked' when the subscription stopped being deliverable meanwhile
+ *     (disabled, or not verified: SPEC §6, §7.7);
  *   - an attempted outcome records its attempt, numbered by the job's new
  *     attempt_count, once (only by the transaction that updated the job);
  *   - each subscription's failure streak (SPEC §7.7) follows its newest
  *     attempted outcome in the batch; a success in the batch ends the
- *     streak before it.
- * No result rows.  hub_sql_dispatch_outcomes_checked does the same but
+ *     streak before it;
+ *   - with $16 true (STREAMING_HUB_AUTODISABLE_ENABLED), a 410 disables its
+ *     subscription at once (disabled_reason 'gone'), and a subscription
+ *     with a failure in the batch whose streak is then at least $17 ms old
+ *     and spans at least $18 ms is auto-disabled ('auto_disabled'); both
+ *     audited (actor "dispatcher").
+ * One row per subscription this statement disabled (text): enum
+ * hub_outcomes_col.  hub_sql_dispatch_outcomes_checked does the same but
  * first probes for an attempt already recorded under its number (a job's
  * attempt_count lowered by hand), at an index descent per attempt: the
  * dispatcher switches to it after a unique violation (23505).
@@ -206,30 +218,19 @@ enum hub_outcomes_param {
     HUB_OUTCOMES_PARAM_SUCCESS,     /* $13 the attempt succeeded (bool[]) */
     HUB_OUTCOMES_PARAM_OWNER,       /* $14 the dispatcher's owner (text, not an array) */
     HUB_OUTCOMES_PARAM_CLAIM,       /* $15 serial of the claim that leased the job (int8[]) */
+    HUB_OUTCOMES_PARAM_AUTODISABLE, /* $16 410 and auto-disable allowed ('true'/'false') */
+    HUB_OUTCOMES_PARAM_WINDOW_MS,   /* $17 auto-disable: the streak's least age (bigint, text) */
+    HUB_OUTCOMES_PARAM_SPREAD_MS,   /* $18 auto-disable: its least span (bigint, text) */
     HUB_OUTCOMES_NPARAMS,
+};
+enum hub_outcomes_col {
+    HUB_OUTCOMES_SUB_ID, /* subscription id */
+    HUB_OUTCOMES_TENANT, /* its tenant */
+    HUB_OUTCOMES_REASON, /* 'gone' or 'auto_disabled' */
+    HUB_OUTCOMES_NCOLS,
 };
 extern const struct hub_sql hub_sql_dispatch_outcomes;
 extern const struct hub_sql hub_sql_dispatch_outcomes_checked;
-
-/*
- * 410 Gone: disables the enabled ones of $1 (binary uuid[]) with
- * disabled_reason 'gone', audited (actor "dispatcher").  No result rows.
- */
-extern const struct hub_sql hub_sql_dispatch_gone;
-
-/*
- * Auto-disable (SPEC §7.7), both gates: disables those of $3 (binary
- * uuid[]) whose failure streak is at least $1 ms old and spans at least $2
- * ms (bigint as text), disabled_reason 'auto_disabled', audited.  One row
- * per subscription disabled (text): enum hub_autodisable_col.
- */
-#define HUB_AUTODISABLE_NPARAMS 3
-extern const struct hub_sql hub_sql_dispatch_autodisable;
-enum hub_autodisable_col {
-    HUB_AUTODISABLE_SUB_ID, /* subscription id */
-    HUB_AUTODISABLE_TENANT, /* its tenant */
-    HUB_AUTODISABLE_NCOLS,
-};
 
 /* --------------------------------------------------------------- upkeep -- */
 

@@ -7,8 +7,15 @@
 # last success, and one success clears it.  The statement also fences each
 # job by the lease of the claim that handed it out ("<owner>#<claim
 # serial>": another dispatcher's, or a later claim of the same one, keeps
-# the job) and numbers attempts by the job's count.  Last, the trigger that
-# parks and unparks a subscription's jobs.
+# the job) and numbers attempts by the job's count.  The fence covers
+# everything an outcome moves: stale outcomes of every kind (another
+# process's lease, a later claim's, a lease that ran out and was cleared)
+# touch no job, record no attempt, neither extend nor clear a streak, and
+# neither a 410 nor the auto-disable gates disable anything; fenced ones
+# do (the controls).  Then the verification gate in the outcome (a retry of
+# a job whose subscription is no longer verified is parked), and the
+# trigger that parks and unparks a subscription's jobs (migrations/0011),
+# including the migration's parking of the rows it finds.
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 hub_test_init
@@ -22,7 +29,7 @@ SQL=$("$HUB_SQL" dispatch_outcomes) || fatal "hub-sql does not know dispatch_out
 [[ $SQL == "WITH o AS ("* ]] || fatal "dispatch_outcomes is not the outcome statement: ${SQL:0:40}"
 SUB=00000000-0000-7000-8000-000000000001
 export PGTZ=UTC # the timestamps below are compared as text
-TYPES='int8[], text[], text[], int8[], bool[], text[], timestamptz[], int4[], int4[], text[], text[], text[], bool[], text, int8[]'
+TYPES='int8[], text[], text[], int8[], bool[], text[], timestamptz[], int4[], int4[], text[], text[], text[], bool[], text, int8[], boolean, bigint, bigint'
 
 psql_q "INSERT INTO tenants (id, status) VALUES ('t', 'active');
         INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url, secret_sealed,
@@ -38,30 +45,41 @@ psql_q "INSERT INTO tenants (id, status) VALUES ('t', 'active');
                now() + interval '1 minute'
           FROM generate_series(1, 8) g" >/dev/null
 
-# outcomes "ID:SUCCESS:STARTED_AT ...": one batch of attempted outcomes of
-# $SUB, written as the dispatcher "us" from its claim 1 (a failure is a 500,
-# retried in 1 s)
+# outcomes "ID:KIND:STARTED_AT ...": one batch of outcomes, written as the
+# dispatcher "us" from its claim OUT_CLAIM (default 1).  KIND t is a
+# success, f a failure with status OUT_FAIL_STATUS (default 500) retried in
+# 1 s, filtered or released an outcome without an attempt.  Every outcome is
+# of subscription OUT_SUB (default $SUB); OUT_AUTODISABLE (t/f, default f),
+# OUT_WINDOW_MS and OUT_SPREAD_MS (default 0) are the auto-disable
+# settings.  The statement's rows (the subscriptions it disabled) go to
+# $WORK/outcomes.out.
 outcomes() {
-    local ids=() states=() nulls=() delays=() yes=() dids=() starts=() durations=() statuses=()
+    local ids=() states=() nulls=() delays=() tried=() dids=() starts=() durations=() statuses=()
     local errors=() subs=() okays=() claims=() id ok at
     for o in "$@"; do
         IFS=: read -r id ok at <<<"$o"
-        ids+=("$id") okays+=("$ok") starts+=("\"$at\"") nulls+=(NULL) yes+=(t) durations+=(5)
-        claims+=(1)
-        subs+=("$SUB") dids+=("00000000-0000-7000-8000-0000000000$(printf %02d "$id")")
-        if [[ $ok == t ]]; then
-            states+=(succeeded) delays+=(0) statuses+=(200) errors+=(NULL)
-        else
-            states+=(pending) delays+=(1000) statuses+=(500) errors+=(status)
-        fi
+        ids+=("$id") starts+=("\"$at\"") nulls+=(NULL) durations+=(5)
+        claims+=("${OUT_CLAIM:-1}")
+        subs+=("${OUT_SUB:-$SUB}") dids+=("00000000-0000-7000-8000-0000000$(printf %05d "$id")")
+        case $ok in
+        t) states+=(succeeded) delays+=(0) statuses+=(200) errors+=(NULL) tried+=(t) okays+=(t) ;;
+        f)
+            states+=(pending) delays+=(1000) statuses+=("${OUT_FAIL_STATUS:-500}") errors+=(status)
+            tried+=(t) okays+=(f)
+            ;;
+        filtered | released)
+            states+=("$([[ $ok == filtered ]] && echo filtered || echo pending)") delays+=(0)
+            statuses+=(NULL) errors+=(NULL) tried+=(f) okays+=(f)
+            ;;
+        esac
     done
     local IFS=,
-    psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" >/dev/null 2>"$WORK/outcomes.err" <<SQL
+    psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" >"$WORK/outcomes.out" 2>"$WORK/outcomes.err" <<SQL
 PREPARE o($TYPES) AS $SQL;
-EXECUTE o('{${ids[*]}}', '{${states[*]}}', '{${nulls[*]}}', '{${delays[*]}}', '{${yes[*]}}',
+EXECUTE o('{${ids[*]}}', '{${states[*]}}', '{${nulls[*]}}', '{${delays[*]}}', '{${tried[*]}}',
           '{${dids[*]}}', '{${starts[*]}}', '{${durations[*]}}', '{${statuses[*]}}',
           '{${errors[*]}}', '{${nulls[*]}}', '{${subs[*]}}', '{${okays[*]}}', 'us',
-          '{${claims[*]}}');
+          '{${claims[*]}}', '${OUT_AUTODISABLE:-f}', ${OUT_WINDOW_MS:-0}, ${OUT_SPREAD_MS:-0});
 SQL
 }
 streak() { psql_q "SELECT coalesce(failure_first_at::text, '-') || ' | ' || coalesce(failure_last_at::text, '-') FROM subscriptions"; }
@@ -111,5 +129,150 @@ psql_q "UPDATE subscriptions SET enabled = false WHERE id = '$SUB';
 assert_eq "1 in_flight us#1|2 pending -" \
     "$(psql_q "SELECT string_agg(id || ' ' || state || ' ' || coalesce(lease_owner, '-'), '|' ORDER BY id) FROM delivery_jobs WHERE id IN (1, 2)")" \
     "unparking: a live lease is in flight again, an expired one is cleared"
+
+# 7. stale outcomes of every kind move nothing.  Two more subscriptions,
+# both verified and enabled: S2 with a failure streak that began 23 h ago,
+# S3 without one.  Their jobs: 101 leased to another dispatcher, 102 to a
+# later claim of ours (claim 2), 103 reclaimed (its lease ran out and was
+# cleared), 104 and 105 leased to our claim 1 (for the controls below), 106
+# (S3's) leased to another dispatcher.
+S2=00000000-0000-7000-8000-000000000002
+S3=00000000-0000-7000-8000-000000000003
+NOW=$(date -u +'%Y-%m-%d %H:%M:%S+00')
+psql_q "INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url, secret_sealed,
+                                   verification_state, failure_first_at, failure_last_at)
+        VALUES ('$S2', 't', '{*}', 1, 'http://sink.invalid/2', 'sealed', 'active',
+                now() - interval '23 hours', now() - interval '1 hour'),
+               ('$S3', 't', '{*}', 1, 'http://sink.invalid/3', 'sealed', 'active', NULL, NULL);
+        INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, event_day, event_id,
+                                   event_type, state, lease_owner, lease_until)
+        OVERRIDING SYSTEM VALUE
+        SELECT g, CASE WHEN g IN (105, 106) THEN '$S3' ELSE '$S2' END::uuid, 't', g, current_date,
+               'e' || g, 'a.b', CASE WHEN g = 103 THEN 'pending' ELSE 'in_flight' END,
+               CASE g WHEN 101 THEN 'another#1' WHEN 102 THEN 'us#2' WHEN 103 THEN NULL
+                      WHEN 106 THEN 'another#1' ELSE 'us#1' END,
+               CASE WHEN g = 103 THEN NULL ELSE now() + interval '1 minute' END
+          FROM generate_series(101, 106) g" >/dev/null
+# moved: everything an outcome may move, on one line
+moved() {
+    psql_q "SELECT string_agg(id || ':' || enabled || ':' || coalesce(disabled_reason, '-') || ':'
+                              || coalesce(failure_first_at::text, '-') || ':'
+                              || coalesce(failure_last_at::text, '-'), ' ' ORDER BY id)
+              FROM subscriptions WHERE id IN ('$S2', '$S3');
+            SELECT string_agg(id || ':' || state || ':' || coalesce(lease_owner, '-') || ':'
+                              || attempt_count, ' ' ORDER BY id)
+              FROM delivery_jobs WHERE id BETWEEN 101 AND 106;
+            SELECT count(*) FROM delivery_attempts WHERE job_id BETWEEN 101 AND 106;
+            SELECT count(*) FROM audit_log" | tr '\n' ' '
+}
+before=$(moved)
+OUT_SUB=$S2 OUT_FAIL_STATUS=410 OUT_AUTODISABLE=t outcomes "101:f:$NOW" "102:f:$NOW" "103:f:$NOW" ||
+    fatal "stale 410s: $(cat "$WORK/outcomes.err")"
+assert_eq "$before" "$(moved)" "stale 410s (another's lease, a later claim's, a lease run out) move nothing"
+assert_eq "" "$(cat "$WORK/outcomes.out")" "and disable nothing"
+OUT_SUB=$S2 OUT_AUTODISABLE=t OUT_WINDOW_MS=1000 OUT_SPREAD_MS=1000 \
+    outcomes "101:f:$NOW" "102:f:$NOW" "103:f:$NOW"
+assert_eq "$before" "$(moved)" "stale failures neither extend the streak nor trip the gates it passes"
+assert_eq "" "$(cat "$WORK/outcomes.out")" "no auto-disable"
+OUT_SUB=$S2 outcomes "101:t:$NOW" "102:t:$NOW" "103:t:$NOW"
+assert_eq "$before" "$(moved)" "stale successes do not clear the streak"
+OUT_SUB=$S3 OUT_AUTODISABLE=t outcomes "106:f:$NOW"
+assert_eq "$before" "$(moved)" "a stale failure starts no streak"
+OUT_SUB=$S2 outcomes "101:filtered:$NOW" "102:released:$NOW" "103:filtered:$NOW"
+assert_eq "$before" "$(moved)" "stale outcomes without an attempt: no job deleted or given back"
+OUT_CLAIM=2 OUT_SUB=$S2 OUT_FAIL_STATUS=410 OUT_AUTODISABLE=t outcomes "104:f:$NOW"
+assert_eq "$before" "$(moved)" "claim 2's outcome of a job leased to claim 1 is stale too"
+
+# the controls: the same outcomes under the live lease do move things.  A
+# fenced 410 of S2 beside a stale success of S2: disabled as gone, audited,
+# the streak follows the 410 only; a fenced failure of S3 past the gates
+# (streak 2 h old): auto-disabled and audited
+psql_q "UPDATE subscriptions SET failure_first_at = now() - interval '2 hours',
+                                 failure_last_at = now() - interval '1 hour' WHERE id = '$S3'" >/dev/null
+OUT_SUB=$S2 OUT_FAIL_STATUS=410 OUT_AUTODISABLE=t outcomes "104:f:$NOW" "102:t:$NOW"
+assert_eq "$S2|t|gone" "$(cat "$WORK/outcomes.out")" "a fenced 410 disables its subscription (reported)"
+assert_eq "false gone $NOW 1" \
+    "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' ' || failure_last_at || ' '
+                      || (SELECT count(*) FROM audit_log WHERE object_id = '$S2'
+                             AND action = 'subscription.disable' AND detail->>'reason' = 'gone')
+                 FROM subscriptions WHERE id = '$S2'")" \
+    "disabled as gone, audited; the streak moved by the fenced 410, not cleared by the stale success"
+OUT_SUB=$S3 OUT_AUTODISABLE=t OUT_WINDOW_MS=3600000 OUT_SPREAD_MS=1000 outcomes "105:f:$NOW"
+assert_eq "$S3|t|auto_disabled" "$(cat "$WORK/outcomes.out")" \
+    "a fenced failure past the gates auto-disables (reported)"
+assert_eq "false auto_disabled 1" \
+    "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' '
+                      || (SELECT count(*) FROM audit_log WHERE object_id = '$S3'
+                             AND action = 'subscription.auto_disable')
+                 FROM subscriptions WHERE id = '$S3'")" "auto-disabled and audited"
+assert_eq "104:parked:-:1 105:parked:-:1" \
+    "$(psql_q "SELECT string_agg(id || ':' || state || ':' || coalesce(lease_owner, '-') || ':'
+                                 || attempt_count, ' ' ORDER BY id)
+                 FROM delivery_jobs WHERE id IN (104, 105)")" \
+    "their retries are parked with the subscriptions they disabled"
+
+# the kill switch: a fenced 410 with auto-disable off is a failure only
+psql_q "UPDATE subscriptions SET enabled = true, disabled_reason = NULL WHERE id = '$S2';
+        UPDATE delivery_jobs SET state = 'in_flight', lease_owner = 'us#1',
+                                 lease_until = now() + interval '1 minute' WHERE id = 104" >/dev/null
+OUT_SUB=$S2 OUT_FAIL_STATUS=410 outcomes "104:f:$NOW"
+assert_eq "|t" "$(cat "$WORK/outcomes.out")|$(psql_q "SELECT enabled FROM subscriptions WHERE id = '$S2'")" \
+    "with auto-disable off a 410 disables nothing"
+
+# 8. the gate in the outcome: jobs leased while their subscription was
+# verified, whose url then changed (verification pending again): parked by
+# the change, leases kept; the attempt's success stands, a failure's retry
+# stays parked; they resume only once verified and enabled
+S4=00000000-0000-7000-8000-000000000004
+psql_q "INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url, secret_sealed,
+                                   verification_state)
+        VALUES ('$S4', 't', '{*}', 1, 'http://sink.invalid/4', 'sealed', 'active');
+        INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, event_day, event_id,
+                                   event_type, state, lease_owner, lease_until)
+        OVERRIDING SYSTEM VALUE
+        SELECT g, '$S4', 't', g, current_date, 'e' || g, 'a.b',
+               CASE WHEN g < 113 THEN 'in_flight' ELSE 'pending' END,
+               CASE WHEN g < 113 THEN 'us#1' END,
+               CASE WHEN g < 113 THEN now() + interval '1 minute' END
+          FROM generate_series(111, 113) g;
+        UPDATE subscriptions SET url = 'http://sink.invalid/elsewhere',
+                                 verification_state = 'pending' WHERE id = '$S4'" >/dev/null
+s4_jobs() {
+    psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs
+             WHERE subscription_id = '$S4' AND id > ${1:-0}"
+}
+assert_eq "111:parked:us#1 112:parked:us#1 113:parked:-" \
+    "$(psql_q "SELECT string_agg(id || ':' || state || ':' || coalesce(lease_owner, '-'), ' ' ORDER BY id)
+                 FROM delivery_jobs WHERE subscription_id = '$S4'")" \
+    "leaving verification parks the jobs, those in flight with their lease"
+OUT_SUB=$S4 outcomes "111:t:$NOW" "112:f:$NOW"
+assert_eq "111:succeeded 112:parked 113:parked" "$(s4_jobs)" \
+    "the attempt in flight settles: a success stands, a failure's retry stays parked"
+psql_q "UPDATE subscriptions SET verification_state = 'failed' WHERE id = '$S4'" >/dev/null
+assert_eq "112:parked 113:parked" "$(s4_jobs 111)" "a failed probe keeps them parked"
+psql_q "UPDATE subscriptions SET verification_state = 'active' WHERE id = '$S4'" >/dev/null
+assert_eq "112:pending 113:pending" "$(s4_jobs 111)" "verified again (and enabled): they resume"
+psql_q "UPDATE subscriptions SET enabled = false, verification_state = 'pending' WHERE id = '$S4';
+        UPDATE subscriptions SET verification_state = 'active' WHERE id = '$S4'" >/dev/null
+assert_eq "112:parked 113:parked" "$(s4_jobs 111)" "verified but disabled: still parked"
+
+# 9. the migration parks the rows it finds: the pending jobs of a
+# subscription that is enabled but not verified (claimable until 0011),
+# not those of a verified one
+S5=00000000-0000-7000-8000-000000000005
+psql_q "INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url, secret_sealed,
+                                   verification_state)
+        VALUES ('$S5', 't', '{*}', 1, 'http://sink.invalid/5', 'sealed', 'failed');
+        INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, event_day, event_id,
+                                   event_type, state)
+        OVERRIDING SYSTEM VALUE
+        VALUES (121, '$S5', 't', 121, current_date, 'e121', 'a.b', 'pending'),
+               (122, '$SUB', 't', 122, current_date, 'e122', 'a.b', 'pending')" >/dev/null
+psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" \
+    -f "$HUB_TEST_REPO/migrations/0011_verification_gate.sql" >/dev/null 2>"$WORK/migration.err" ||
+    fatal "0011 does not run again: $(cat "$WORK/migration.err")"
+assert_eq "121:parked 122:pending" \
+    "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id IN (121, 122)")" \
+    "the migration parks the pending jobs of an unverified subscription only"
 
 hub_test_done
