@@ -829,6 +829,7 @@ struct reload_call {
     struct hub_api_call call; /* first */
     const char *json;
     double seconds;
+    struct hub_api_idem idem; /* the Idempotency-Key, if any (api_idem.h) */
 };
 
 /* The reload's report as the answer, with how long it took.  json is
@@ -850,7 +851,7 @@ static void reload_answer(struct hub_api_call *call, void *arg) {
         return;
     }
     json_object_set_new(body, "reload_seconds", json_real(rc->seconds));
-    hub_api_send_json(call->req, 200, body);
+    hub_api_idem_store_send(call, 200, body); /* stored first under a key */
     json_decref(body);
 }
 
@@ -862,17 +863,44 @@ static void reload_done(void *arg, const char *json, double seconds) {
     hub_api_call_wake(&rc->call, reload_answer, NULL);
 }
 
-/* POST /admin/policies/reload: answers once a generation that started after
- * the request is in use, with that generation (errors included). */
-static void policies_reload(struct hub *hub, h2o_req_t *req) {
-    struct reload_call *rc = hub_api_call_new(hub, req, sizeof(*rc), NULL);
-    if (rc == NULL) {
-        return;
-    }
+/* No answer is stored under the request's Idempotency-Key: reload. */
+static void reload_proceed(struct hub_api_call *call) {
     /* the call outlives a client that hangs up during the reload: the
      * reload's callback always finds it */
-    hub_api_call_wait(&rc->call);
-    hub_policies_reload(hub->policies, reload_done, rc);
+    hub_api_call_wait(call);
+    hub_policies_reload(call->hub->policies, reload_done, call);
+}
+
+static void reload_replay(struct hub_api_call *call, int status, const char *body, size_t len) {
+    hub_api_idem_send_stored(call->req, status, body, len, 1);
+}
+
+static void reload_free(struct hub_api_call *call) {
+    hub_api_idem_free(&((struct reload_call *)call)->idem);
+}
+
+static const struct hub_api_idem_ops reload_idem = {
+    .proceed = reload_proceed,
+    .replay = reload_replay,
+};
+
+/* POST /admin/policies/reload: answers once a generation that started after
+ * the request is in use, with that generation (errors included).  Under an
+ * Idempotency-Key a retry gets that answer again instead of reloading. */
+static void policies_reload(struct hub *hub, h2o_req_t *req) {
+    json_t *errors = NULL;
+    h2o_iovec_t key;
+    struct reload_call *rc;
+
+    if (hub_api_idem_read_key(req, &key, &errors) != 0) {
+        hub_api_send_invalid(req, errors);
+        return;
+    }
+    rc = hub_api_call_new(hub, req, sizeof(*rc), reload_free);
+    if (rc != NULL) {
+        hub_api_idem_start(&rc->call, &rc->idem, key, ADMIN_SCOPE, NULL, "reload", NULL,
+                           &reload_idem);
+    }
 }
 
 /* /admin/policies and /admin/policies/reload. */

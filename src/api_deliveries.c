@@ -8,6 +8,16 @@
  * authenticated tenant, so another tenant's job or subscription is simply
  * "not found".  Delivery objects are rendered by PostgreSQL
  * (store_subs.c) and passed through as they are.
+ *
+ * Verification is a gate (SPEC §6): replay and redeliver on a subscription
+ * that is not verified ('pending' after a url change, or 'failed') make no
+ * job and answer 409 naming the state.  On a verified but disabled one they
+ * make parked jobs, which resume when it is enabled.
+ *
+ * Both POSTs honour Idempotency-Key (api_idem.h, scope "tenant:<id>"): the
+ * statement that makes the jobs stores the answer with its record, and the
+ * first answer and its replays are rendered by the same code
+ * (hub_api_idem_send_stored), so a replay is the first answer byte for byte.
  */
 #include "api_subs_internal.h"
 
@@ -22,6 +32,7 @@
 
 /* Bounds of one replay call: a replay is one statement, so its size is
  * the size of one transaction on the event and job tables. */
+/* (REPLAY_MAX_EVENTS bounds the answer's "truncated" too: store_subs.c.) */
 #define REPLAY_MAX_EVENTS 100000 /* per call */
 #define REPLAY_INTERVAL_MS 5000  /* between two replays of one subscription */
 
@@ -127,28 +138,56 @@ void hub_subs_delivery_get(struct subs_call *c) {
     hub_subs_run_by_id(c, &hub_sql_delivery_get, deliv_get_done);
 }
 
+/* The 409 of a replay or redeliver on a subscription that is not verified:
+ * names its state and what to do. */
+static void send_unverified(h2o_req_t *req, const char *state) {
+    char detail[256];
+
+    snprintf(detail, sizeof(detail),
+             "the subscription's verification_state is %.16s: nothing is delivered to a "
+             "destination that has not answered the verification challenge; verify it first "
+             "(POST /v1/subscriptions/{id}/verify)",
+             state);
+    hub_api_send_problem(req, 409, detail, NULL);
+}
+
+/* A stored answer of replay or redeliver: as it was (hub_api_idem_ops). */
+static void deliv_idem_replay(struct hub_api_call *call, int status, const char *text, size_t len) {
+    hub_api_idem_send_stored(call->req, status, text, len, 1);
+}
+
 /*
- * The redeliver's two results: the job made due again (one row only when
- * it was dead), then its state as it is now.  No first row and a state is
- * 409 naming the state; neither is 404.
+ * The redeliver's two results (after the stale record's statement when
+ * there is a key): the job made due again (one row only when it was dead
+ * and its subscription verified), then its state and its subscription's as
+ * they are now.  No first row: 409 naming the subscription's state when it
+ * is not verified, else the job's; neither row is 404.
  */
 static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = out->results[0], *st = out->results[1];
+    int first = hub_api_idem_first(call);
+    PGresult *r = out->results[first], *st = out->results[first + 1];
     char detail[128];
 
     if (out->status != HUB_PG_OK || r == NULL || st == NULL) {
-        hub_api_send_db_error(call->req, out);
+        if (!hub_api_idem_collided(call, out)) {
+            hub_api_send_db_error(call->req, out);
+        }
         return;
     }
     if (PQntuples(r) == 1) {
         hub_log(HUB_INFO, "delivery redelivered on request", HUB_LS("tenant", c->tenant_id),
                 HUB_LS("job", c->object_id));
-        send_delivery(call->req, 200, r);
+        hub_api_idem_send_stored(call->req, 200, PQgetvalue(r, 0, HUB_SUBS_OBJECT),
+                                 (size_t)PQgetlength(r, 0, HUB_SUBS_OBJECT), 0);
         return;
     }
     if (PQntuples(st) == 0) {
         hub_api_send_problem(call->req, 404, "delivery not found", NULL);
+        return;
+    }
+    if (strcmp(PQgetvalue(st, 0, HUB_DELIVERY_VERIFICATION), "active") != 0) {
+        send_unverified(call->req, PQgetvalue(st, 0, HUB_DELIVERY_VERIFICATION));
         return;
     }
     snprintf(detail, sizeof(detail), "only a dead delivery can be redelivered; this one is %.20s",
@@ -156,42 +195,68 @@ static void redeliver_done(struct hub_api_call *call, const struct hub_pg_outcom
     hub_api_send_problem(call->req, 409, detail, NULL);
 }
 
-/* POST /v1/deliveries/{id}/redeliver: no input.  The update and the read
- * of the state that explains a refusal run in one transaction. */
+/* No answer is stored under the key: the update and the read of the state
+ * that explains a refusal, in one transaction (with the stale record's
+ * removal first when there is a key). */
+static void redeliver_proceed(struct hub_api_call *call) {
+    struct subs_call *c = (struct subs_call *)call;
+    struct hub_pg_txn *txn = hub_api_idem_txn(call, redeliver_done);
+
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(
+        txn, &hub_sql_delivery_redeliver, 5,
+        (const char *[]){c->tenant_id, c->object_id, c->idem.scope, c->idem.key, c->idem.marker},
+        NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_delivery_state, 2, (const char *[]){c->tenant_id, c->object_id},
+                   NULL, NULL);
+    hub_api_call_submit(call, txn);
+}
+
+static const struct hub_api_idem_ops redeliver_idem = {
+    .proceed = redeliver_proceed,
+    .replay = deliv_idem_replay,
+};
+
+/* POST /v1/deliveries/{id}/redeliver: no input but an optional
+ * Idempotency-Key. */
 void hub_subs_redeliver(struct subs_call *c) {
-    struct hub_pg_txn *txn;
+    json_t *errors = NULL;
+    h2o_iovec_t idem;
 
     if (!hub_subs_body_absent_or_empty(c->call.req)) {
         return;
     }
-    txn = hub_api_call_txn(&c->call, redeliver_done);
-    if (txn == NULL) {
+    if (hub_api_idem_read_key(c->call.req, &idem, &errors) != 0) {
+        hub_api_send_invalid(c->call.req, errors);
         return;
     }
-    hub_pg_txn_add(txn, &hub_sql_delivery_redeliver, 2,
-                   (const char *[]){c->tenant_id, c->object_id}, NULL, NULL);
-    hub_pg_txn_add(txn, &hub_sql_delivery_state, 2, (const char *[]){c->tenant_id, c->object_id},
-                   NULL, NULL);
-    hub_api_call_submit(&c->call, txn);
+    hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "redeliver",
+                       c->object_id, &redeliver_idem);
 }
 
 /* ============================================================ replay ======= */
 
-/* The replay's one row (hub_subs_replay_col): 404, 429, or 202 with the
- * counts; "truncated" when the batch was full, with where to go on. */
+/* The replay's one row (hub_subs_replay_col): 404, 409 (not verified), 429,
+ * or 202 with the answer the statement made (and stored with a key). */
 static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
-    json_t *body;
-    int64_t events, created, rearmed;
-    const char *next_since = NULL;
+    int first = hub_api_idem_first(call);
+    PGresult *r = out->n_results > first ? out->results[first] : NULL;
 
     if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
-        hub_api_send_db_error(call->req, out);
+        if (!hub_api_idem_collided(call, out)) {
+            hub_api_send_db_error(call->req, out);
+        }
         return;
     }
     if (strcmp(PQgetvalue(r, 0, HUB_SUBS_REPLAY_FOUND), "0") == 0) {
         hub_api_send_problem(call->req, 404, "subscription not found", NULL);
+        return;
+    }
+    if (strcmp(PQgetvalue(r, 0, HUB_SUBS_REPLAY_VERIFICATION), "active") != 0) {
+        send_unverified(call->req, PQgetvalue(r, 0, HUB_SUBS_REPLAY_VERIFICATION));
         return;
     }
     if (!PQgetisnull(r, 0, HUB_SUBS_REPLAY_RETRY_AFTER)) {
@@ -201,28 +266,38 @@ static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *
                              "a replay of this subscription ran moments ago; retry later", NULL);
         return;
     }
-    events = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_EVENTS));
-    /* a full batch may have left events behind: say where to go on */
-    if (events >= REPLAY_MAX_EVENTS && !PQgetisnull(r, 0, HUB_SUBS_REPLAY_NEXT_SINCE)) {
-        next_since = PQgetvalue(r, 0, HUB_SUBS_REPLAY_NEXT_SINCE);
-    }
-    created = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_CREATED));
-    rearmed = atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_REARMED));
     hub_log(HUB_INFO, "subscription replay", HUB_LS("tenant", c->tenant_id),
-            HUB_LS("subscription", c->object_id), HUB_LI("events", events),
-            HUB_LI("created", created), HUB_LI("rearmed", rearmed));
-    body = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:o}", "subscription_id", c->object_id,
-                     "since", c->since, "until", c->until, "events", (json_int_t)events, "created",
-                     (json_int_t)created, "rearmed", (json_int_t)rearmed, "truncated",
-                     events >= REPLAY_MAX_EVENTS, "next_since",
-                     next_since != NULL ? json_string(next_since) : json_null());
-    if (body == NULL) {
-        hub_api_send_oom(call->req);
+            HUB_LS("subscription", c->object_id),
+            HUB_LI("events", atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_EVENTS))),
+            HUB_LI("created", atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_CREATED))),
+            HUB_LI("rearmed", atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_REARMED))));
+    hub_api_idem_send_stored(call->req, 202, PQgetvalue(r, 0, HUB_SUBS_REPLAY_BODY),
+                             (size_t)PQgetlength(r, 0, HUB_SUBS_REPLAY_BODY), 0);
+}
+
+/* No answer is stored under the key: the replay, one statement. */
+static void replay_proceed(struct hub_api_call *call) {
+    struct subs_call *c = (struct subs_call *)call;
+    struct hub_pg_txn *txn = hub_api_idem_txn(call, replay_done);
+    char interval[24], max[24];
+
+    if (txn == NULL) {
         return;
     }
-    hub_api_send_json(call->req, 202, body);
-    json_decref(body);
+    snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);
+    snprintf(max, sizeof(max), "%d", REPLAY_MAX_EVENTS);
+    hub_pg_txn_add(txn, &hub_sql_subs_replay, 10,
+                   (const char *[]){c->tenant_id, c->object_id, c->since, c->until,
+                                    c->in.event_types, interval, max, c->idem.scope, c->idem.key,
+                                    c->idem.marker},
+                   NULL, NULL);
+    hub_api_call_submit(call, txn);
 }
+
+static const struct hub_api_idem_ops replay_idem = {
+    .proceed = replay_proceed,
+    .replay = deliv_idem_replay,
+};
 
 /* A replay bound: an RFC 3339 string PostgreSQL can read back as text once
  * formatted, so not before 0001-01-01 (RFC 3339 allows year 0000, which
@@ -242,17 +317,19 @@ static int replay_time(const json_t *v, int64_t *us) {
  * pending ones are left alone.  At most REPLAY_MAX_EVENTS events per call
  * ("truncated" and "next_since" say where to continue), one call per
  * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
- * "until" defaults to now.  The whole replay is one statement
- * (hub_sql_subs_replay), so its jobs, its audit row and its rate limit
- * commit together.
+ * "until" defaults to now (a retry under the same Idempotency-Key gets the
+ * first answer, with its "until").  The whole replay is one statement
+ * (hub_sql_subs_replay), so its jobs, its audit row, its rate limit and its
+ * idempotency record commit together.  409 on a subscription that is not
+ * verified.
  */
 void hub_subs_replay(struct subs_call *c) {
     static const char *const allowed[] = {"since", "until", "event_types", NULL};
     h2o_req_t *req = c->call.req;
     json_t *errors = NULL, *body, *v;
     int64_t since_us = 0, until_us = 0;
+    h2o_iovec_t idem;
     int oom = 0;
-    char interval[24], max[24];
 
     body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
     if (body == NULL) {
@@ -280,16 +357,14 @@ void hub_subs_replay(struct subs_call *c) {
         hub_subs_check_event_types(v, &c->in, &errors, &oom);
     }
     json_decref(body);
+    hub_api_idem_read_key(req, &idem, &errors);
     if (hub_api_input_refused(req, errors, oom)) {
         return;
     }
-    /* the bounds as the statement reads them, and as the answer shows them:
-     * normalised to UTC with microseconds, whatever offset the client used */
+    /* the bounds as the statement reads them (and shows them in the
+     * answer, normalised to UTC with microseconds) */
     hub_rfc3339(since_us, 6, c->since, sizeof(c->since));
     hub_rfc3339(until_us, 6, c->until, sizeof(c->until));
-    snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);
-    snprintf(max, sizeof(max), "%d", REPLAY_MAX_EVENTS);
-    hub_api_call_query(&c->call, replay_done, &hub_sql_subs_replay, 7,
-                       (const char *[]){c->tenant_id, c->object_id, c->since, c->until,
-                                        c->in.event_types, interval, max});
+    hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "replay",
+                       c->object_id, &replay_idem);
 }

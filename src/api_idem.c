@@ -1,5 +1,6 @@
 /*
- * api_idem — Idempotency-Key on the API's creations (see api_idem.h).
+ * api_idem — Idempotency-Key on the API's state-changing POSTs (see
+ * api_idem.h).
  *
  * The records live in one table, idempotency_keys (scope, key, status,
  * body), written only by the creating statements themselves so that a
@@ -16,11 +17,15 @@
 
 #include "api_util.h"
 #include "error.h"
+#include "log.h"
 #include "store_admin.h"
 #include "util.h"
 
 /* The lookup transaction: the purge, then the lookup (its result index). */
 #define LOOKUP_RESULT 1
+
+/* The primary key (scope, key) of idempotency_keys (migrations/0001). */
+#define IDEM_KEY_CONSTRAINT "idempotency_keys_pkey"
 
 /* Reads, never stores: the key is copied only once the request is valid
  * (hub_api_idem_start), so a refused request leaves nothing behind. */
@@ -219,12 +224,15 @@ int hub_api_idem_relook(struct hub_api_call *call) {
     return 1;
 }
 
-/* 23505 is unique_violation.  The only one a creation expects is on the
- * record's key (scope, key), so any is taken for it: the second lookup
- * then tells, replaying what it finds or answering ops->unfinished.
- * Without a key there is no second lookup and the caller answers. */
+/* 23505 is unique_violation.  Only one on the record's own key (the
+ * primary key of idempotency_keys) is a race on the Idempotency-Key: the
+ * second lookup then tells, replaying what it finds or answering
+ * ops->unfinished.  Any other unique violation is the request's own
+ * failure, and the caller answers it like any statement error, as it does
+ * without a key. */
 int hub_api_idem_collided(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     return out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23505") == 0 &&
+           out->constraint != NULL && strcmp(out->constraint, IDEM_KEY_CONSTRAINT) == 0 &&
            hub_api_idem_relook(call);
 }
 
@@ -233,10 +241,78 @@ void hub_api_idem_mark_replayed(h2o_req_t *req) {
     hub_api_add_header(req, "idempotent-replayed", "true");
 }
 
+/* One rendering for the first answer and its replays: parsed, "_req"
+ * dropped, dumped by the same code, so the bytes are the same. */
+void hub_api_idem_send_stored(h2o_req_t *req, int status, const char *text, size_t len,
+                              int replayed) {
+    json_t *obj = json_loadb(text, len, 0, NULL);
+
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        hub_api_send_problem(req, 500, "malformed stored response", NULL);
+        return;
+    }
+    json_object_del(obj, "_req");
+    if (replayed) {
+        hub_api_idem_mark_replayed(req);
+    }
+    hub_api_send_json(req, status, obj);
+    json_decref(obj);
+}
+
+/* The record of hub_api_idem_store_send was written (or not): the
+ * answer, rendered from the stored text as a replay would be. */
+static void stored(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct hub_api_idem *idem = call->idem;
+
+    if (out->status != HUB_PG_OK) {
+        if (hub_api_idem_collided(call, out)) {
+            return; /* the winner's answer is replayed */
+        }
+        hub_log(HUB_WARN, "an Idempotency-Key record could not be stored; a retry will run again",
+                HUB_LS("error", out->error));
+    }
+    hub_api_idem_send_stored(call->req, idem->status, idem->body, strlen(idem->body), 0);
+}
+
+void hub_api_idem_store_send(struct hub_api_call *call, int status, json_t *body) {
+    struct hub_api_idem *idem = call->idem;
+    struct hub_pg_txn *txn;
+    char code[16];
+
+    /* without a key there is nothing to store: answer as any route does */
+    if (idem == NULL || idem->key == NULL) {
+        hub_api_send_json(call->req, status, body);
+        return;
+    }
+    /* the marker goes into the stored body; the answer is made from that
+     * text, so that it and its replays are the same bytes */
+    if (json_object_set_new(body, "_req", json_string(idem->marker)) != 0 ||
+        (idem->body = json_dumps(body, JSON_COMPACT)) == NULL) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    json_object_del(body, "_req");
+    idem->status = status;
+    snprintf(code, sizeof(code), "%d", status);
+    /* like a creation's transaction (hub_api_idem_txn): an expired record
+     * of the key goes first, or the insert would collide with it */
+    txn = hub_api_call_txn(call, stored);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_idem_forget_stale, 2, (const char *[]){idem->scope, idem->key},
+                   NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_idem_store, 4,
+                   (const char *[]){idem->scope, idem->key, code, idem->body}, NULL, NULL);
+    hub_api_call_submit(call, txn);
+}
+
 /* From the route's on_free; the route's state, not idem, is freed there. */
 void hub_api_idem_free(struct hub_api_idem *idem) {
     free(idem->key);
     free(idem->scope);
     free(idem->marker);
-    idem->key = idem->scope = idem->marker = NULL;
+    free(idem->body);
+    idem->key = idem->scope = idem->marker = idem->body = NULL;
 }

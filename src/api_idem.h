@@ -1,7 +1,9 @@
 /*
- * api_idem — Idempotency-Key on the API's creations (SPEC §9), one helper
- * for the admin API (tenant and key creation) and the tenant API
- * (subscription creation, secret rotation).
+ * api_idem — Idempotency-Key on the API's state-changing POSTs (SPEC §9),
+ * one helper for the admin API (tenant and key creation, policy reload) and
+ * the tenant API (subscription creation, secret rotation, verify, replay,
+ * redeliver).  POST /v1/events is the exception: each event's own key
+ * already makes it idempotent.
  *
  * A request with a key goes through these steps, on the loop thread:
  *
@@ -61,6 +63,8 @@ struct hub_api_idem {
     char *scope;  /* whose keys: "admin", "tenant:<id>" */
     char *marker; /* the request that makes the record (see hub_api_idem_start) */
     int relooked; /* looked up a second time after a collision */
+    int status;   /* hub_api_idem_store_send: the answer being stored ... */
+    char *body;   /* ... and its text (with "_req") */
     const struct hub_api_idem_ops *ops;
 };
 
@@ -104,12 +108,35 @@ int hub_api_idem_first(const struct hub_api_call *call);
 int hub_api_idem_relook(struct hub_api_call *call);
 
 /* 1 after starting the second lookup when out failed on a unique
- * violation (23505: a concurrent request stored this key first, and our
- * whole transaction rolled back), else 0 and the caller answers out. */
+ * violation of the record's key (23505 on idempotency_keys_pkey: a
+ * concurrent request stored this key first, and our whole transaction
+ * rolled back), else 0 and the caller answers out (another constraint's
+ * 23505 is the request's own failure). */
 int hub_api_idem_collided(struct hub_api_call *call, const struct hub_pg_outcome *out);
 
 /* Adds "Idempotent-Replayed: true" to a replayed answer. */
 void hub_api_idem_mark_replayed(h2o_req_t *req);
+
+/*
+ * Answers status with a JSON object whose text[0..len) (borrowed) is a
+ * record's body as the creating statement stored it, or the same object
+ * without the record's members: "_req" is removed, and with replayed the
+ * answer says it is a replay.  A route whose first answer and replay both
+ * go through here answers them byte for byte alike.  500 when the text is
+ * not a JSON object.
+ */
+void hub_api_idem_send_stored(h2o_req_t *req, int status, const char *text, size_t len,
+                              int replayed);
+
+/*
+ * For a request whose change is not a database write (a policy reload):
+ * answers status with body (borrowed), after storing it under the request's
+ * key when it has one (hub_sql_idem_store), so that a retry gets it again.
+ * Two requests racing with one key: the loser answers the winner's stored
+ * answer.  Storing that fails otherwise is logged and the answer still
+ * goes out (the change was made; a retry makes it again).
+ */
+void hub_api_idem_store_send(struct hub_api_call *call, int status, json_t *body);
 
 /* Releases idem's strings; idem is left empty.  Safe on an empty one. */
 void hub_api_idem_free(struct hub_api_idem *idem);

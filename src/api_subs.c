@@ -22,9 +22,9 @@
  * is wiped (OPENSSL_cleanse) where this module owns the buffer.  Logs carry
  * tenant and subscription ids, never a secret, header value or body.
  *
- * Idempotency-Key (create, rotate-secret) is api_idem.h's, scoped
- * "tenant:<tenant id>".  Unlike admin records, a stored response keeps the
- * secret SEALED (member "_ss"), so a replay shows the same secret without it
+ * Idempotency-Key (create, rotate-secret here; verify, replay and
+ * redeliver beside) is api_idem.h's, scoped "tenant:<tenant id>".  Unlike admin records, a stored
+ * response keeps the secret SEALED (member "_ss"), so a replay shows the same secret without it
  * ever being at rest in clear; its marker ("_req") is required, so a key
  * reused for a different request is a 409.
  */
@@ -47,7 +47,6 @@
 #define SUBS_PATH "/v1/subscriptions"
 #define DELIV_PATH "/v1/deliveries"
 #define MAX_SEGMENTS 4
-#define IDEM_SCOPE "tenant"
 
 #define GRACE_MAX_MS (7LL * 24 * 3600 * 1000)
 
@@ -359,8 +358,8 @@ static void sub_create(struct subs_call *c) {
         return;
     }
     if (!hub_subs_kek_missing(c)) {
-        hub_api_idem_start(&c->call, &c->idem, idem, IDEM_SCOPE, c->tenant_id, "create", NULL,
-                           &create_idem);
+        hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "create",
+                           NULL, &create_idem);
     }
 }
 
@@ -622,7 +621,7 @@ static void sub_rotate(struct subs_call *c) {
         return;
     }
     if (!hub_subs_kek_missing(c)) {
-        hub_api_idem_start(&c->call, &c->idem, idem, IDEM_SCOPE, c->tenant_id, "rotate",
+        hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "rotate",
                            c->object_id, &rotate_idem);
     }
 }

@@ -15,9 +15,11 @@
  *   GET    /v1/deliveries/{id}                  a job with its attempts
  *   POST   /v1/deliveries/{id}/redeliver        a dead job becomes due again
  *
- * Another tenant's object is 404; create and rotate-secret honour
- * Idempotency-Key (24h, scope "tenant:<tenant id>").  The implementation
- * is split by resource; api_subs_internal.h says which file does what.
+ * Another tenant's object is 404; every POST honours Idempotency-Key (24h,
+ * scope "tenant:<tenant id>").  Verification is a gate (SPEC §6): replay
+ * and redeliver on a subscription that is not verified are 409.  The
+ * implementation is split by resource; api_subs_internal.h says which file
+ * does what.
  */
 #ifndef HUB_API_SUBS_H
 #define HUB_API_SUBS_H

@@ -32,6 +32,10 @@ struct hub;
 
 struct subs_call;
 
+/* The scope of the tenant API's Idempotency-Key records: "tenant:<id>"
+ * (api_idem.h), shared by every POST of these files. */
+#define HUB_SUBS_IDEM_SCOPE "tenant"
+
 /* The next step of a request that waited (for DNS, say). */
 typedef void (*subs_step)(struct subs_call *c);
 
@@ -72,7 +76,8 @@ struct subs_call {
     char *tenant_id;
     char *object_id; /* subscription id (lower-case uuid) or job id */
     struct subs_input in;
-    struct hub_api_idem idem;     /* create, rotate-secret */
+    struct hub_api_idem idem;     /* every POST: create, rotate-secret, verify, replay,
+                                   * redeliver */
     int limit;                    /* lists: page size (one more row is fetched) */
     char *after;                  /* lists: cursor value */
     char *state;                  /* deliveries list: ?state= */

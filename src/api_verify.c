@@ -8,9 +8,21 @@
  *
  *   background  after a create or a url change; records "active" or
  *               "failed" only while the subscription is still "pending"
- *               with the url and headers probed, and answers nobody;
+ *               with the url probed, and answers nobody;
  *   verify      POST /v1/subscriptions/{id}/verify; records the outcome
  *               (success re-enables the subscription) and answers with it.
+ *
+ * Only a recorded success makes a subscription deliverable (SPEC §6): until
+ * then its jobs stay parked and nothing is sent to the destination but the
+ * probe.  Every recorded transition is audited ("subscription.verification",
+ * store_subs.c).  /verify honours Idempotency-Key (api_idem.h): the record
+ * is written by the statement that records the outcome, so a retry gets the
+ * first answer (byte for byte) instead of probing again.
+ *
+ * The challenge is looked for in the first PROBE_BODY_MAX bytes of the
+ * response body (httpc keeps that much for a probe): "the response body
+ * contains the challenge", for a destination that echoes it inside a
+ * larger document.
  *
  * A probe outlives its request if need be (the client hangs up, the server
  * stops): struct subs_probe owns copies of everything it needs and has a
@@ -29,11 +41,14 @@
 #include "hub.h"
 #include "httpc.h"
 #include "log.h"
+#include "store_admin.h"
 #include "store_subs.h"
 #include "uuid.h"
 #include "webhook.h"
 
 #define PROBE_CONNECT_TIMEOUT_MS 5000
+/* How much of a probe's response body is searched for the challenge. */
+#define PROBE_BODY_MAX (64 * 1024)
 #define NO_HTTPC_DETAIL "outgoing HTTP is not available in this process; retry later"
 
 enum probe_mode { PROBE_BACKGROUND, PROBE_VERIFY };
@@ -48,7 +63,9 @@ struct subs_probe {
     char delivery_id[HUB_UUID_TEXT_SIZE];
     char *tenant_id;
     char *url;
-    char *headers_sealed; /* the guard of the background result */
+    char *idem_scope;  /* PROBE_VERIFY with an Idempotency-Key: the record's */
+    char *idem_key;    /* scope, key and request marker (api_idem.h), NULL */
+    char *idem_marker; /* without a key */
     char challenge[HUB_WEBHOOK_CHALLENGE_SIZE];
     int ok;
     long status; /* 0: no response */
@@ -61,7 +78,9 @@ struct subs_probe {
 static void probe_free(struct subs_probe *p) {
     free(p->tenant_id);
     free(p->url);
-    free(p->headers_sealed);
+    free(p->idem_scope);
+    free(p->idem_key);
+    free(p->idem_marker);
     free(p->error);
     free(p);
 }
@@ -76,6 +95,7 @@ static json_t *probe_outcome_json(const struct subs_probe *p) {
 /* Answers the waiting /verify request, if any, from the recorded outcome. */
 static void probe_answer(struct subs_probe *p, const struct hub_pg_outcome *out) {
     struct subs_call *c = p->owner;
+    int first = p->idem_key != NULL ? 1 : 0; /* after the stale record's statement */
     h2o_req_t *req;
     PGresult *r;
     json_t *obj;
@@ -92,10 +112,13 @@ static void probe_answer(struct subs_probe *p, const struct hub_pg_outcome *out)
         return;
     }
     if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(req, out);
+        /* a concurrent /verify with this key recorded first: its answer */
+        if (!hub_api_idem_collided(&c->call, out)) {
+            hub_api_send_db_error(req, out);
+        }
         return;
     }
-    r = out->results[0];
+    r = out->results[first];
     if (r == NULL || PQntuples(r) == 0) {
         hub_api_send_problem(req, 409,
                              "the subscription was changed or deleted during verification; "
@@ -154,16 +177,35 @@ static void probe_record(struct subs_probe *p) {
         probe_free(p);
         return;
     }
-    /* /verify changes enabled state, so it is audited; a background
-     * result is guarded by url and sealed headers instead (store_subs.h) */
+    /* both are audited; a background result is guarded by the url (and
+     * "pending") instead of answering anyone (store_subs.h) */
     if (p->mode == PROBE_VERIFY) {
         char audit[64];
+        json_t *v = probe_outcome_json(p);
+        char *vtext = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+        json_decref(v);
         snprintf(audit, sizeof(audit), "{\"ok\":%s,\"status\":%ld}", okv, p->status);
-        hub_pg_txn_add(txn, &hub_sql_subs_verify_result, 5,
-                       (const char *[]){p->tenant_id, p->sub_id, okv, p->url, audit}, NULL, NULL);
+        if (p->idem_key != NULL) {
+            /* an expired record of the key would make the insert collide */
+            hub_pg_txn_add(txn, &hub_sql_idem_forget_stale, 2,
+                           (const char *[]){p->idem_scope, p->idem_key}, NULL, NULL);
+        }
+        /* out of memory vtext is NULL, the statement fails (the record's
+         * body is NOT NULL when there is a key) or stores no member */
+        hub_pg_txn_add(txn, &hub_sql_subs_verify_result, 9,
+                       (const char *[]){p->tenant_id, p->sub_id, okv, p->url, audit, p->idem_scope,
+                                        p->idem_key, p->idem_marker, vtext},
+                       NULL, NULL);
+        free(vtext);
     } else {
+        char audit[48];
+        if (p->status > 0) {
+            snprintf(audit, sizeof(audit), "{\"status\":%ld}", p->status);
+        } else {
+            snprintf(audit, sizeof(audit), "{\"status\":null}");
+        }
         hub_pg_txn_add(txn, &hub_sql_subs_probe_result, 4,
-                       (const char *[]){p->sub_id, okv, p->url, p->headers_sealed}, NULL, NULL);
+                       (const char *[]){p->sub_id, okv, p->url, audit}, NULL, NULL);
     }
     hub_pg_txn_submit(txn);
 }
@@ -202,9 +244,9 @@ static void probe_abandon(struct subs_probe *p, const char *why) {
 
 /*
  * The destination answered (or not): ok only for a 2xx whose body contains
- * the challenge.  Only the excerpt httpc keeps (the first 1024 bytes) is
- * searched, which an echo of a 32-character challenge fits.  A failure of
- * the HTTP client itself says nothing about the destination: abandoned.
+ * the challenge within its first PROBE_BODY_MAX bytes (what httpc kept: the
+ * probe asks for that much).  A failure of the HTTP client itself says
+ * nothing about the destination: abandoned.
  */
 static void probe_http_done(void *arg, const struct hub_httpc_response *res) {
     struct subs_probe *p = arg;
@@ -240,8 +282,8 @@ struct probe_args {
     const char *tenant_id;
     const char *sub_id;
     const char *url;
-    const char *headers_sealed;
-    const json_t *headers; /* plaintext, or NULL */
+    const struct hub_api_idem *idem; /* PROBE_VERIFY: the request's key, or NULL */
+    const json_t *headers;           /* plaintext, or NULL */
     const struct hub_sign_key *keys;
     size_t nkeys;
 };
@@ -268,7 +310,11 @@ static int probe_start(struct hub *hub, const struct probe_args *a) {
     /* copies: the probe outlives its arguments (the call, the row) */
     p->tenant_id = hub_api_strdup(a->tenant_id, &oom);
     p->url = hub_api_strdup(a->url, &oom);
-    p->headers_sealed = hub_api_strdup(a->headers_sealed, &oom);
+    if (a->idem != NULL && a->idem->key != NULL) {
+        p->idem_scope = hub_api_strdup(a->idem->scope, &oom);
+        p->idem_key = hub_api_strdup(a->idem->key, &oom);
+        p->idem_marker = hub_api_strdup(a->idem->marker, &oom);
+    }
     snprintf(p->sub_id, sizeof(p->sub_id), "%s", a->sub_id);
     /* its own delivery id, as every attempt has (SPEC §7.2): the log line
      * of the outcome names it, and so does the destination's request */
@@ -294,6 +340,7 @@ static int probe_start(struct hub *hub, const struct probe_args *a) {
     hr.body_len = wp.body_len;
     hr.timeout_ms = hub->cfg.delivery_timeout_ms;
     hr.connect_timeout_ms = PROBE_CONNECT_TIMEOUT_MS;
+    hr.excerpt_bytes = PROBE_BODY_MAX;
     if (a->mode == PROBE_VERIFY && a->owner != NULL) {
         p->owner = a->owner;
         a->owner->probe = p;
@@ -367,7 +414,7 @@ static int probe_row(struct subs_call *c, PGresult *r, int block, enum probe_mod
     a.tenant_id = c->tenant_id;
     a.sub_id = c->object_id;
     a.url = PQgetvalue(r, 0, block + HUB_SUBS_PROBE_URL);
-    a.headers_sealed = hs;
+    a.idem = mode == PROBE_VERIFY ? &c->idem : NULL;
     a.headers = headers;
     a.keys = keys;
     a.nkeys = nkeys;
@@ -401,7 +448,6 @@ void hub_subs_probe_created(struct subs_call *c) {
         a.tenant_id = c->tenant_id;
         a.sub_id = c->object_id;
         a.url = c->in.url;
-        a.headers_sealed = c->in.headers_sealed;
         a.headers = c->in.headers;
         a.keys = &key;
         a.nkeys = 1;
@@ -437,10 +483,44 @@ static void verify_loaded(struct hub_api_call *call, const struct hub_pg_outcome
     }
 }
 
-/* POST .../verify: no input; needs the KEK (to open the secrets) and an
- * HTTP client (to send the probe) before it reads anything. */
+/* No answer is stored under the key: load the row and probe. */
+static void verify_proceed(struct hub_api_call *call) {
+    struct subs_call *c = (struct subs_call *)call;
+
+    hub_subs_run_by_id(c, &hub_sql_subs_probe_load, verify_loaded);
+}
+
+/* A stored /verify answer: the subscription as it was then, with its
+ * "verification" member, rendered as the first answer was. */
+static void verify_replay(struct hub_api_call *call, int status, const char *text, size_t len) {
+    json_t *obj = hub_subs_load(call->hub, text, len, NULL, 0);
+
+    if (obj == NULL) {
+        hub_api_send_problem(call->req, 500, "malformed stored response", NULL);
+        return;
+    }
+    hub_api_idem_mark_replayed(call->req);
+    hub_api_send_json(call->req, status, obj);
+    json_decref(obj);
+}
+
+static const struct hub_api_idem_ops verify_idem = {
+    .proceed = verify_proceed,
+    .replay = verify_replay,
+};
+
+/* POST .../verify: no input but an optional Idempotency-Key; needs the KEK
+ * (to open the secrets) and an HTTP client (to send the probe) before it
+ * reads anything. */
 void hub_subs_verify(struct subs_call *c) {
+    json_t *errors = NULL;
+    h2o_iovec_t idem;
+
     if (!hub_subs_body_absent_or_empty(c->call.req)) {
+        return;
+    }
+    if (hub_api_idem_read_key(c->call.req, &idem, &errors) != 0) {
+        hub_api_send_invalid(c->call.req, errors);
         return;
     }
     if (hub_subs_kek_missing(c)) {
@@ -450,5 +530,6 @@ void hub_subs_verify(struct subs_call *c) {
         hub_api_send_problem(c->call.req, 503, NO_HTTPC_DETAIL, NULL);
         return;
     }
-    hub_subs_run_by_id(c, &hub_sql_subs_probe_load, verify_loaded);
+    hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "verify",
+                       c->object_id, &verify_idem);
 }

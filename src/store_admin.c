@@ -165,6 +165,12 @@ const struct hub_sql hub_sql_idem_forget_stale = {
     " WHERE scope = $1::text AND key = $2::text AND created_at <= now() - " ADM_IDEM_TTL,
 };
 
+const struct hub_sql hub_sql_idem_store = {
+    "idem_store",
+    "INSERT INTO idempotency_keys (scope, key, status, body)"
+    " VALUES ($1::text, $2::text, $3::int, $4::text)",
+};
+
 /* One indexed lookup by key hash per tenant request; an inactive tenant's
  * keys fail here like unknown ones. */
 const struct hub_sql hub_sql_api_auth_tenant = {

@@ -102,6 +102,12 @@ extern const struct hub_sql hub_sql_idem_purge;
  * key can be used again (the insert of a new one would collide).  No rows. */
 extern const struct hub_sql hub_sql_idem_forget_stale;
 
+/* $1 scope, $2 key, $3 status (int), $4 body (JSON text with "_req").
+ * Stores the record of a request whose change is not in the database (a
+ * policy reload): the answer is stored after the fact.  No rows; 23505 on
+ * idempotency_keys_pkey when a concurrent request stored the key first. */
+extern const struct hub_sql hub_sql_idem_store;
+
 /* $1 key hash (bytea, BINARY format).  One row (hub_auth_tenant_col) when
  * the key is not revoked and its tenant is active, else none. */
 enum hub_auth_tenant_col {

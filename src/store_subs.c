@@ -47,6 +47,19 @@
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"                  \
     "       SELECT s.tenant_id, 'tenant', '" action "', s.id::text, " detail " FROM s)"
 
+/*
+ * The audit entry of a verification_state transition (SPEC §6): a CTE named
+ * `name` writing one "subscription.verification" entry per row of CTE s for
+ * which `when` holds, with detail {"from", "to", "by"} (s.was is the state
+ * before, s.verification_state after) plus the jsonb `extra` (or NULL).
+ * `actor` and `by` are SQL expressions.
+ */
+#define SUBS_AUDIT_VERIFICATION(name, actor, by, extra, when)                                      \
+    " " name " AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"            \
+    "       SELECT s.tenant_id, " actor ", 'subscription.verification', s.id::text,"               \
+    "              jsonb_build_object('from', s.was, 'to', s.verification_state, 'by', " by ")"    \
+    "              || coalesce(" extra ", '{}'::jsonb) FROM s WHERE " when ")"
+
 /* What a verification probe needs of a subscription row s: its url, sealed
  * headers and secrets, and whether the previous secret still signs (the
  * probe block of the columns enums in store_subs.h). */
@@ -116,14 +129,16 @@ const struct hub_sql hub_sql_subs_list = {
 };
 
 /*
- * "o" locks the row (FOR UPDATE) and keeps the url as it was, so that
- * url_changed compares against the value before this update even when two
- * PATCHes race.  Each member is CASE/COALESCE'd so that NULL parameters
- * keep the stored value (store_subs.h lists which flag goes with which).
+ * "o" locks the row (FOR UPDATE) and keeps the url and verification state as
+ * they were, so that url_changed compares against the value before this
+ * update even when two PATCHes race, and the audit of the transition names
+ * where it came from.  Each member is CASE/COALESCE'd so that NULL
+ * parameters keep the stored value (store_subs.h lists which flag goes with
+ * which).
  */
 const struct hub_sql hub_sql_subs_patch = {
     "subs_patch",
-    "WITH o AS (SELECT id, url FROM subscriptions"
+    "WITH o AS (SELECT id, url, verification_state FROM subscriptions"
     "            WHERE tenant_id = $1::text AND id = $2::uuid FOR UPDATE),"
     " s AS ("
     "    UPDATE subscriptions x SET"
@@ -150,8 +165,9 @@ const struct hub_sql hub_sql_subs_patch = {
     "                               ELSE x.disabled_reason END,"
     "        updated_at = now()"
     "      FROM o WHERE x.id = o.id"
-    "    RETURNING x.*, (o.url <> x.url) AS url_changed),"
-    SUBS_AUDIT("subscription.update", "$16::jsonb")
+    "    RETURNING x.*, (o.url <> x.url) AS url_changed, o.verification_state AS was),"
+    SUBS_AUDIT("subscription.update", "$16::jsonb") ","
+    SUBS_AUDIT_VERIFICATION("v", "'tenant'", "'url_change'", "NULL", "s.url_changed")
     " SELECT " SUBS_JSON("s", "") ", s.url_changed, " SUBS_PROBE_COLS("s") " FROM s",
 };
 
@@ -173,34 +189,49 @@ const struct hub_sql hub_sql_subs_probe_load = {
 };
 
 /* The url guard: a PATCH to another url while /verify ran makes this a
- * no-op (no row), which the API answers as 409. */
+ * no-op (no row), which the API answers as 409.  "o" locks the row first,
+ * so a PATCH in progress is waited for and its url is the one compared,
+ * and keeps the state before for the transition's audit entry.  The
+ * idempotency record stores the answer as the API sends it: the object and
+ * its "verification" member ($9, made by the API). */
 const struct hub_sql hub_sql_subs_verify_result = {
     "subs_verify_result",
-    "WITH s AS ("
-    "    UPDATE subscriptions SET"
+    "WITH o AS (SELECT id, verification_state FROM subscriptions"
+    "            WHERE tenant_id = $1::text AND id = $2::uuid AND url = $4::text FOR UPDATE),"
+    " s AS ("
+    "    UPDATE subscriptions x SET"
     "        verification_state = CASE WHEN $3::boolean THEN 'active' ELSE 'failed' END,"
-    "        enabled = enabled OR $3::boolean,"
-    "        disabled_reason = CASE WHEN $3::boolean THEN NULL ELSE disabled_reason END,"
-    "        failure_first_at = CASE WHEN $3::boolean THEN NULL ELSE failure_first_at END,"
-    "        failure_last_at = CASE WHEN $3::boolean THEN NULL ELSE failure_last_at END,"
+    "        enabled = x.enabled OR $3::boolean,"
+    "        disabled_reason = CASE WHEN $3::boolean THEN NULL ELSE x.disabled_reason END,"
+    "        failure_first_at = CASE WHEN $3::boolean THEN NULL ELSE x.failure_first_at END,"
+    "        failure_last_at = CASE WHEN $3::boolean THEN NULL ELSE x.failure_last_at END,"
     "        updated_at = now()"
-    "     WHERE tenant_id = $1::text AND id = $2::uuid AND url = $4::text"
-    "    RETURNING *),"
-    SUBS_AUDIT("subscription.verify", "$5::jsonb")
+    "      FROM o WHERE x.id = o.id"
+    "    RETURNING x.*, o.verification_state AS was),"
+    SUBS_AUDIT("subscription.verify", "$5::jsonb") ","
+    SUBS_AUDIT_VERIFICATION("v", "'tenant'", "'verify'", "NULL",
+                            "s.was IS DISTINCT FROM s.verification_state") ","
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT $6::text, $7::text, 200,"
+    "              " SUBS_JSON("s", ", 'verification', $9::json, '_req', $8::text")
+    "         FROM s WHERE $7::text IS NOT NULL)"
     " SELECT " SUBS_JSON("s", "") " FROM s",
 };
 
 /* A background result applies only to the state it probed: still
- * pending, same url, same sealed headers (IS NOT DISTINCT FROM: both may
- * be NULL). */
+ * pending, same url.  The destination headers and the secrets are not the
+ * challenge's subject (a change of them does not reset verification), so
+ * they are not compared.  Its transition is audited (actor "hub"). */
 const struct hub_sql hub_sql_subs_probe_result = {
     "subs_probe_result",
-    "UPDATE subscriptions SET"
-    "       verification_state = CASE WHEN $2::boolean THEN 'active' ELSE 'failed' END,"
-    "       updated_at = now()"
-    " WHERE id = $1::uuid AND verification_state = 'pending' AND url = $3::text"
-    "   AND headers_sealed IS NOT DISTINCT FROM $4::text"
-    " RETURNING id",
+    "WITH s AS ("
+    "    UPDATE subscriptions SET"
+    "        verification_state = CASE WHEN $2::boolean THEN 'active' ELSE 'failed' END,"
+    "        updated_at = now()"
+    "     WHERE id = $1::uuid AND verification_state = 'pending' AND url = $3::text"
+    "    RETURNING id, tenant_id, 'pending'::text AS was, verification_state),"
+    SUBS_AUDIT_VERIFICATION("v", "'hub'", "'probe'", "$4::jsonb", "true")
+    " SELECT s.id FROM s",
 };
 
 /* With a grace of 0 the previous secret is dropped at once (NULLs);
@@ -250,30 +281,53 @@ const struct hub_sql hub_sql_delivery_get = {
     " WHERE j.tenant_id = $1::text AND j.id = $2::bigint",
 };
 
-/* Only a dead job: anything else is left alone (no row).  fifo is read
- * from the subscription now, as its ordering may have changed since the
- * job was made; the lease is cleared so any hub may claim it. */
+/*
+ * Only a dead job of a verified subscription: anything else is left alone
+ * (no row), and hub_sql_delivery_state says why.  "s" takes the
+ * subscription FOR SHARE: a url change (verification back to pending)
+ * committing meanwhile is waited for and seen, and one that starts after
+ * waits for this statement and parks the job it made due (migrations/0011).
+ * A disabled subscription's job is parked rather than made due (it resumes
+ * when enabled).  fifo is read from the subscription now, as its ordering
+ * may have changed since the job was made; the lease is cleared so any hub
+ * may claim it.
+ */
 const struct hub_sql hub_sql_delivery_redeliver = {
     "delivery_redeliver",
-    "WITH j AS ("
-    "    UPDATE delivery_jobs SET state = 'pending', next_attempt_at = now(), reason = NULL,"
+    "WITH s AS ("
+    "    SELECT s.id, s.enabled, s.ordering FROM delivery_jobs d"
+    "      JOIN subscriptions s ON s.id = d.subscription_id"
+    "     WHERE d.tenant_id = $1::text AND d.id = $2::bigint"
+    "       AND s.verification_state = 'active' FOR SHARE OF s),"
+    " j AS ("
+    "    UPDATE delivery_jobs SET"
+    "           state = CASE WHEN (SELECT enabled FROM s) THEN 'pending' ELSE 'parked' END,"
+    "           next_attempt_at = now(), reason = NULL,"
     "           lease_owner = NULL, lease_until = NULL, reclaims = 0, updated_at = now(),"
-    "           fifo = (SELECT s.ordering = 'fifo' FROM subscriptions s"
-    "                    WHERE s.id = delivery_jobs.subscription_id)"
+    "           fifo = (SELECT ordering = 'fifo' FROM s)"
     "     WHERE tenant_id = $1::text AND id = $2::bigint AND state = 'dead'"
+    "       AND EXISTS (SELECT 1 FROM s)"
     "    RETURNING *),"
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id)"
-    "       SELECT j.tenant_id, 'tenant', 'delivery.redeliver', j.id::text FROM j)"
+    "       SELECT j.tenant_id, 'tenant', 'delivery.redeliver', j.id::text FROM j),"
+    " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
+    "       SELECT $3::text, $4::text, 200, " DELIV_JSON("j", ", '_req', $5::text")
+    "         FROM j WHERE $4::text IS NOT NULL)"
     " SELECT " DELIV_JSON("j", "") " FROM j",
 };
 
 /*
  * Replay (store_subs.h), step by step: s the subscription (none: another
- * tenant's or absent), p its patterns and the asked ones, recent the last
- * replay within $6 (its audit row doubles as the rate limit, which every
- * hub process then shares), ev the events (the day range lets PostgreSQL
- * skip whole inbox partitions), j the jobs made or re-armed, a the audit
- * row.  The final SELECT reports each step's count.
+ * tenant's or absent), taken FOR SHARE so that a url change committing
+ * meanwhile is waited for and seen (and one starting later waits and parks
+ * the jobs made here); ok the same row only while verified (the gate: SPEC
+ * §6); p its patterns and the asked ones; recent the last replay within $6
+ * (its audit row doubles as the rate limit, which every hub process then
+ * shares); ev the events (the day range lets PostgreSQL skip whole inbox
+ * partitions); j the jobs made or re-armed (parked while the subscription
+ * is disabled); a the audit row; r the answer, as JSON (the API sends it as
+ * it is) and as the idempotency record stores it (with "_req"); i that
+ * record.  The final SELECT reports each step.
  */
 /* An event of type e.event_type matches one of the patterns pats (a text[]
  * expression): the type itself, "<resource>.*" or "*" (SPEC §6). */
@@ -281,11 +335,25 @@ const struct hub_sql hub_sql_delivery_redeliver = {
     "(e.event_type = ANY (" pats ") OR split_part(e.event_type, '.', 1) || '.*' = ANY (" pats ")"  \
     " OR '*' = ANY (" pats "))"
 
+/* The replay's answer (SPEC §9) plus `extra`; "next_since" only when the
+ * batch was full ($7 events), as events may be left after it. */
+#define REPLAY_JSON(extra)                                                                         \
+    "json_build_object('subscription_id', $2::uuid::text,"                                         \
+    " 'since', " SUBS_TS("$3::timestamptz") ", 'until', " SUBS_TS("$4::timestamptz") ","           \
+    " 'events', (SELECT count(*) FROM ev),"                                                        \
+    " 'created', (SELECT count(*) FROM j WHERE created),"                                          \
+    " 'rearmed', (SELECT count(*) FROM j WHERE NOT created),"                                      \
+    " 'truncated', (SELECT count(*) FROM ev) >= $7::int,"                                          \
+    " 'next_since', CASE WHEN (SELECT count(*) FROM ev) >= $7::int THEN"                           \
+    "     (SELECT " SUBS_TS("max(received_at)") " FROM ev) END" extra ")::text"
+
 const struct hub_sql hub_sql_subs_replay = {
     "subs_replay",
     "WITH s AS ("
-    "  SELECT id, schema_major, event_types, ordering FROM subscriptions"
-    "   WHERE tenant_id = $1::text AND id = $2::uuid"
+    "  SELECT id, schema_major, event_types, ordering, enabled, verification_state"
+    "    FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid FOR SHARE"
+    "), ok AS ("
+    "  SELECT * FROM s WHERE verification_state = 'active'"
     "), p AS ("
     "  SELECT (SELECT event_types FROM s) AS pats,"
     "         CASE WHEN $5::jsonb IS NOT NULL"
@@ -295,7 +363,7 @@ const struct hub_sql hub_sql_subs_replay = {
     "   WHERE tenant_id = $1::text AND action = 'subscription.replay' AND object_id = $2::text"
     "     AND at > now() - $6::bigint * interval '1 millisecond'"
     "), ev AS ("
-    "  SELECT e.seq, e.day, e.event_id, e.event_type, e.received_at FROM event_inbox e, s, p"
+    "  SELECT e.seq, e.day, e.event_id, e.event_type, e.received_at FROM event_inbox e, ok s, p"
     "   WHERE (SELECT at FROM recent) IS NULL AND e.tenant_id = $1::text"
     "     AND e.day BETWEEN ($3::timestamptz AT TIME ZONE 'UTC')::date"
     "                   AND ($4::timestamptz AT TIME ZONE 'UTC')::date"
@@ -306,11 +374,12 @@ const struct hub_sql hub_sql_subs_replay = {
     "   ORDER BY e.received_at, e.seq LIMIT $7::int"
     "), j AS ("
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"
-    "                             event_type, fifo)"
-    "  SELECT s.id, $1::text, ev.seq, ev.day, ev.event_id, ev.event_type, s.ordering = 'fifo'"
-    "    FROM ev, s"
+    "                             event_type, fifo, state)"
+    "  SELECT s.id, $1::text, ev.seq, ev.day, ev.event_id, ev.event_type, s.ordering = 'fifo',"
+    "         CASE WHEN s.enabled THEN 'pending' ELSE 'parked' END"
+    "    FROM ev, ok s"
     "  ON CONFLICT (subscription_id, event_seq) DO UPDATE"
-    "     SET state = 'pending', next_attempt_at = now(), reason = NULL, lease_owner = NULL,"
+    "     SET state = EXCLUDED.state, next_attempt_at = now(), reason = NULL, lease_owner = NULL,"
     "         lease_until = NULL, reclaims = 0, updated_at = now(), fifo = EXCLUDED.fifo"
     "   WHERE delivery_jobs.state IN ('succeeded', 'dead')"
     "  RETURNING (xmax = 0) AS created"
@@ -322,22 +391,31 @@ const struct hub_sql hub_sql_subs_replay = {
     "                            'events', (SELECT count(*) FROM ev),"
     "                            'created', (SELECT count(*) FROM j WHERE created),"
     "                            'rearmed', (SELECT count(*) FROM j WHERE NOT created))"
-    "   WHERE EXISTS (SELECT 1 FROM s) AND (SELECT at FROM recent) IS NULL"
+    "   WHERE EXISTS (SELECT 1 FROM ok) AND (SELECT at FROM recent) IS NULL"
+    "), r AS ("
+    "  SELECT " REPLAY_JSON("") " AS body, " REPLAY_JSON(", '_req', $10::text") " AS stored"
+    "   WHERE EXISTS (SELECT 1 FROM ok) AND (SELECT at FROM recent) IS NULL"
+    "), i AS ("
+    "  INSERT INTO idempotency_keys (scope, key, status, body)"
+    "  SELECT $8::text, $9::text, 202, r.stored FROM r WHERE $9::text IS NOT NULL"
     ")"
     " SELECT (SELECT count(*) FROM s),"
     "        (SELECT greatest(1, ceil(extract(epoch FROM at + $6::bigint * interval '1 millisecond'"
     "                                                - now())))::int"
     "           FROM recent WHERE at IS NOT NULL),"
+    "        (SELECT verification_state FROM s),"
     "        (SELECT count(*) FROM ev), (SELECT count(*) FROM j WHERE created),"
     "        (SELECT count(*) FROM j WHERE NOT created),"
-    "        (SELECT to_char(max(received_at) AT TIME ZONE 'UTC',"
-    "                        'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM ev)",
+    "        (SELECT body FROM r)",
 };
 
-/* Read after a refused redeliver, to say which state refused it. */
+/* Read after a refused redeliver, to say which state refused it: the
+ * job's, or its subscription's verification. */
 const struct hub_sql hub_sql_delivery_state = {
     "delivery_state",
-    "SELECT state FROM delivery_jobs WHERE tenant_id = $1::text AND id = $2::bigint",
+    "SELECT j.state, s.verification_state FROM delivery_jobs j"
+    "  JOIN subscriptions s ON s.id = j.subscription_id"
+    " WHERE j.tenant_id = $1::text AND j.id = $2::bigint",
 };
 
 // clang-format on

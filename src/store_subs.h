@@ -17,6 +17,9 @@
  *           a replay show the secret without it ever being stored in clear;
  *   "_req"  (idempotency records only) what request made the record.
  *
+ * Idempotency records of the other tenant POSTs (verify, replay,
+ * redeliver) store the answer exactly as the API sends it, plus "_req".
+ *
  * "destination"."headers" is null in the rendered text for the same reason:
  * only the API can fill it.  Array parameters (event_types, retry_schedule)
  * travel as JSON arrays of strings (made by jansson), never as SQL text.
@@ -83,10 +86,11 @@ extern const struct hub_sql hub_sql_subs_list;
  * detail (jsonb text).
  *
  * A url different from the stored one resets verification_state to
- * 'pending' and clears the failure streak; enabled false sets
- * disabled_reason 'disabled', enabled true clears it.  Bumps updated_at.
- * One row (hub_subs_patch_col) or none; the probe block feeds the
- * verification probe a url change starts.
+ * 'pending' (audited as a "subscription.verification" transition, by
+ * "url_change"; its jobs are parked until it verifies again) and clears the
+ * failure streak; enabled false sets disabled_reason 'disabled', enabled
+ * true clears it.  Bumps updated_at.  One row (hub_subs_patch_col) or
+ * none; the probe block feeds the verification probe a url change starts.
  */
 enum hub_subs_patch_col {
     HUB_SUBS_PATCH_OBJECT,      /* the subscription's JSON text */
@@ -109,19 +113,24 @@ extern const struct hub_sql hub_sql_subs_probe_load;
 
 /*
  * $1 tenant, $2 id, $3 ok ('true'/'false'), $4 the url that was probed, $5
- * audit detail.  The outcome of POST /verify: success sets
- * verification_state 'active', enabled, clears disabled_reason and the
- * failure streak; failure sets 'failed'.  Applies only while the url is
- * still the probed one.  One row (hub_subs_object_col) or none.
+ * audit detail, $6 idempotency scope, $7 Idempotency-Key (or NULL), $8
+ * request marker, $9 the answer's "verification" member (JSON text).  The
+ * outcome of POST /verify: success sets verification_state 'active',
+ * enabled, clears disabled_reason and the failure streak; failure sets
+ * 'failed'.  Applies only while the url is still the probed one.  Audited
+ * ("subscription.verify", and a "subscription.verification" transition by
+ * "verify" when the state changed); with a key, the idempotency record
+ * (status 200) holds the answer.  One row (hub_subs_object_col) or none.
  */
 extern const struct hub_sql hub_sql_subs_verify_result;
 
 /*
- * $1 id, $2 ok, $3 url, $4 headers_sealed (or NULL).  The outcome of the
- * background probe: verification_state 'active' or 'failed', only while it
- * is still 'pending' with the same url and headers (otherwise the
- * subscription changed meanwhile and the result is ignored).  One row (the
- * id) when applied, none when ignored.
+ * $1 id, $2 ok, $3 url, $4 audit detail to add (jsonb text: the probe's
+ * status).  The outcome of the background probe: verification_state
+ * 'active' or 'failed', only while it is still 'pending' with the same url
+ * (otherwise the url changed meanwhile, or /verify decided, and the result
+ * is ignored), audited as a "subscription.verification" transition by
+ * "probe" (actor "hub").  One row (the id) when applied, none when ignored.
  */
 extern const struct hub_sql hub_sql_subs_probe_result;
 
@@ -149,39 +158,48 @@ extern const struct hub_sql hub_sql_deliveries_list;
 extern const struct hub_sql hub_sql_delivery_get;
 
 /*
- * $1 tenant, $2 job id.  A dead job goes back to 'pending', due now, reason
- * and lease cleared, reclaim count reset; audited.  One row
- * (hub_subs_object_col: the delivery, without attempts) or none (absent, or
- * not dead).
+ * $1 tenant, $2 job id, $3 idempotency scope, $4 Idempotency-Key (or
+ * NULL), $5 request marker.  A dead job of a verified subscription goes
+ * back to 'pending' ('parked' while the subscription is disabled), due now,
+ * reason and lease cleared, reclaim count reset; audited; with a key, the
+ * idempotency record (status 200, the delivery plus "_req").  One row
+ * (hub_subs_object_col: the delivery, without attempts) or none (absent,
+ * not dead, or its subscription not verified: hub_sql_delivery_state).
  */
 extern const struct hub_sql hub_sql_delivery_redeliver;
 
 /* $1 tenant, $2 job id.  One row (hub_delivery_state_col) or none. */
 enum hub_delivery_state_col {
-    HUB_DELIVERY_STATE, /* pending, in_flight, succeeded, dead, parked */
+    HUB_DELIVERY_STATE,        /* pending, in_flight, succeeded, dead, parked */
+    HUB_DELIVERY_VERIFICATION, /* its subscription's verification_state */
 };
 extern const struct hub_sql hub_sql_delivery_state;
 
 /*
  * Replay (SPEC §9).  $1 tenant, $2 subscription id, $3 since, $4 until
  * (RFC 3339), $5 event type patterns (JSON array text, or NULL), $6 minimum
- * interval between two replays of one subscription (ms), $7 most events.
+ * interval between two replays of one subscription (ms), $7 most events,
+ * $8 idempotency scope, $9 Idempotency-Key (or NULL), $10 request marker.
  *
+ * Only for a verified subscription (SPEC §6): otherwise nothing is done.
  * New jobs for the tenant's events received in [$3, $4) that the
  * subscription matches (its event types and schema major) and, when $5 is
  * given, that $5 matches too: a replay narrows what the subscription
  * receives, never widens it.  Jobs that exist and finished (succeeded,
- * dead) are re-armed, pending ones left alone.  Audited
- * ("subscription.replay"), and that audit row is also the rate limit.
- * Exactly one row (hub_subs_replay_col).
+ * dead) are re-armed, pending ones left alone; while the subscription is
+ * disabled they are parked instead (they resume when it is enabled).
+ * Audited ("subscription.replay"), and that audit row is also the rate
+ * limit.  With a key, the idempotency record (status 202) stores the
+ * answer.  Exactly one row (hub_subs_replay_col).
  */
 enum hub_subs_replay_col {
-    HUB_SUBS_REPLAY_FOUND,       /* 1 when the subscription is the tenant's, else 0 */
-    HUB_SUBS_REPLAY_RETRY_AFTER, /* seconds to wait when rate-limited, else NULL */
-    HUB_SUBS_REPLAY_EVENTS,      /* events matched (at most $7) */
-    HUB_SUBS_REPLAY_CREATED,     /* jobs created */
-    HUB_SUBS_REPLAY_REARMED,     /* finished jobs made pending again */
-    HUB_SUBS_REPLAY_NEXT_SINCE,  /* received_at of the last event taken, or NULL */
+    HUB_SUBS_REPLAY_FOUND,        /* 1 when the subscription is the tenant's, else 0 */
+    HUB_SUBS_REPLAY_RETRY_AFTER,  /* seconds to wait when rate-limited, else NULL */
+    HUB_SUBS_REPLAY_VERIFICATION, /* its verification_state (nothing ran unless 'active') */
+    HUB_SUBS_REPLAY_EVENTS,       /* events matched (at most $7) */
+    HUB_SUBS_REPLAY_CREATED,      /* jobs created */
+    HUB_SUBS_REPLAY_REARMED,      /* finished jobs made pending again */
+    HUB_SUBS_REPLAY_BODY,         /* the answer (JSON object text), NULL when nothing ran */
 };
 extern const struct hub_sql hub_sql_subs_replay;
 

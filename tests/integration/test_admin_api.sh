@@ -5,7 +5,7 @@
 # Covers the admin token (401), the tenant roster (create, duplicate,
 # validation with errors[], get, patch, pagination with opaque cursors),
 # tenant API keys (shown once, stored as SHA-256, revoked), Idempotency-Key
-# replay, the quarantine API, the audit log, problem+json 404/405/413,
+# replay (also on POST /admin/policies/reload), the quarantine API, the audit log, problem+json 404/405/413,
 # /healthz, /readyz, /metrics, and a clean SIGTERM with connections open.
 #
 # The hub runs with STREAMING_HUB_ROLE=delivery: every role serves the API,
@@ -322,6 +322,28 @@ scenario_idempotency_key_replays_the_answer() {
     admin_curl POST /admin/tenants "{\"id\":\"$(own_id idem3)\"}" \
         -H "Idempotency-Key: $(printf 'k%.0s' $(seq 1 256))" >/dev/null
     assert_eq 400 "$(http_status)" "an Idempotency-Key over 255 characters → 400"
+}
+
+# a policy reload changes no row, but its answer is stored after the fact:
+# a retry under the key gets it again (and does not reload)
+scenario_a_policy_reload_under_an_idempotency_key_runs_once() {
+    local first again name
+    name=$(own_id)
+    first=$(admin_curl POST /admin/policies/reload '' -H "Idempotency-Key: $name-1")
+    assert_eq 200 "$(http_status)" "reload with Idempotency-Key → 200"
+    echo 'return {}' >"$WORK/policies/${name//-/_}.lua"
+    again=$(admin_curl POST /admin/policies/reload '' -H "Idempotency-Key: $name-1")
+    assert_eq "200 true" "$(http_status) $(last_header idempotent-replayed)" "the same key → the stored answer"
+    assert_eq "$first" "$again" "byte for byte"
+    assert_eq 0 "$(admin_curl GET /admin/policies | grep -c "${name//-/_}")" "and no reload: the new file is not loaded"
+    admin_curl POST /admin/policies/reload '' -H "Idempotency-Key: $name-2" >/dev/null
+    assert_eq 200 "$(http_status)" "another key reloads"
+    assert_eq 1 "$(admin_curl GET /admin/policies | grep -c "${name//-/_}")" "the new file is loaded"
+    admin_curl POST /admin/tenants "{\"id\":\"$name\"}" -H "Idempotency-Key: $name-1" >/dev/null
+    assert_eq 409 "$(http_status)" "the reload's key on another POST → 409"
+    again=$(admin_curl POST /admin/policies/reload '' -H 'Idempotency-Key: two words')
+    assert_eq 400 "$(http_status)" "a malformed key → 400"
+    assert_contains "$again" '"field":"Idempotency-Key"' "the header is named"
 }
 
 # ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 # subscription existed — and re-arms finished ones; it honours the window and
 # the event type filter, refuses bad input with 400 naming the field, is a 404
 # for another tenant's subscription, is rate-limited per subscription (429 +
-# Retry-After) and audited.
+# Retry-After) and audited, and honours Idempotency-Key.
 #
 # Each scenario is a tenant of its own: six transaction and four balance
 # events stored before its subscription exists (the window T0..T1), then
@@ -28,8 +28,8 @@ setup() {
     hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
 }
 
-replay() { # replay KEY ID JSON → body; status in $(http_status)
-    hub_curl POST "/v1/subscriptions/$2/replay" "$3" -H "Authorization: Bearer $1"
+replay() { # replay KEY ID JSON [curl args] → body; status in $(http_status)
+    hub_curl POST "/v1/subscriptions/$2/replay" "$3" -H "Authorization: Bearer $1" "${@:4}"
 }
 rfc3339() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%S.%3NZ; }
 # deliveries of produced events to PATH (the verification probe is not one)
@@ -165,6 +165,34 @@ scenario_a_replay_never_widens_the_subscription() {
     assert_eq 202 "$(http_status)" "replay asking for every type → 202"
     assert_contains "$body" '"events":6' "only the six events the subscription itself matches"
     assert_contains "$body" '"created":0' "no job for a type the subscription does not take"
+}
+
+# Idempotency-Key (SPEC §9): a retry of a replay under the same key gets
+# the first answer byte for byte (not a 429, not a second replay); the key
+# reused for another window is 409; a malformed key is 400 naming the header
+prepare_a_replay_under_an_idempotency_key_runs_once() {
+    stored_window
+}
+
+scenario_a_replay_under_an_idempotency_key_runs_once() {
+    local first again bad
+    first=$(replay "$KEY" "$SUB" "{$(window)}" -H 'Idempotency-Key: replay-1')
+    assert_eq 202 "$(http_status)" "replay with a key → 202"
+    assert_contains "$first" '"created":10' "ten jobs made"
+    again=$(replay "$KEY" "$SUB" "{$(window)}" -H 'Idempotency-Key: replay-1')
+    assert_eq "202 true" "$(http_status) $(last_header idempotent-replayed)" \
+        "the same request again → the stored answer, within the rate limit's interval"
+    assert_eq "$first" "$again" "byte for byte"
+    replay "$KEY" "$SUB" "{\"since\":\"$(rfc3339 "$T0")\"}" -H 'Idempotency-Key: replay-1' >/dev/null
+    assert_eq 409 "$(http_status)" "the key with another window → 409"
+    bad=$(replay "$KEY" "$SUB" "{$(window)}" -H 'Idempotency-Key: a b')
+    assert_eq 400 "$(http_status)" "a malformed key → 400"
+    assert_contains "$bad" '"field":"Idempotency-Key"' "the header is named"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB'")" \
+        "replayed once"
+    wait_until 30 '(( $(delivered) >= 11 ))' || fail "the replayed events were not delivered"
+    sleep 1
+    assert_eq 11 "$(delivered)" "each replayed event delivered once (and the live one)"
 }
 
 scenarios_main "$@"

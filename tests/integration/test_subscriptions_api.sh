@@ -11,9 +11,12 @@
 # openssl CLI, destination headers delivered, list/get/patch/delete with
 # pagination, another tenant's objects (404), /verify (re-enables), rotate-
 # secret (two signatures in both headers during the grace), Idempotency-Key
-# replay, the audit log, the deliveries routes (jobs inserted with psql: the
-# dispatcher is not what is tested here), and the SSRF guard at creation and
-# https-only in production (a hub of its own), and no KEK (another).
+# replay on every POST (bad keys 400 naming the header, only the key's own
+# unique violation taken for a race), the audit log, the deliveries routes
+# (jobs inserted with psql: the dispatcher is not what is tested here),
+# verification as a gate for replay and redeliver (409 naming the state),
+# the challenge found deep in a large body, and the SSRF guard at creation
+# and https-only in production (a hub of its own), and no KEK (another).
 #
 # The hub runs with STREAMING_HUB_ROLE=ingest: every role serves the API, and
 # this one has no dispatcher that would claim the jobs this test inserts.
@@ -111,6 +114,15 @@ sub_create() {
     [[ $(http_status) == 201 ]] ||
         fatal "subscription at $2 not created: $(http_status) $(last_body | head -c 300)"
     json_str id
+}
+
+# probes_at PATH [verify]: verification probes recorded at PATH (all of
+# them; with "verify", only those after the first, the background one).
+probes_at() {
+    local n
+    n=$(sink_header "$1" x-lerian-event-type | grep -c '^subscription\.verification$')
+    [[ ${2:-} == verify ]] && n=$((n - 1))
+    echo "$n"
 }
 
 # own_policy NAME: a policy file NAME.lua that does nothing, loaded (reload).
@@ -307,6 +319,25 @@ scenario_the_probe_fails_a_destination_that_does_not_echo() {
         pass "a 2xx without the challenge in the body fails verification"
     else
         fail "verification_state of $id3 is $(state_of "$KEY" "$id3"), not failed"
+    fi
+}
+
+# the challenge is looked for in the first 64 KiB of the body (SPEC: "the
+# response body contains the challenge"), not only the first 1 KiB
+scenario_the_probe_finds_the_challenge_deep_in_the_body() {
+    local deep past
+    own_client
+    deep=$(sub_create "$KEY" "/echo-after/60000/$(own_id)/")
+    past=$(sub_create "$KEY" "/echo-after/70000/$(own_id past)/")
+    if wait_state "$KEY" "$deep" active; then
+        pass "a challenge 60,000 bytes into the body verifies"
+    else
+        fail "a challenge 60,000 bytes into the body did not verify: $(state_of "$KEY" "$deep")"
+    fi
+    if wait_state "$KEY" "$past" failed; then
+        pass "one past the first 64 KiB does not"
+    else
+        fail "a challenge past 64 KiB: $(state_of "$KEY" "$past")"
     fi
 }
 
@@ -625,6 +656,8 @@ scenario_deliveries_are_listed_shown_and_redelivered() {
     other=$(own_tenant_key other)
     id1=$(sub_create "$KEY" "/echo/$(own_id)/")
     sub_create "$KEY" "/ok/$(own_id)/" >/dev/null
+    # redeliver needs a verified subscription (the gate, SPEC §6)
+    wait_state "$KEY" "$id1" active || fatal "the probe did not make $id1 active"
     body=$(api "$KEY" GET "/v1/subscriptions/$id1/deliveries")
     assert_eq '200 {"items":[],"next_cursor":null}' "$(http_status) $body" "a new subscription has no deliveries"
     api "$KEY" GET "/v1/subscriptions/$id1/deliveries?state=lost" >/dev/null
@@ -702,6 +735,108 @@ scenario_deliveries_are_listed_shown_and_redelivered() {
     assert_eq 409 "$(http_status)" "redeliver twice → 409"
     api "$KEY" GET "/v1/deliveries/$job_dead/redeliver" >/dev/null
     assert_eq "405 POST" "$(http_status) $(last_header allow)" "GET …/redeliver → 405"
+}
+
+# verification is a gate (SPEC §6): replay and redeliver on a subscription
+# that is not verified are 409 naming its state and make nothing; on a
+# verified but disabled one they make parked jobs
+scenario_replay_and_redeliver_need_a_verified_subscription() {
+    local id dead body
+    own_client
+    id=$(sub_create "$KEY" "/echo/$(own_id)/")
+    wait_state "$KEY" "$id" active || fatal "the probe did not make $id active"
+    dead=$(job "$id" dead 1 "'exhausted'" 9)
+    # a destination that answers late and without the challenge: pending
+    # for 2 s, then failed
+    api "$KEY" PATCH "/v1/subscriptions/$id" "{\"destination\":{\"url\":\"$SINK_URL/slow/2000/$(own_id b)/\"}}" >/dev/null
+    assert_eq 200 "$(http_status)" "re-point to a refusing destination"
+    body=$(api "$KEY" POST "/v1/deliveries/$dead/redeliver")
+    assert_eq 409 "$(http_status)" "redeliver while pending → 409"
+    assert_contains "$body" 'verification_state is pending' "the 409 names the state"
+    assert_eq "dead" "$(psql_q "SELECT state FROM delivery_jobs WHERE id = $dead")" "the job stays dead"
+    wait_state "$KEY" "$id" failed || fail "the probe did not fail it"
+    body=$(api "$KEY" POST "/v1/deliveries/$dead/redeliver")
+    assert_eq 409 "$(http_status)" "redeliver while failed → 409"
+    assert_contains "$body" 'verification_state is failed' "the 409 names the state"
+    body=$(api "$KEY" POST "/v1/subscriptions/$id/replay" '{"since":"2020-01-01T00:00:00Z"}')
+    assert_eq 409 "$(http_status)" "replay while failed → 409"
+    assert_contains "$body" 'verification_state is failed' "the 409 names the state"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM audit_log WHERE action IN ('subscription.replay', 'delivery.redeliver')
+                             AND tenant_id = '$TENANT'")" "nothing was replayed or redelivered"
+
+    # verified again but disabled: the dead job comes back parked
+    api "$KEY" PATCH "/v1/subscriptions/$id" "{\"enabled\":false,\"destination\":{\"url\":\"$SINK_URL/echo/$(own_id c)/\"}}" >/dev/null
+    wait_state "$KEY" "$id" active || fail "the echoing url did not verify"
+    body=$(api "$KEY" POST "/v1/deliveries/$dead/redeliver")
+    assert_eq "200 \"parked\"" "$(http_status) $(json_raw state)" \
+        "redeliver on a disabled verified subscription → 200, parked until enabled"
+    api "$KEY" PATCH "/v1/subscriptions/$id" '{"enabled":true}' >/dev/null
+    assert_eq pending "$(psql_q "SELECT state FROM delivery_jobs WHERE id = $dead")" "enabled: due again"
+}
+
+# Idempotency-Key on verify, redeliver (replay: test_replay.sh): the first
+# answer replayed byte for byte with Idempotent-Replayed, the key reused
+# for another request 409, a malformed key 400 naming the header
+scenario_idempotency_key_on_verify_and_redeliver() {
+    local id other dead1 dead2 first again bad
+    own_client
+    id=$(sub_create "$KEY" "/echo/$(own_id)/")
+    other=$(sub_create "$KEY" "/echo/$(own_id other)/")
+    wait_state "$KEY" "$id" active || fatal "the probe did not make $id active"
+
+    first=$(api "$KEY" POST "/v1/subscriptions/$id/verify" '' -H 'Idempotency-Key: ver-1')
+    assert_eq 200 "$(http_status)" "verify with a key → 200"
+    assert_eq "" "$(last_header idempotent-replayed)" "a first answer is not marked replayed"
+    again=$(api "$KEY" POST "/v1/subscriptions/$id/verify" '' -H 'Idempotency-Key: ver-1')
+    assert_eq "200 true" "$(http_status) $(last_header idempotent-replayed)" "the same key → the stored answer"
+    assert_eq "$first" "$again" "byte for byte"
+    assert_eq 1 "$(probes_at "/echo/$(own_id)/" verify)" "no second probe was sent"
+    api "$KEY" POST "/v1/subscriptions/$other/verify" '' -H 'Idempotency-Key: ver-1' >/dev/null
+    assert_eq 409 "$(http_status)" "the key on another subscription → 409"
+    for bad in 'two words' "$(head -c 256 /dev/zero | tr '\0' k)" $'caf\xc3\xa9'; do
+        again=$(api "$KEY" POST "/v1/subscriptions/$id/verify" '' -H "Idempotency-Key: $bad")
+        assert_eq 400 "$(http_status)" "verify with a malformed key ('${bad:0:12}') → 400"
+        assert_contains "$again" '"field":"Idempotency-Key"' "the header is named"
+    done
+
+    dead1=$(job "$id" dead 1 "'exhausted'" 9)
+    dead2=$(job "$id" dead 2 "'exhausted'" 9)
+    first=$(api "$KEY" POST "/v1/deliveries/$dead1/redeliver" '' -H 'Idempotency-Key: red-1')
+    assert_eq 200 "$(http_status)" "redeliver with a key → 200"
+    again=$(api "$KEY" POST "/v1/deliveries/$dead1/redeliver" '' -H 'Idempotency-Key: red-1')
+    assert_eq "200 true" "$(http_status) $(last_header idempotent-replayed)" \
+        "the same key → the stored answer, not a 409 for a job no longer dead"
+    assert_eq "$first" "$again" "byte for byte"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'delivery.redeliver' AND object_id = '$dead1'")" \
+        "redelivered once"
+    api "$KEY" POST "/v1/deliveries/$dead2/redeliver" '' -H 'Idempotency-Key: red-1' >/dev/null
+    assert_eq "409 dead" "$(http_status) $(psql_q "SELECT state FROM delivery_jobs WHERE id = $dead2")" \
+        "the key on another job → 409, that job untouched"
+    again=$(api "$KEY" POST "/v1/deliveries/$dead2/redeliver" '' -H 'Idempotency-Key: two words')
+    assert_eq 400 "$(http_status)" "redeliver with a malformed key → 400"
+    assert_contains "$again" '"field":"Idempotency-Key"' "the header is named"
+    assert_eq dead "$(psql_q "SELECT state FROM delivery_jobs WHERE id = $dead2")" "and nothing happened"
+}
+
+# a unique violation that is not the Idempotency-Key's own (here an index
+# an operator added) is the request's failure (500), not a key race
+scenario_only_the_keys_own_conflict_is_a_key_race() {
+    local id d1 d2 body
+    own_client
+    id=$(sub_create "$KEY" "/echo/$(own_id)/")
+    wait_state "$KEY" "$id" active || fatal "the probe did not make $id active"
+    d1=$(job "$id" dead 1 "'exhausted'" 9)
+    d2=$(job "$id" dead 2 "'exhausted'" 9)
+    psql_q "CREATE UNIQUE INDEX one_redeliver_per_tenant_test ON audit_log (tenant_id)
+             WHERE action = 'delivery.redeliver' AND tenant_id = '$TENANT'" >/dev/null
+    api "$KEY" POST "/v1/deliveries/$d1/redeliver" '' -H 'Idempotency-Key: k-1' >/dev/null
+    assert_eq 200 "$(http_status)" "the first redeliver → 200"
+    body=$(api "$KEY" POST "/v1/deliveries/$d2/redeliver" '' -H 'Idempotency-Key: k-2')
+    assert_eq 500 "$(http_status)" "another constraint's 23505 → 500"
+    assert_contains "$body" 'the database refused the request' "not taken for a concurrent request with the key"
+    psql_q "DROP INDEX one_redeliver_per_tenant_test" >/dev/null
+    api "$KEY" POST "/v1/deliveries/$d2/redeliver" '' -H 'Idempotency-Key: k-2' >/dev/null
+    assert_eq 200 "$(http_status)" "the key was not used up by the failure"
 }
 
 # ---------------------------------------------------------------------------
