@@ -145,7 +145,7 @@ static int subs_render(struct hub *hub, json_t *obj, const char *secret, int ope
         const char *ss = json_string_value(json_object_get(obj, "_ss"));
         unsigned char *pt = NULL;
         size_t len = 0;
-        if (ss != NULL && hub->has_kek && hub_open(&hub->kek, 1, ss, id, &pt, &len) == 0) {
+        if (ss != NULL && hub->has_kek && hub_keyring_open(&hub->kek, ss, id, &pt, &len) == 0) {
             json_object_set_new(obj, "secret", json_stringn((const char *)pt, len));
             OPENSSL_cleanse(pt, len);
             free(pt);
@@ -272,7 +272,7 @@ static void create_done(struct hub_api_call *call, const struct hub_pg_outcome *
 
 /* Seals text under the KEK bound to the subscription id.  NULL on failure. */
 static char *seal_text(struct hub *hub, const char *text, const char *id) {
-    return hub_seal(&hub->kek, text, strlen(text), id);
+    return hub_keyring_seal(&hub->kek, text, strlen(text), id);
 }
 
 /* Seals c->in.headers (if any) into c->in.headers_sealed.  Returns 0 or -1. */

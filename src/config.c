@@ -137,6 +137,12 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "most records of one partition stored in one transaction"},
     {"INGEST_PG_CONNECTIONS", CFG_INT, "4", OFF(ingest_pg_connections), 1, 64, NULL,
      "database connections that write ingest batches in parallel"},
+    /* KEK rotation (SPEC §11, docs/deploy.md) */
+    {"KEK_PREVIOUS", CFG_SECRET, NULL, OFF(kek_previous), 0, 0, NULL,
+     "comma-separated previous KEKs (base64 of 32 bytes each, at most 7): they open secrets "
+     "sealed before a rotation, never seal; `streaming-hub rekey` re-seals under the KEK"},
+    {"REKEY_BATCH", CFG_INT, "500", OFF(rekey_batch), 1, 100000, NULL,
+     "`streaming-hub rekey`: rows re-sealed per transaction"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))
@@ -422,6 +428,10 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
     if (cfg->breaker_open_max_ms < cfg->breaker_open_ms) {
         snprintf(err, errsz,
                  "STREAMING_HUB_BREAKER_OPEN_MAX: must be >= STREAMING_HUB_BREAKER_OPEN");
+        return -1;
+    }
+    if (cfg->kek_previous != NULL && cfg->kek == NULL) {
+        snprintf(err, errsz, "STREAMING_HUB_KEK_PREVIOUS: set without STREAMING_HUB_KEK");
         return -1;
     }
     if (strcmp(cfg->env, "production") == 0) {

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <openssl/crypto.h>
+#include <stdio.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <stdint.h>
@@ -225,4 +226,88 @@ fail_out:
     free(raw);
 fail_raw:
     return -1;
+}
+
+/* ------------------------------------------------------------- key ring -- */
+
+/* Copies the entry [b, e) of a list into buf (blanks trimmed); 0, or -1 when
+ * it does not fit (no KEK is that long). */
+static int list_entry(const char *b, const char *e, char *buf, size_t size) {
+    while (b < e && (*b == ' ' || *b == '\t')) {
+        b++;
+    }
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) {
+        e--;
+    }
+    if ((size_t)(e - b) >= size) {
+        return -1;
+    }
+    memcpy(buf, b, (size_t)(e - b));
+    buf[e - b] = '\0';
+    return 0;
+}
+
+int hub_keyring_parse(const char *current, const char *previous, struct hub_keyring *out, char *err,
+                      size_t errsz) {
+    char entry[128];
+    int pos = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (hub_kek_parse(current, &out->keys[0]) != 0) {
+        snprintf(err, errsz, "STREAMING_HUB_KEK: not base64 of 32 bytes");
+        goto fail;
+    }
+    out->n = 1;
+    for (const char *p = previous; p != NULL && *p != '\0';) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma != NULL ? comma : p + strlen(p);
+        struct hub_kek k;
+        int dup = 0;
+
+        pos++;
+        if (list_entry(p, end, entry, sizeof(entry)) != 0 || hub_kek_parse(entry, &k) != 0) {
+            snprintf(err, errsz, "STREAMING_HUB_KEK_PREVIOUS: entry %d is not base64 of 32 bytes",
+                     pos);
+            goto fail;
+        }
+        for (size_t i = 0; i < out->n; i++) {
+            dup |= memcmp(out->keys[i].key, k.key, sizeof(k.key)) == 0;
+        }
+        if (!dup && out->n == HUB_KEYRING_MAX) {
+            OPENSSL_cleanse(&k, sizeof(k));
+            snprintf(err, errsz, "STREAMING_HUB_KEK_PREVIOUS: more than %d keys",
+                     HUB_KEYRING_MAX - 1);
+            goto fail;
+        }
+        if (!dup) {
+            out->keys[out->n++] = k;
+        }
+        OPENSSL_cleanse(&k, sizeof(k));
+        p = comma != NULL ? comma + 1 : end;
+    }
+    OPENSSL_cleanse(entry, sizeof(entry));
+    return 0;
+fail:
+    OPENSSL_cleanse(entry, sizeof(entry));
+    OPENSSL_cleanse(out, sizeof(*out));
+    return -1;
+}
+
+char *hub_keyring_seal(const struct hub_keyring *ring, const void *pt, size_t len,
+                       const char *aad) {
+    return ring != NULL && ring->n > 0 ? hub_seal(&ring->keys[0], pt, len, aad) : NULL;
+}
+
+int hub_keyring_open(const struct hub_keyring *ring, const char *sealed, const char *aad,
+                     unsigned char **pt, size_t *len) {
+    return hub_open(ring != NULL ? ring->keys : NULL, ring != NULL ? ring->n : 0, sealed, aad, pt,
+                    len);
+}
+
+int hub_keyring_is_current(const struct hub_keyring *ring, const char *sealed) {
+    size_t vlen = sizeof(SEAL_VERSION) - 1;
+
+    return ring != NULL && ring->n > 0 && sealed != NULL &&
+           strncmp(sealed, SEAL_VERSION, vlen) == 0 &&
+           strncmp(sealed + vlen, ring->keys[0].id, KID_HEX) == 0 && sealed[vlen + KID_HEX] == ':';
 }

@@ -62,4 +62,43 @@ char *hub_seal(const struct hub_kek *kek, const void *pt, size_t len, const char
 int hub_open(const struct hub_kek *keks, size_t nkeks, const char *sealed, const char *aad,
              unsigned char **pt, size_t *len);
 
+/* ------------------------------------------------------------- key ring -- */
+
+/* Keys a ring holds at most: the current KEK and up to 7 previous ones. */
+#define HUB_KEYRING_MAX 8
+
+/*
+ * The KEKs a process knows (STREAMING_HUB_KEK and STREAMING_HUB_KEK_PREVIOUS):
+ * keys[0] is the current one, the only one that seals; the others only
+ * open what was sealed before a rotation.  Holds secret material: wipe it
+ * (OPENSSL_cleanse) when done.
+ */
+struct hub_keyring {
+    struct hub_kek keys[HUB_KEYRING_MAX];
+    size_t n; /* >= 1 once parsed */
+};
+
+/*
+ * Parses the current KEK (base64, as hub_kek_parse) and a comma-separated
+ * list of previous ones (may be NULL or empty; blanks around entries are
+ * ignored) into *out.  A previous key equal to one already in the ring is
+ * left out.  Returns 0, or -1 after writing into err (errsz bytes) one line
+ * that names the variable and, for a list entry, its position (never a key);
+ * *out is then wiped.
+ */
+int hub_keyring_parse(const char *current, const char *previous, struct hub_keyring *out, char *err,
+                      size_t errsz);
+
+/* hub_seal under the ring's current key. */
+char *hub_keyring_seal(const struct hub_keyring *ring, const void *pt, size_t len, const char *aad);
+
+/* hub_open with every key of the ring. */
+int hub_keyring_open(const struct hub_keyring *ring, const char *sealed, const char *aad,
+                     unsigned char **pt, size_t *len);
+
+/* 1 when sealed (NUL-terminated) names the ring's current key id, so that
+ * re-sealing it would change nothing; 0 otherwise (another key's, or not a
+ * sealed text at all). */
+int hub_keyring_is_current(const struct hub_keyring *ring, const char *sealed);
+
 #endif

@@ -188,7 +188,7 @@ static void policy_event(const struct job *j, const struct hub_webhook_event *we
  * never replace the hub's own).  Returns 0, or -1 when the secrets cannot be
  * opened (wrong KEK): the attempt then fails.
  */
-static int job_headers(const struct job *j, const struct hub_kek *kek,
+static int job_headers(const struct job *j, const struct hub_keyring *kek,
                        const struct hub_webhook_event *ev, const void *body, size_t len,
                        const json_t *extra, struct hub_webhook_headers *h) {
     struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];

@@ -312,8 +312,10 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         goto fail_cfg;
     }
     if (hub->cfg.kek != NULL) {
-        if (hub_kek_parse(hub->cfg.kek, &hub->kek) != 0) {
-            fprintf(stderr, "streaming-hub: STREAMING_HUB_KEK: not base64 of 32 bytes\n");
+        char kerr[160];
+        const char *previous = hub->cfg.kek_previous; /* open only (crypto.h) */
+        if (hub_keyring_parse(hub->cfg.kek, previous, &hub->kek, kerr, sizeof(kerr)) != 0) {
+            fprintf(stderr, "streaming-hub: %s\n", kerr);
             rc = 2;
             goto fail_cfg;
         }

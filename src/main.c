@@ -21,12 +21,14 @@
 #include "log.h"
 #include "migrate.h"
 #include "policy.h"
+#include "rekey.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: streaming-hub [command]\n\n"
                  "commands:\n"
                  "  serve                 run the hub (default)\n"
                  "  migrate               apply the embedded migrations and exit\n"
+                 "  rekey                 re-seal stored secrets under STREAMING_HUB_KEK\n"
                  "  dev                   everything embedded: private PostgreSQL, Kafka, secrets\n"
                  "  kafka-mock [--brokers N] [--topic NAME:PARTITIONS]...\n"
                  "                        run only the embedded Kafka cluster\n"
@@ -125,6 +127,9 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "migrate") == 0) {
         return hub_migrate_main();
+    }
+    if (strcmp(cmd, "rekey") == 0) {
+        return hub_rekey_main(argc - 2, argv + 2);
     }
     if (strcmp(cmd, "dev") == 0) {
         return hub_dev_main(argc - 2, argv + 2);

@@ -389,13 +389,13 @@ void hub_webhook_probe_free(struct hub_webhook_probe *p) {
 /* Opens one sealed secret into its HMAC key. */
 /* The subscription id is the seal's AAD: a sealed secret copied to another
  * subscription's row does not open there. */
-static int open_key(const struct hub_kek *kek, const char *id, const char *sealed,
+static int open_key(const struct hub_keyring *kek, const char *id, const char *sealed,
                     struct hub_sign_key *key) {
     unsigned char *pt = NULL;
     size_t len = 0;
     int rc;
 
-    if (sealed == NULL || hub_open(kek, 1, sealed, id, &pt, &len) != 0) {
+    if (sealed == NULL || hub_keyring_open(kek, sealed, id, &pt, &len) != 0) {
         return HUB_ECRYPTO;
     }
     rc = hub_secret_key((const char *)pt, key->key, &key->len);
@@ -406,7 +406,7 @@ static int open_key(const struct hub_kek *kek, const char *id, const char *seale
 
 /* The previous secret is optional: one that does not open is left out,
  * as the current one still signs and must not be held up by it. */
-int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id,
+int hub_webhook_open_keys(const struct hub_keyring *kek, const char *subscription_id,
                           const char *secret_sealed, const char *prev_sealed, int prev_valid,
                           struct hub_sign_key *keys, size_t *nkeys) {
     *nkeys = 0;
@@ -423,7 +423,7 @@ int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id
 
 /* The plaintext buffer is wiped as soon as jansson has parsed it: from
  * then on the only copy is the object handed to the caller. */
-int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription_id,
+int hub_webhook_open_headers(const struct hub_keyring *kek, const char *subscription_id,
                              const char *headers_sealed, json_t **out) {
     unsigned char *pt = NULL;
     size_t len = 0;
@@ -435,7 +435,7 @@ int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription
         *out = json_object();
         return *out != NULL ? 0 : HUB_ENOMEM;
     }
-    if (hub_open(kek, 1, headers_sealed, subscription_id, &pt, &len) != 0) {
+    if (hub_keyring_open(kek, headers_sealed, subscription_id, &pt, &len) != 0) {
         return HUB_ECRYPTO;
     }
     obj = json_loadb((const char *)pt, len, 0, NULL);

@@ -142,24 +142,26 @@ int hub_webhook_header_reserved(const char *name, size_t len);
 /*
  * Opens a subscription's signing keys: the current secret (secret_sealed)
  * and, when prev_valid and prev_sealed is not NULL, the previous one.
- * Sealed texts are bound to the subscription id (AAD).  keys must hold
+ * Sealed texts are bound to the subscription id (AAD) and open with any
+ * key of the ring (current or previous KEK).  keys must hold
  * HUB_WEBHOOK_MAX_KEYS entries; the caller wipes them (OPENSSL_cleanse)
  * after use.  Returns 0 with *nkeys = 1 or 2, or HUB_ECRYPTO when the
  * current secret does not open (wrong KEK, tampered row).  A previous
  * secret that does not open is left out (*nkeys 1): the current one still
  * signs.
  */
-int hub_webhook_open_keys(const struct hub_kek *kek, const char *subscription_id,
+int hub_webhook_open_keys(const struct hub_keyring *kek, const char *subscription_id,
                           const char *secret_sealed, const char *prev_sealed, int prev_valid,
                           struct hub_sign_key *keys, size_t *nkeys);
 
 /*
- * Opens a subscription's destination headers.  headers_sealed NULL means
+ * Opens a subscription's destination headers (with any key of the ring).
+ * headers_sealed NULL means
  * none: *out is then an empty object.  Returns 0 with *out owned by the
  * caller (credentials: never log it), or with *out NULL HUB_ECRYPTO (the
  * text does not open), HUB_EINVAL (it is not a JSON object) or HUB_ENOMEM.
  */
-int hub_webhook_open_headers(const struct hub_kek *kek, const char *subscription_id,
+int hub_webhook_open_headers(const struct hub_keyring *kek, const char *subscription_id,
                              const char *headers_sealed, json_t **out);
 
 /* Wipes the string values of a decrypted headers object (credentials) and

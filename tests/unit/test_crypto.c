@@ -1,7 +1,8 @@
 /*
  * Unit tests of secrets at rest (SPEC §11): KEK parsing and key ids, seal/open
  * round trips, refusal of every kind of tampering, AAD binding, KEK rotation,
- * and a value sealed by an independent AES-GCM implementation.
+ * the key ring of current and previous KEKs, and a value sealed by an
+ * independent AES-GCM implementation.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -310,6 +311,84 @@ static void test_malformed_sealed_refused(void **state) {
     assert_int_equal(hub_open(NULL, 1, FOREIGN_SEALED, "sub-123", &pt, &len), -1);
 }
 
+/* The key ring of STREAMING_HUB_KEK + STREAMING_HUB_KEK_PREVIOUS: the
+ * current key seals, every key opens, duplicates are dropped, and a bad
+ * entry is named by its position without showing a key. */
+static void test_keyring(void **state) {
+    (void)state;
+    struct hub_keyring ring;
+    char err[160];
+    struct hub_kek a;
+    char *old_seal, *new_seal;
+    unsigned char *pt;
+    size_t len;
+
+    parse(KEK_A, &a);
+    old_seal = hub_seal(&a, "old secret", 10, "sub-1");
+    assert_non_null(old_seal);
+
+    /* B current, A previous (blanks around entries, A twice, B again) */
+    assert_int_equal(
+        hub_keyring_parse(KEK_B, " " KEK_A " ," KEK_A "," KEK_B, &ring, err, sizeof(err)), 0);
+    assert_int_equal(ring.n, 2);
+    assert_string_equal(ring.keys[0].id, KEK_B_ID);
+    assert_string_equal(ring.keys[1].id, KEK_A_ID);
+    new_seal = hub_keyring_seal(&ring, "new secret", 10, "sub-1");
+    assert_non_null(new_seal);
+    assert_true(strncmp(new_seal, "v1:" KEK_B_ID ":", 20) == 0);
+    assert_true(hub_keyring_is_current(&ring, new_seal));
+    assert_false(hub_keyring_is_current(&ring, old_seal));
+    assert_false(hub_keyring_is_current(&ring, "v1:" KEK_B_ID));
+    assert_false(hub_keyring_is_current(&ring, NULL));
+    assert_int_equal(hub_keyring_open(&ring, old_seal, "sub-1", &pt, &len), 0);
+    assert_memory_equal(pt, "old secret", 10);
+    free(pt);
+    assert_int_equal(hub_keyring_open(&ring, new_seal, "sub-1", &pt, &len), 0);
+    free(pt);
+    assert_int_equal(hub_keyring_open(&ring, old_seal, "sub-2", &pt, &len), -1);
+
+    /* B alone: A's seal no longer opens */
+    assert_int_equal(hub_keyring_parse(KEK_B, "", &ring, err, sizeof(err)), 0);
+    assert_int_equal(ring.n, 1);
+    assert_int_equal(hub_keyring_open(&ring, old_seal, "sub-1", &pt, &len), -1);
+    assert_int_equal(hub_keyring_parse(KEK_B, NULL, &ring, err, sizeof(err)), 0);
+
+    /* errors name the variable and the entry, never a key */
+    assert_int_equal(hub_keyring_parse("nope", KEK_A, &ring, err, sizeof(err)), -1);
+    assert_string_equal(err, "STREAMING_HUB_KEK: not base64 of 32 bytes");
+    assert_int_equal(hub_keyring_parse(KEK_B, KEK_A ",,", &ring, err, sizeof(err)), -1);
+    assert_string_equal(err, "STREAMING_HUB_KEK_PREVIOUS: entry 2 is not base64 of 32 bytes");
+    assert_int_equal(hub_keyring_parse(KEK_B, KEK_A ",AAAA", &ring, err, sizeof(err)), -1);
+    assert_string_equal(err, "STREAMING_HUB_KEK_PREVIOUS: entry 2 is not base64 of 32 bytes");
+    assert_int_equal(ring.n, 0); /* wiped */
+    free(old_seal);
+    free(new_seal);
+}
+
+/* More than 7 previous keys are refused (the ring holds 8). */
+static void test_keyring_full(void **state) {
+    (void)state;
+    struct hub_keyring ring;
+    char err[160], list[1024] = "";
+    unsigned char key[32];
+
+    for (int i = 1; i <= 8; i++) {
+        char *b64;
+        memset(key, i, sizeof(key));
+        b64 = hub_base64(key, sizeof(key));
+        assert_non_null(b64);
+        strcat(list, i > 1 ? "," : "");
+        strcat(list, b64);
+        free(b64);
+        if (i == 7) {
+            assert_int_equal(hub_keyring_parse(KEK_A, list, &ring, err, sizeof(err)), 0);
+            assert_int_equal(ring.n, 8);
+        }
+    }
+    assert_int_equal(hub_keyring_parse(KEK_A, list, &ring, err, sizeof(err)), -1);
+    assert_string_equal(err, "STREAMING_HUB_KEK_PREVIOUS: more than 7 keys");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kek_parse_and_id),
@@ -321,6 +400,8 @@ int main(void) {
         cmocka_unit_test(test_seals_differ),
         cmocka_unit_test(test_rotation),
         cmocka_unit_test(test_malformed_sealed_refused),
+        cmocka_unit_test(test_keyring),
+        cmocka_unit_test(test_keyring_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
