@@ -150,17 +150,17 @@ scenario_jobs_queued_before_a_url_change_wait_for_verification() {
 
 prepare_an_attempt_in_flight_finishes_and_its_retry_is_parked() {
     own_client
-    H=/hang/$(own_id h)/ S=/slow/1500/$(own_id s)/
-    HSUB=$(subscribe_at "$KEY" "$H" transaction.posted)
-    SSUB=$(subscribe_at "$KEY" "$S" transaction.posted)
-    keep TENANT KEY HSUB SSUB H S
+    HANG_P=/hang/$(own_id h)/ SLOW_P=/slow/1500/$(own_id s)/
+    HSUB=$(subscribe_at "$KEY" "$HANG_P" transaction.posted)
+    SSUB=$(subscribe_at "$KEY" "$SLOW_P" transaction.posted)
+    keep TENANT KEY HSUB SSUB HANG_P SLOW_P
 }
 
 scenario_an_attempt_in_flight_finishes_and_its_retry_is_parked() {
     local y1 y2
     y1=/status/500/$(own_id y1)/ y2=/status/500/$(own_id y2)/
     events inflight- 1
-    wait_until 20 "(( \$(deliveries $H) >= 1 && \$(deliveries $S) >= 1 ))" ||
+    wait_until 20 "(( \$(deliveries $HANG_P) >= 1 && \$(deliveries $SLOW_P) >= 1 ))" ||
         fatal "the attempts did not start"
     # both attempts are in flight (the hang times out after 2 s, the slow
     # one answers 200 after 1.5 s): the destinations change under them
