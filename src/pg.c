@@ -40,6 +40,8 @@
 
 /* Results a never-run transaction answers with (see txn_complete). */
 #define HUB_PG_NO_RESULTS 8
+/* The error of a transaction that could not be built. */
+#define PG_OOM_BUILDING "out of memory building the transaction"
 
 /* One statement of a transaction, with its parameters.  values, lengths
  * and formats live in one malloc'd block (values is its start); the
@@ -63,7 +65,7 @@ struct hub_pg_txn {
     struct pg_stmt *stmts;
     int n_stmts;
     int cap_stmts;
-    int oom;                /* building it failed: submit completes it at once */
+    const char *failed;     /* building it failed (why): submit completes it at once */
     PGresult **results;     /* one per statement, allocated when it is sent */
     PGresult *error_result; /* the failing result, owned via results[] or here */
     char error_text[256];
@@ -171,7 +173,7 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
         int cap = txn->cap_stmts ? txn->cap_stmts * 2 : 4;
         struct pg_stmt *s = realloc(txn->stmts, sizeof(*s) * (size_t)cap);
         if (s == NULL) {
-            txn->oom = 1;
+            hub_pg_txn_fail(txn, PG_OOM_BUILDING);
             return -1;
         }
         txn->stmts = s;
@@ -194,7 +196,7 @@ static int txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparam
     }
     p = malloc(sizeof(char *) * (size_t)nparams + 2 * sizeof(int) * (size_t)nparams + total + 1);
     if (p == NULL) {
-        txn->oom = 1;
+        hub_pg_txn_fail(txn, PG_OOM_BUILDING);
         return -1;
     }
     st->values = (char **)p;
@@ -260,7 +262,7 @@ fail:
     for (int i = 0; i < nparams; i++) {
         free(values[i]);
     }
-    txn->oom = 1;
+    hub_pg_txn_fail(txn, PG_OOM_BUILDING);
     return -1;
 }
 
@@ -331,13 +333,20 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
     txn_free(txn);
 }
 
+/* The first reason wins: it names the step that failed first. */
+void hub_pg_txn_fail(struct hub_pg_txn *txn, const char *why) {
+    if (txn->failed == NULL) {
+        txn->failed = why != NULL ? why : PG_OOM_BUILDING;
+    }
+}
+
 /* Failures known before sending (OOM while building, a closing pool)
  * complete the transaction at once, inside this call. */
 void hub_pg_txn_submit(struct hub_pg_txn *txn) {
     struct hub_pg *pg = txn->pg;
 
-    if (txn->oom) {
-        txn_complete(txn, HUB_PG_ESTMT, "out of memory building the transaction");
+    if (txn->failed != NULL) {
+        txn_complete(txn, HUB_PG_ENOMEM, txn->failed);
         return;
     }
     if (pg->closing) {

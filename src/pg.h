@@ -52,6 +52,8 @@ enum hub_pg_status {
     HUB_PG_ESTMT = -1,   /* a statement failed; the transaction rolled back */
     HUB_PG_ECONN = -2,   /* connection lost while in flight: outcome unknown */
     HUB_PG_ECLOSED = -3, /* the pool is closing; never sent */
+    HUB_PG_ENOMEM = -4,  /* never sent: it could not be built (out of memory, or
+                          * hub_pg_txn_fail); transient, nothing was written */
 };
 
 struct hub_pg_outcome {
@@ -117,6 +119,15 @@ int hub_pg_txn_add_binary(struct hub_pg_txn *txn, const struct hub_sql *sql, int
  */
 int hub_pg_txn_add_owned(struct hub_pg_txn *txn, const struct hub_sql *sql, int nparams,
                          char **values, const int *lengths);
+
+/*
+ * Marks txn failed: submit then completes it at once with HUB_PG_ENOMEM
+ * and `why` as its error, sending nothing.  For a builder that could not
+ * add one of its statements (an array that ran out of memory): running the
+ * others alone would commit part of what the caller meant as one
+ * transaction.  why is a static string.
+ */
+void hub_pg_txn_fail(struct hub_pg_txn *txn, const char *why);
 
 /* Queues the transaction; it runs on the next connection with room. */
 void hub_pg_txn_submit(struct hub_pg_txn *txn);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fault.h"
 
 #define PGARR_HEADER 20 /* ndim, flags, oid, dim length, lower bound */
 
@@ -31,7 +32,7 @@ static void pgarr_reserve(struct hub_pgarr *a, size_t more) {
     while (cap < a->len + more) {
         cap *= 2;
     }
-    char *b = realloc(a->buf, cap);
+    char *b = hub_fault("pg_array") ? NULL : realloc(a->buf, cap);
     if (b == NULL) {
         a->oom = 1;
         return;
@@ -170,6 +171,7 @@ int hub_pgarr_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, struct 
         for (int k = 0; k < n; k++) {
             hub_pgarr_free(&a[k]);
         }
+        hub_pg_txn_fail(txn, "a statement with too many array parameters");
         return HUB_EINVAL;
     }
     for (int k = 0; k < n; k++) {
@@ -180,10 +182,12 @@ int hub_pgarr_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, struct 
         /* the buffers are the transaction's now, even when this fails */
         return hub_pg_txn_add_owned(txn, sql, n, values, lengths) == 0 ? 0 : HUB_ENOMEM;
     }
-    /* One array ran out of memory: nothing is added.  Note that txn itself
-     * is not marked failed by this (see the callers). */
+    /* One array ran out of memory: nothing is added, and the transaction
+     * fails as a whole (its other statements alone would commit only part
+     * of what the caller meant as one write). */
     for (int k = 0; k < n; k++) {
         free(values[k]);
     }
+    hub_pg_txn_fail(txn, "out of memory building a statement's array");
     return HUB_ENOMEM;
 }

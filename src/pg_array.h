@@ -66,10 +66,11 @@ char *hub_pgarr_take(struct hub_pgarr *a, int *len);
  * Finishes a[0..n) and appends sql to txn with them as its parameters $1..$n
  * (binary), without copying them: the transaction takes every buffer, and
  * each a[k] is left empty (freed), also on failure.  Returns 0, or:
- *   HUB_ENOMEM  an array ran out of memory: nothing was added, and txn is
- *               NOT marked failed (it still runs its other statements), or
- *               txn could not take the statement: txn then fails at submit;
- *   HUB_EINVAL  n outside 1..HUB_PGARR_TXN_MAX.
+ *   HUB_ENOMEM  an array ran out of memory, or txn could not take the
+ *               statement: nothing was added and txn is marked failed
+ *               (hub_pg_txn_fail): submit completes it with HUB_PG_ENOMEM,
+ *               so no transaction ever commits without one of its statements;
+ *   HUB_EINVAL  n outside 1..HUB_PGARR_TXN_MAX (txn marked failed too).
  */
 int hub_pgarr_txn_add(struct hub_pg_txn *txn, const struct hub_sql *sql, struct hub_pgarr *a,
                       int n);
