@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "envelope_int.h"
+#include "fault.h"
 
 /* SPEC §2.2 default of STREAMING_HUB_MAX_EVENT_BYTES, used when limits is NULL. */
 #define ENVELOPE_DEFAULT_MAX_EVENT_BYTES ((size_t)1048576)
@@ -78,7 +79,7 @@ void *env_arena_alloc(struct arena *a, size_t n, size_t align) {
         return NULL;
     }
     if (n > ARENA_BLOCK_SIZE / 4) {
-        struct arena_block *big = malloc(sizeof(*big) + n);
+        struct arena_block *big = hub_fault("envelope_alloc") ? NULL : malloc(sizeof(*big) + n);
         if (big == NULL) {
             return NULL;
         }
@@ -93,7 +94,8 @@ void *env_arena_alloc(struct arena *a, size_t n, size_t align) {
         }
         return big->data;
     }
-    struct arena_block *nb = malloc(sizeof(*nb) + ARENA_BLOCK_SIZE);
+    struct arena_block *nb =
+        hub_fault("envelope_alloc") ? NULL : malloc(sizeof(*nb) + ARENA_BLOCK_SIZE);
     if (nb == NULL) {
         return NULL;
     }
@@ -191,8 +193,8 @@ int env_fail_attr(struct parse_ctx *ctx, enum attr_id id, const char *fmt, ...) 
 }
 
 int env_fail_nomem(struct parse_ctx *ctx) {
-    /* There is no "transient" reason in the enum; the message lets the caller tell. */
-    return env_fail(ctx->err, HUB_ENVELOPE_INVALID, "", 0,
+    /* a reason of its own: the record is not at fault, the caller retries */
+    return env_fail(ctx->err, HUB_ENVELOPE_NOMEM, "", 0,
                     "out of memory while parsing the envelope");
 }
 
@@ -204,6 +206,8 @@ const char *hub_envelope_reason_str(enum hub_envelope_reason reason) {
         return "invalid_envelope";
     case HUB_ENVELOPE_TOO_LARGE:
         return "too_large";
+    case HUB_ENVELOPE_NOMEM:
+        return "out_of_memory";
     }
     return "invalid_envelope";
 }

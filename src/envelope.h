@@ -31,6 +31,8 @@ enum hub_envelope_reason {
     HUB_ENVELOPE_OK = 0,
     HUB_ENVELOPE_INVALID = 1,   /* reason "invalid_envelope" */
     HUB_ENVELOPE_TOO_LARGE = 2, /* reason "too_large" */
+    HUB_ENVELOPE_NOMEM = 3,     /* not a verdict: memory ran out while parsing.  Transient:
+                                 * the record is parsed again later, never quarantined */
 };
 
 struct hub_envelope_error {
@@ -141,7 +143,8 @@ long hub_envelope_batch_split(const void *value, size_t len, size_t max, size_t 
 /* Releases everything hub_envelope_parse allocated; safe on a zeroed event. */
 void hub_event_free(struct hub_event *ev);
 
-/* Metric/quarantine label of a reason: "invalid_envelope", "too_large". */
+/* Metric/quarantine label of a reason: "invalid_envelope", "too_large"
+ * ("out_of_memory" for HUB_ENVELOPE_NOMEM, which is never stored). */
 const char *hub_envelope_reason_str(enum hub_envelope_reason reason);
 
 /*

@@ -235,6 +235,9 @@ static int parse_document(struct parse_ctx *ctx, const void *value, size_t value
     }
     ctx->root = json_loadb(value != NULL ? value : "", value != NULL ? value_len : 0,
                            JSON_LOAD_DOCUMENT, &jerr);
+    if (ctx->root == NULL && json_error_code(&jerr) == json_error_out_of_memory) {
+        return env_fail_nomem(ctx); /* not the document's fault: parsed again later */
+    }
     if (ctx->root == NULL) {
         return env_fail(ctx->err, HUB_ENVELOPE_INVALID, "", 0,
                         "structured event is not valid JSON (line %d, column %d)", jerr.line,
