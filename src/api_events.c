@@ -333,6 +333,11 @@ static void item_answer(const struct events_call *c, const struct ingest_item *i
         a->detail = "the event's tenantid is not the tenant of the API key";
         return;
     }
+    if (r->unsettled) { /* a batch element whose transaction failed (ingest.h) */
+        a->status = 503;
+        a->detail = "this event was not stored; retrying it is safe";
+        return;
+    }
     switch (r->verdict) {
     case HUB_V_ACCEPTED:
         a->status = 202;

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "error.h"
+#include "fault.h"
 #include "ingest_batch.h"
 #include "util.h"
 
@@ -125,21 +126,19 @@ static char *header_text(const rd_kafka_message_t *m, const char *attr) {
     return found;
 }
 
-/*
- * Note for the caller: a record whose headers could not be read gets no
- * verdict from ingest_batch_start(), which leaves it at 0
- * (HUB_V_ACCEPTED) although the record is quarantined as invalid.
- */
+/* Out of memory is not the record's fault: it is not refused (that would
+ * quarantine it for good), only left unparsed for the batch's next try. */
 int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_limits *lim) {
     const rd_kafka_message_t *m = r->msg;
     struct hub_header stack[INGEST_STACK_HEADERS];
-    size_t nh;
-    struct hub_header *h = msg_headers(m, stack, INGEST_STACK_HEADERS, &nh);
+    size_t nh = 0;
+    struct hub_header *h =
+        hub_fault("kafka_headers") ? NULL : msg_headers(m, stack, INGEST_STACK_HEADERS, &nh);
 
     if (h == NULL) {
-        /* refused as invalid: the record is quarantined like any other */
         r->ok = 0;
-        r->err.reason = HUB_ENVELOPE_INVALID;
+        memset(&r->err, 0, sizeof(r->err));
+        r->err.reason = HUB_ENVELOPE_NOMEM;
         snprintf(r->err.message, sizeof(r->err.message), "out of memory reading headers");
         return HUB_ENOMEM;
     }
@@ -149,7 +148,7 @@ int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_l
     if (h != stack) {
         free(h);
     }
-    return 0;
+    return !r->ok && r->err.reason == HUB_ENVELOPE_NOMEM ? HUB_ENOMEM : 0;
 }
 
 /* Read for every record the insert carries: no allocation, the topic name

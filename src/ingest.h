@@ -80,28 +80,39 @@ struct hub_ingest_rec {
     const char *claimed_source;
     const char *claimed_id;
     /* results */
-    enum hub_verdict verdict;
-    int64_t seq; /* accepted: its arrival sequence */
+    enum hub_verdict verdict; /* when !unsettled */
+    int64_t seq;              /* accepted: its arrival sequence */
+    int unsettled;            /* 1: no verdict: the transaction that was to write this record
+                               * failed, nothing of it is stored (answer 503; a retry is safe) */
     /* private (ingest's own; an HTTP caller need not set them) */
     void *msg;           /* the Kafka record (rd_kafka_message_t), NULL for HTTP */
     int first;           /* index of the earlier record with the same key, or -1 */
     char old_digest[65]; /* hex digest stored under the key, "" if none */
+    unsigned char state; /* where the batch writer is with it (ingest_batch.c) */
+    unsigned char sent;  /* carried by the batch's outstanding transaction */
 };
 
-/* Completion of hub_ingest_store: failure is NULL when every record has its
- * verdict (stored, counted, jobs committed); else it is the transaction's
- * outcome (status, error, sqlstate; no results) and nothing may be assumed
- * stored. */
+/* Completion of hub_ingest_store.  failure is NULL when at least one record
+ * of the request is settled: every record then has its verdict (stored,
+ * counted, jobs committed) or is marked unsettled (nothing of it stored).
+ * failure is non-NULL when none is: it is the outcome (status, error,
+ * sqlstate; no results) of the transaction that failed, and nothing of the
+ * request is stored. */
 typedef void (*hub_ingest_store_cb)(void *arg, const struct hub_pg_outcome *failure);
 
 /*
  * Stores recs[0..n) (n >= 1) on the ingest pool (the API pool in the
  * delivery role): quarantine rows for refused records, events and their
- * delivery jobs for accepted ones, exactly as a Kafka partition batch, in a
- * transaction shared with the other requests that arrived meanwhile (all of
- * them commit or none does).  Counts the verdicts in the ingest metrics.
- * Borrows recs until cb (the caller must not touch them meanwhile), which
- * runs exactly once, possibly before this returns.
+ * delivery jobs for accepted ones, exactly as a Kafka partition batch, in
+ * transactions shared with the other requests that arrived meanwhile.  Each
+ * record's result says what happened to it alone: a later transaction of
+ * the group that fails (a digest conflict's quarantine row, a key raced by
+ * another hub) leaves what the earlier ones stored stored, and only the
+ * records it carried unsettled.  A record the API's parser gave up on for
+ * lack of memory (HUB_ENVELOPE_NOMEM) comes back unsettled.  Counts the
+ * verdicts in the ingest metrics.  Borrows recs until cb (the caller must
+ * not touch them meanwhile), which runs exactly once, possibly before this
+ * returns.
  */
 void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
                       hub_ingest_store_cb cb, void *arg);
@@ -109,6 +120,16 @@ void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
 /* At shutdown: the queue of HTTP ingest requests is freed once its
  * transactions have finished (or failed as the pools close). */
 void hub_ingest_queue_release(struct hub *hub);
+
+/* Bytes of the records (as received) of the HTTP ingest requests waiting
+ * or being stored: what their callers hold in memory for them. */
+size_t hub_ingest_queue_bytes(const struct hub *hub);
+
+/* HTTP ingest requests waiting for a transaction (a gauge). */
+size_t hub_ingest_queue_waiting(const struct hub *hub);
+
+/* 1 when no HTTP ingest request is waiting or being stored (the drain). */
+int hub_ingest_queue_idle(const struct hub *hub);
 
 /* JSON evidence of a record's headers for the quarantine table: an array of
  * {"name","value"}; a name or value that is not UTF-8 text is kept as

@@ -3,11 +3,15 @@
  * HTTP ingest requests → verdicts, durably (see ingest_batch.h for the path
  * and who owns the batch when).
  *
- * The writer is a small state machine on the batch's flags: `quarantined`
- * (refused records written), `stored` (the insert succeeded),
- * `conflicts_left` (digest conflicts still to quarantine).  Each
- * transaction's callback advances them and ingest_batch_submit() sends what
- * is left, so a retry after a failure never writes a row twice.
+ * The writer is a small state machine per record (enum rec_state, kept in
+ * the record's private `state`).  Each transaction carries the records that
+ * still have something to write (`sent` marks them); when it commits, each
+ * of them moves on — most to REC_DONE, a digest conflict to REC_CONFLICT
+ * (its quarantine row goes with the next transaction), a key raced by
+ * another hub stays REC_INSERT — and ingest_batch_submit() sends what is
+ * left.  A record is REC_DONE only once a committed transaction settled it,
+ * and is never written again: a retry after a failure, or the next round
+ * after a race, carries only what did not commit.
  */
 #include "ingest_batch.h"
 
@@ -26,8 +30,30 @@
  * from the minimum with each failure, capped. */
 #define INGEST_RETRY_MIN_MS 100
 #define INGEST_RETRY_MAX_MS 5000
+/* Rounds in a row that leave a raced key to run again before the batch
+ * gives up (a failure the owner retries).  A key races once, when another
+ * hub inserts it at the same moment: the next round sees that row.  Only a
+ * statement that answers no row for a record could loop. */
+#define INGEST_RACES_MAX 8
 
-const struct hub_pg_outcome ingest_outcome_oom = {HUB_PG_ECLOSED, NULL, 0, "out of memory", ""};
+/* Where a record is (hub_ingest_rec.state). */
+enum rec_state {
+    REC_UNPARSED = 0, /* a Kafka record not parsed yet (or memory ran out parsing it); an
+                       * HTTP record not looked at yet */
+    REC_NOMEM,        /* an HTTP record the API could not parse for lack of memory: it
+                       * cannot be settled here, and comes back unsettled */
+    REC_REFUSED,      /* the parser refused it: its quarantine row is to be written */
+    REC_INSERT,       /* valid and the first of its key: the insert is to run for it */
+    REC_REPEAT,       /* valid, a repeat of an earlier record's key: follows that one */
+    REC_CONFLICT,     /* a digest conflict: its quarantine row is to be written */
+    REC_DONE,         /* settled by a committed transaction: verdict final, counted */
+};
+
+const struct hub_pg_outcome ingest_outcome_oom = {HUB_PG_ENOMEM, NULL, 0, "out of memory", ""};
+
+/* The outcome of a batch whose raced keys never settled (INGEST_RACES_MAX). */
+static const struct hub_pg_outcome ingest_outcome_races = {
+    HUB_PG_ESTMT, NULL, 0, "the ingest statement answered no verdict for some records", ""};
 
 /* ------------------------------------------------- in-batch repeats -- */
 
@@ -51,9 +77,18 @@ static int key_equal(const struct hub_event *a, const struct hub_event *b) {
            strcmp(a->tenant, b->tenant) == 0;
 }
 
-/* Marks records whose key already appeared earlier in the same batch: only the
- * first goes to the database, the others take their verdict from it.  An
- * open-addressing table of record indexes, at most half full. */
+/* 1 for a valid record not yet written: the ones repeats are marked among. */
+static int rec_unwritten_valid(const struct hub_ingest_rec *r) {
+    return r->state == REC_INSERT || r->state == REC_REPEAT;
+}
+
+/*
+ * Marks records whose key already appeared earlier in the batch: only the
+ * first goes to the database (REC_INSERT), the others (REC_REPEAT) take
+ * their verdict from it.  Runs before the batch's first insert, and again
+ * when the JSON check refused some of them.  An open-addressing table of
+ * record indexes, at most half full.
+ */
 static void batch_mark_repeats(struct ingest_batch *b) {
     size_t cap = 16;
     int32_t *slots;
@@ -64,7 +99,11 @@ static void batch_mark_repeats(struct ingest_batch *b) {
     slots = malloc(sizeof(*slots) * cap);
     for (size_t i = 0; i < b->n; i++) {
         b->recs[i].first = -1;
+        if (rec_unwritten_valid(&b->recs[i])) {
+            b->recs[i].state = REC_INSERT;
+        }
     }
+    b->marked = 1;
     if (slots == NULL) {
         return; /* without the table every record goes to the database: still correct
                    except for in-batch repeats, which ON CONFLICT then reports as raced */
@@ -72,7 +111,7 @@ static void batch_mark_repeats(struct ingest_batch *b) {
     memset(slots, 0xff, sizeof(*slots) * cap);
     for (size_t i = 0; i < b->n; i++) {
         struct hub_ingest_rec *r = &b->recs[i];
-        if (!r->ok) {
+        if (r->state != REC_INSERT) {
             continue;
         }
         size_t h = (size_t)key_hash(&r->ev) & (cap - 1);
@@ -83,6 +122,7 @@ static void batch_mark_repeats(struct ingest_batch *b) {
             }
             if (key_equal(&b->recs[slots[h]].ev, &r->ev)) {
                 r->first = slots[h];
+                r->state = REC_REPEAT;
                 break;
             }
             h = (h + 1) & (cap - 1);
@@ -91,43 +131,74 @@ static void batch_mark_repeats(struct ingest_batch *b) {
     free(slots);
 }
 
-/* The verdict of a record the parser refused. */
-static void rec_refuse(struct hub_ingest_rec *r) {
-    r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
-                                                         : HUB_V_QUARANTINED_INVALID;
+/* ------------------------------------------------------ the records -- */
+
+/* The record's verdict is final: counted once, here. */
+static void rec_settle(struct ingest_batch *b, struct hub_ingest_rec *r, enum hub_verdict v) {
+    r->verdict = v;
+    r->state = REC_DONE;
+    b->hub->metrics.ingest_records[v]++;
+}
+
+/*
+ * The parse step: each record not parsed yet gets its state.  A Kafka
+ * record is parsed here, when its batch starts (a pending record is only
+ * its Kafka message); an HTTP record was parsed by the API before it came.
+ * Returns the number of Kafka records left unparsed for lack of memory.
+ */
+static size_t batch_parse(struct ingest_batch *b) {
+    struct hub_envelope_limits lim = {(size_t)b->hub->cfg.max_event_bytes};
+    size_t nomem = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        struct hub_ingest_rec *r = &b->recs[i];
+        if (r->state != REC_UNPARSED) {
+            continue;
+        }
+        if (r->msg != NULL && ingest_rec_parse_kafka(r, &lim) != 0) {
+            nomem++; /* parsed again on the batch's next try */
+            continue;
+        }
+        if (r->ok) {
+            r->state = REC_INSERT; /* or a repeat: batch_mark_repeats */
+        } else if (r->err.reason == HUB_ENVELOPE_NOMEM) {
+            r->state = REC_NOMEM; /* HTTP: the API's parse; its client retries */
+        } else {
+            r->state = REC_REFUSED;
+            r->verdict = r->err.reason == HUB_ENVELOPE_TOO_LARGE ? HUB_V_QUARANTINED_TOO_LARGE
+                                                                 : HUB_V_QUARANTINED_INVALID;
+        }
+    }
+    return nomem;
+}
+
+/* Which records a quarantine statement carries: the refused ones and the
+ * digest conflicts not written yet. */
+static int want_quarantine(const struct hub_ingest_rec *r) {
+    return r->state == REC_REFUSED || r->state == REC_CONFLICT;
 }
 
 /* ---------------------------------------------------- the statements -- */
 
-/* Which records a quarantine statement carries: the refused ones with the
- * batch's first transaction, the digest conflicts with the last. */
-static int want_invalid(const struct hub_ingest_rec *r) {
-    return !r->ok;
-}
-
-static int want_conflict(const struct hub_ingest_rec *r) {
-    return r->ok && r->verdict == HUB_V_QUARANTINED_CONFLICT;
-}
-
 /*
- * Adds to txn the quarantine rows of the records `want` selects: why (a
- * digest conflict, or the parser's reason and field) and the record's
- * evidence.  Returns 0 or HUB_ENOMEM (store_ingest.h).
+ * Adds to txn the quarantine rows of the records want_quarantine selects
+ * (at least one), marking them sent: why (a digest conflict, or the
+ * parser's reason and field) and the record's evidence.  Returns 0 or
+ * HUB_ENOMEM (txn is then marked failed).
  */
-static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
-                          int (*want)(const struct hub_ingest_rec *)) {
+static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b) {
     struct hub_store_quarantine_rows rows;
 
     hub_store_quarantine_rows_init(&rows);
     for (size_t i = 0; i < b->n; i++) {
-        const struct hub_ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         struct hub_store_quarantine_row row;
         struct ingest_evidence ev;
-        if (!want(r)) {
+        if (!want_quarantine(r)) {
             continue;
         }
         ingest_rec_evidence(r, &row, &ev);
-        if (r->ok) { /* a digest conflict: the envelope is valid */
+        if (r->state == REC_CONFLICT) { /* the envelope is valid */
             row.reason = "digest_conflict";
             row.field = "data";
             row.detail = "same tenant, source and id already stored with a "
@@ -142,54 +213,59 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b,
         }
         hub_store_quarantine_rows_add(&rows, &row);
         ingest_evidence_free(&ev);
+        r->sent = 1;
     }
     return hub_store_quarantine_rows_txn_add(&rows, txn);
 }
 
-/* Adds to txn the inbox insert of every valid record that is the first of
- * its key in the batch; *count says how many (none: nothing added).
- * Returns 0 or HUB_ENOMEM (store_ingest.h). */
-static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b, size_t *count) {
+/* Adds to txn the inbox insert of every record in REC_INSERT (at least
+ * one), marking them sent.  Returns 0 or HUB_ENOMEM (txn is then marked
+ * failed). */
+static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b) {
     struct hub_store_ingest_rows rows;
 
     hub_store_ingest_rows_init(&rows);
     for (size_t i = 0; i < b->n; i++) {
-        const struct hub_ingest_rec *r = &b->recs[i];
+        struct hub_ingest_rec *r = &b->recs[i];
         struct hub_store_kafka_pos pos;
-        if (!r->ok || r->first >= 0) {
+        if (r->state != REC_INSERT) {
             continue;
         }
         ingest_rec_pos(r, &pos);
         hub_store_ingest_rows_add(&rows, (int32_t)i, &r->ev, &pos);
+        r->sent = 1;
     }
-    *count = rows.n;
     return hub_store_ingest_rows_txn_add(&rows, txn);
 }
 
 /* ---------------------------------------------------------- outcomes -- */
 
-/* Everything of the batch is durable: count the verdicts, wake the
- * dispatcher for the new jobs, and hand the batch back (the owner may free
- * it: nothing here touches b after the call). */
+/* Marks every record that is not settled as unsettled (what the HTTP owner
+ * answers 503 for) and clears the marks of the transaction just ended. */
+static void batch_mark_unsettled(struct ingest_batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        b->recs[i].sent = 0;
+        b->recs[i].unsettled = b->recs[i].state != REC_DONE;
+    }
+}
+
+/* Everything of the batch is durable: hand it back (the owner may free it:
+ * nothing here touches b after the call). */
 static void batch_done(struct ingest_batch *b) {
     struct hub_metrics *m = &b->hub->metrics;
-    int accepted = 0;
 
-    for (size_t i = 0; i < b->n; i++) {
-        m->ingest_records[b->recs[i].verdict]++;
-        accepted |= b->recs[i].verdict == HUB_V_ACCEPTED;
-    }
-    if (accepted) {
-        hub_dispatch_kick(b->hub->dispatch); /* their jobs are committed */
-    }
+    b->attempts = 0;
+    b->races = 0;
+    batch_mark_unsettled(b);
     hub_histogram_observe(&m->ingest_batch_seconds, (double)(hub_now_ns() - b->started_ns) / 1e9);
     b->owner->stored(b);
 }
 
-/* A transaction of the batch failed (out borrowed for the call): count it
- * and hand the batch back, as batch_done does. */
+/* A transaction of the batch failed (out borrowed for the call), or could
+ * not even be sent: count it and hand the batch back, as batch_done does. */
 static void batch_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
     b->hub->metrics.ingest_batch_failures++;
+    batch_mark_unsettled(b);
     b->owner->failed(b, out);
 }
 
@@ -209,13 +285,14 @@ uint64_t ingest_batch_backoff_ms(struct ingest_batch *b) {
 
 /*
  * Reads the insert statement's rows (res may be NULL: no rows) into the
- * verdicts of the records it carried, then gives each in-batch repeat the
- * verdict its first occurrence implies.  Returns the number of records that
- * raced a concurrent insert of the same key (to classify again).
+ * records it carried: settled (accepted, duplicate, dropped), a digest
+ * conflict still to quarantine, or left in REC_INSERT when another hub
+ * raced us for the key (its row was invalid to our snapshot).  Returns 1
+ * when a record was accepted (new jobs to dispatch).
  */
-static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
-    size_t raced = 0;
+static int batch_classify(struct ingest_batch *b, PGresult *res) {
     int rows = res ? PQntuples(res) : 0;
+    int accepted = 0;
 
     for (int row = 0; row < rows; row++) {
         int ord = atoi(PQgetvalue(res, row, HUB_INGEST_COL_ORD));
@@ -225,62 +302,78 @@ static size_t batch_classify(struct ingest_batch *b, PGresult *res) {
             continue; /* not a row we sent: never trust an index from outside */
         }
         r = &b->recs[ord];
+        if (r->state != REC_INSERT || !r->sent) {
+            continue;
+        }
         /* the roster gate first (SPEC §3.2), then the key already stored,
          * then the new row */
         if (PQgetisnull(res, row, HUB_INGEST_COL_TENANT_STATUS)) {
-            r->verdict = HUB_V_DROPPED_UNKNOWN_TENANT;
+            rec_settle(b, r, HUB_V_DROPPED_UNKNOWN_TENANT);
         } else if (strcmp(PQgetvalue(res, row, HUB_INGEST_COL_TENANT_STATUS), "active") != 0) {
-            r->verdict = HUB_V_DROPPED_INACTIVE_TENANT;
+            rec_settle(b, r, HUB_V_DROPPED_INACTIVE_TENANT);
         } else if (!PQgetisnull(res, row, HUB_INGEST_COL_STORED_DIGEST)) {
             const char *old = PQgetvalue(res, row, HUB_INGEST_COL_STORED_DIGEST); /* "\x" + hex */
             snprintf(r->old_digest, sizeof(r->old_digest), "%s", old + 2);
             hub_hex(r->ev.digest, sizeof(r->ev.digest), hex);
-            r->verdict =
-                strcmp(hex, r->old_digest) == 0 ? HUB_V_DUPLICATE : HUB_V_QUARANTINED_CONFLICT;
+            if (strcmp(hex, r->old_digest) == 0) {
+                rec_settle(b, r, HUB_V_DUPLICATE);
+            } else {
+                r->verdict = HUB_V_QUARANTINED_CONFLICT;
+                r->state = REC_CONFLICT; /* its quarantine row goes with the next round */
+            }
         } else if (!PQgetisnull(res, row, HUB_INGEST_COL_SEQ)) {
-            r->verdict = HUB_V_ACCEPTED;
             r->seq = strtoll(PQgetvalue(res, row, HUB_INGEST_COL_SEQ), NULL, 10);
             /* what is stored under the key now: its repeats compare to it */
             hub_hex(r->ev.digest, sizeof(r->ev.digest), r->old_digest);
-        } else {
-            raced++;
+            rec_settle(b, r, HUB_V_ACCEPTED);
+            accepted = 1;
         }
+        /* else: raced; it stays REC_INSERT for the next round */
     }
-    /* Repeats inside the batch follow their first occurrence. */
+    return accepted;
+}
+
+/* Repeats inside the batch follow their first occurrence once that one's
+ * verdict is known (first->old_digest: the digest now stored under the
+ * key); a repeat of a raced key waits for the next round. */
+static void batch_follow_repeats(struct ingest_batch *b) {
     for (size_t i = 0; i < b->n; i++) {
         struct hub_ingest_rec *r = &b->recs[i];
-        struct hub_ingest_rec *f;
+        const struct hub_ingest_rec *f;
         char hex[65];
-        if (!r->ok || r->first < 0) {
+        if (r->state != REC_REPEAT) {
             continue;
         }
         f = &b->recs[r->first];
-        switch (f->verdict) {
-        case HUB_V_DROPPED_UNKNOWN_TENANT:
-        case HUB_V_DROPPED_INACTIVE_TENANT:
-            r->verdict = f->verdict;
-            break;
-        default:
-            /* f->old_digest is the digest now stored under the key */
-            hub_hex(r->ev.digest, sizeof(r->ev.digest), hex);
-            r->verdict = f->old_digest[0] != '\0' && strcmp(hex, f->old_digest) == 0
-                             ? HUB_V_DUPLICATE
-                             : HUB_V_QUARANTINED_CONFLICT;
-            break;
+        if (f->state != REC_DONE && f->state != REC_CONFLICT) {
+            continue;
+        }
+        if (f->verdict == HUB_V_DROPPED_UNKNOWN_TENANT ||
+            f->verdict == HUB_V_DROPPED_INACTIVE_TENANT) {
+            rec_settle(b, r, f->verdict);
+            continue;
+        }
+        hub_hex(r->ev.digest, sizeof(r->ev.digest), hex);
+        if (f->old_digest[0] != '\0' && strcmp(hex, f->old_digest) == 0) {
+            rec_settle(b, r, HUB_V_DUPLICATE);
+        } else {
+            r->verdict = HUB_V_QUARANTINED_CONFLICT;
+            r->state = REC_CONFLICT;
         }
     }
-    return raced;
 }
 
 /* ---------------------------------------------- the JSON-grammar path -- */
 
-/* Whether a valid record's JSON payload is still unchecked; with
- * repeats_only, among the in-batch repeats only: the records the insert
- * statement does not carry, so its JSON check does not reach them. */
+/* Whether a valid record not written yet has a JSON payload still
+ * unchecked; with repeats_only, among the in-batch repeats only: the
+ * records the insert statement does not carry, so its JSON check does not
+ * reach them. */
 static int batch_json_unchecked(const struct ingest_batch *b, int repeats_only) {
     for (size_t i = 0; i < b->n; i++) {
         const struct hub_ingest_rec *r = &b->recs[i];
-        if (r->ok && r->ev.json_unchecked && (!repeats_only || r->first >= 0)) {
+        if (rec_unwritten_valid(r) && r->ev.json_unchecked &&
+            (!repeats_only || r->state == REC_REPEAT)) {
             return 1;
         }
     }
@@ -302,11 +395,12 @@ static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
     for (int row = 0; row < PQntuples(res); row++) {
         int ord = atoi(PQgetvalue(res, row, HUB_JSON_ERRORS_COL_ORD));
         struct hub_ingest_rec *r;
-        if (ord < 0 || (size_t)ord >= b->n) {
+        if (ord < 0 || (size_t)ord >= b->n || !rec_unwritten_valid(&b->recs[ord])) {
             continue;
         }
         r = &b->recs[ord];
         r->ok = 0;
+        r->state = REC_REFUSED;
         r->verdict = HUB_V_QUARANTINED_INVALID;
         r->err.reason = HUB_ENVELOPE_INVALID;
         snprintf(r->err.field, sizeof(r->err.field), "data");
@@ -337,11 +431,11 @@ static void batch_check_json(struct ingest_batch *b) {
     hub_store_json_rows_init(&rows);
     for (size_t i = 0; i < b->n; i++) {
         const struct hub_ingest_rec *r = &b->recs[i];
-        if (r->ok && r->ev.json_unchecked) {
+        if (rec_unwritten_valid(r) && r->ev.json_unchecked) {
             hub_store_json_rows_add(&rows, (int32_t)i, r->ev.payload, r->ev.payload_len);
         }
     }
-    /* on OOM the txn fails through its callback */
+    /* on OOM the txn is marked failed and fails through its callback */
     hub_store_json_rows_txn_add(&rows, txn);
     b->in_txn = 1;
     hub_pg_txn_submit(txn);
@@ -349,122 +443,131 @@ static void batch_check_json(struct ingest_batch *b) {
 
 /* ------------------------------------------------------ the main path -- */
 
-/* A transaction of the batch finished: advance the flags and send what is
- * left, or hand the batch back. */
+/* What the records still have to write: quarantine rows and inserts, and
+ * repeats waiting for their first occurrence (which is then among the
+ * inserts). */
+struct batch_work {
+    size_t quarantines;
+    size_t inserts;
+    size_t repeats;
+};
+
+static void batch_work_left(const struct ingest_batch *b, struct batch_work *w) {
+    memset(w, 0, sizeof(*w));
+    for (size_t i = 0; i < b->n; i++) {
+        const struct hub_ingest_rec *r = &b->recs[i];
+        w->quarantines += want_quarantine(r);
+        w->inserts += r->state == REC_INSERT;
+        w->repeats += r->state == REC_REPEAT;
+    }
+}
+
+/* A transaction of the batch finished: the records it carried move on, and
+ * what is left goes into the next one; or the batch is handed back. */
 static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
     struct ingest_batch *b = arg;
-    int stmt = 0;
+    int insert_stmt;
+    int sent_insert = 0;
+    int sent_quarantine = 0;
 
     b->in_txn = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct hub_ingest_rec *r = &b->recs[i];
+        sent_insert |= r->sent && r->state == REC_INSERT;
+        sent_quarantine |= r->sent && want_quarantine(r);
+    }
     if (out->status != HUB_PG_OK) {
-        if (!b->stored && hub_sqlstate_json_grammar(out->sqlstate) && batch_json_unchecked(b, 0)) {
+        for (size_t i = 0; i < b->n; i++) {
+            b->recs[i].sent = 0; /* nothing of it committed */
+        }
+        if (sent_insert && hub_sqlstate_json_grammar(out->sqlstate) && batch_json_unchecked(b, 0)) {
             batch_check_json(b); /* a payload that is not JSON, most likely */
             return;
         }
         batch_failed(b, out);
         return;
     }
-    if (!b->quarantined) {
-        /* this transaction carried the invalid records, if there were any:
-         * their quarantine statement came first, the insert second */
-        for (size_t i = 0; i < b->n; i++) {
-            if (!b->recs[i].ok) {
-                stmt = 1;
-                break;
-            }
+    /* committed: the quarantine statement came first when there was one */
+    for (size_t i = 0; i < b->n; i++) {
+        struct hub_ingest_rec *r = &b->recs[i];
+        if (r->sent && want_quarantine(r)) {
+            rec_settle(b, r, r->verdict);
         }
-        b->quarantined = 1;
     }
-    if (!b->stored) {
-        size_t raced = batch_classify(b, stmt < out->n_results ? out->results[stmt] : NULL);
-        if (raced > 0) {
-            /* Another hub inserted one of our keys while we did: run the batch
-             * again; now its rows are visible and classify as duplicates. */
-            b->attempts++;
-            ingest_batch_submit(b);
-            return;
-        }
-        b->stored = 1;
-        b->conflicts_left = 0;
-        for (size_t i = 0; i < b->n; i++) {
-            b->conflicts_left += want_conflict(&b->recs[i]);
-        }
-    } else {
-        b->conflicts_left = 0; /* this was the conflict quarantine transaction */
+    insert_stmt = sent_quarantine ? 1 : 0;
+    if (sent_insert &&
+        batch_classify(b, insert_stmt < out->n_results ? out->results[insert_stmt] : NULL)) {
+        hub_dispatch_kick(b->hub->dispatch); /* their jobs are committed */
     }
-    if (b->conflicts_left > 0) {
-        ingest_batch_submit(b);
+    batch_follow_repeats(b);
+    /* a record the insert carried and did not settle raced another hub:
+     * it runs again at once (the other hub's row is committed by now) */
+    int raced = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        raced |= b->recs[i].sent && b->recs[i].state == REC_INSERT;
+        b->recs[i].sent = 0;
+    }
+    b->races = raced ? b->races + 1 : 0;
+    if (b->races > INGEST_RACES_MAX) {
+        b->races = 0;
+        batch_failed(b, &ingest_outcome_races);
         return;
     }
-    b->attempts = 0;
-    batch_done(b);
+    ingest_batch_submit(b);
 }
 
 void ingest_batch_submit(struct ingest_batch *b) {
     struct hub_pg_txn *txn;
-    size_t inserts = 0;
-    int invalid = 0;
-    int rc = 0;
+    struct batch_work w;
 
-    if (!b->stored && batch_json_unchecked(b, 1)) {
+    if (batch_parse(b) > 0) {
+        /* not one row is written while a record is unparsed: the batch's
+         * next try parses it again */
+        batch_failed(b, &ingest_outcome_oom);
+        return;
+    }
+    if (!b->marked) {
+        batch_mark_repeats(b);
+    }
+    if (batch_json_unchecked(b, 1)) {
         /* a repeat of a key in the batch is not inserted, so the insert
          * would not check its payload: check them all row by row */
         batch_check_json(b);
         return;
     }
-    for (size_t i = 0; i < b->n; i++) {
-        invalid |= !b->recs[i].ok;
+    batch_work_left(b, &w);
+    if (w.quarantines == 0 && w.inserts == 0) {
+        if (w.repeats > 0) {
+            /* a repeat whose first occurrence settles in no transaction:
+             * never expected, and never a reason to loop */
+            batch_failed(b, &ingest_outcome_races);
+            return;
+        }
+        batch_done(b);
+        return;
     }
-    /* The first transaction carries the refused records' quarantine rows
-     * and the insert together, so both commit or neither does; once
-     * stored, only the conflicts' quarantine rows are left to write. */
+    /* One transaction carries every quarantine row still to write and the
+     * insert of every key still to store, so they commit or fail together;
+     * rows settled by an earlier transaction are never sent again. */
     txn = hub_pg_txn_new(b->pg, batch_txn_cb, b);
     if (txn == NULL) {
         batch_failed(b, &ingest_outcome_oom);
         return;
     }
-    if (!b->stored) {
-        if (!b->quarantined && invalid) {
-            rc = add_quarantine(txn, b, want_invalid);
-        }
-        if (rc == 0) {
-            rc = add_insert(txn, b, &inserts);
-        }
-        if (rc == 0 && inserts == 0 && (b->quarantined || !invalid)) {
-            /* nothing to write at all: every record was invalid and is stored */
-            hub_pg_txn_submit(txn); /* an empty transaction completes at once */
-            b->in_txn = 1;
-            return;
-        }
-    } else {
-        rc = add_quarantine(txn, b, want_conflict);
+    /* on OOM a builder marks txn failed: it then completes through
+     * batch_txn_cb with HUB_PG_ENOMEM, sending nothing */
+    if (w.quarantines > 0) {
+        add_quarantine(txn, b);
     }
-    if (rc != 0) {
-        /* OOM while building: let submit fail the txn through the callback
-         * (which it does when hub_pg_txn_add_owned failed; an array that
-         * ran out of memory is simply missing, see pg_array.h) */
+    if (w.inserts > 0) {
+        add_insert(txn, b);
     }
     b->in_txn = 1;
     hub_pg_txn_submit(txn);
 }
 
-/* The batch's "parse" step: a Kafka record is parsed here, when its batch
- * starts, not when the consumer takes it (a pending record is only its
- * Kafka message); an HTTP record was parsed by the API before it came. */
 void ingest_batch_start(struct ingest_batch *b) {
-    struct hub_envelope_limits lim = {(size_t)b->hub->cfg.max_event_bytes};
-
-    for (size_t i = 0; i < b->n; i++) {
-        struct hub_ingest_rec *r = &b->recs[i];
-        if (r->msg != NULL && ingest_rec_parse_kafka(r, &lim) != 0) {
-            /* headers unreadable (OOM): refused, but its verdict is left as
-             * it was before the split (see ingest_rec_parse_kafka) */
-            continue;
-        }
-        if (!r->ok) {
-            rec_refuse(r);
-        }
-    }
-    batch_mark_repeats(b);
+    b->attempts = 0;
+    b->races = 0;
     ingest_batch_submit(b);
 }

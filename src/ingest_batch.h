@@ -18,16 +18,26 @@
  *     refused ones get their verdict, in-batch repeats of a key marked
  *   ──► one transaction: quarantine rows of the refused records + the insert
  *       of the valid ones (store_ingest.h)
- *   ──► verdicts read from the insert's rows; a key raced by another hub:
- *       the transaction again
+ *   ──► verdicts read from the insert's rows: each record settled by a
+ *       committed transaction is final (counted, never written again)
  *       (the insert failed on a payload that is not JSON: the row-by-row
  *       check, those records refused, then the transaction again)
- *   ──► digest conflicts found: a second transaction quarantines them
- *   ──► verdicts counted, dispatch kicked ──► owner->stored(b)
+ *   ──► what is left goes into the next transaction, and only that: the
+ *       quarantine rows of digest conflicts found, and the insert of keys
+ *       another hub raced us for (their rows are visible now: duplicates)
+ *   ──► every record settled: dispatch kicked ──► owner->stored(b)
  *
- *   any transaction failed ──► owner->failed(b, out): a Kafka partition
- *   waits ingest_batch_backoff_ms() and calls ingest_batch_submit() again;
- *   an HTTP group hands the failure to its requests (their clients retry).
+ *   any transaction failed ──► owner->failed(b, out): what earlier
+ *   transactions settled stays settled; a Kafka partition waits
+ *   ingest_batch_backoff_ms() and calls ingest_batch_submit() for the rest;
+ *   an HTTP group answers each request for its own records (a record not
+ *   settled is `unsettled`: its client retries it).
+ *
+ * Out of memory is never a verdict: a Kafka record whose headers or
+ * envelope could not be read for lack of memory fails the batch before
+ * anything is written (the partition retries, the record is parsed again),
+ * and an HTTP record the API could not parse for that reason comes back
+ * unsettled (503).
  *
  * Ownership: the owner allocates the batch and its records and fills the
  * members marked "owner".  From ingest_batch_start() until the owner's
@@ -52,12 +62,13 @@ struct ingest_batch;
 /* How the writer reports to a batch's owner; both run on the loop, and the
  * batch is the owner's from the call on. */
 struct ingest_batch_owner {
-    /* Every record has its verdict; the rows, their jobs and the
+    /* Every record is settled (but HTTP records the API could not parse
+     * for lack of memory, marked unsettled): the rows, their jobs and the
      * quarantine rows are committed, the verdicts counted in the metrics. */
     void (*stored)(struct ingest_batch *b);
     /* A transaction failed (out borrowed for the call; no results).  What
-     * the batch wrote before stays written: b->quarantined and b->stored say
-     * what, and a later submit does not write it twice. */
+     * the batch wrote before stays written and counted: each record not
+     * settled is marked unsettled, and a later submit writes only those. */
     void (*failed)(struct ingest_batch *b, const struct hub_pg_outcome *out);
 };
 
@@ -71,12 +82,12 @@ struct ingest_batch {
     const struct ingest_batch_owner *owner;
     void *owner_arg;  /* the Kafka partition or the HTTP group */
     uv_timer_t retry; /* the Kafka owner's retry timer; unused by HTTP */
-    /* the writer's progress (the owner reads them) */
-    int attempts;       /* failed tries so far (reset once stored) */
-    int quarantined;    /* refused records already written (never twice) */
-    int stored;         /* the insert statement succeeded */
-    int conflicts_left; /* digest conflicts still to quarantine */
-    int in_txn;         /* a transaction is outstanding: the batch cannot be dropped */
+    /* the writer's progress (the owner reads them; each record's own
+     * progress is in its private members) */
+    int attempts; /* failed tries so far (reset once stored) */
+    int in_txn;   /* a transaction is outstanding: the batch cannot be dropped */
+    int marked;   /* in-batch repeats are marked */
+    int races;    /* transactions in a row that left a raced key to run again */
 };
 
 /* The outcome a batch fails with when its transaction could not even be
@@ -103,8 +114,9 @@ uint64_t ingest_batch_backoff_ms(struct ingest_batch *b);
 
 /*
  * Parses r's Kafka record (r->msg) under lim into r->ev / r->err and sets
- * r->ok.  Returns 0, or HUB_ENOMEM when the record's headers could not be
- * read: r->ok is then 0 with an "out of memory" error.
+ * r->ok.  Returns 0, or HUB_ENOMEM when memory ran out (reading the headers
+ * or in the parser): r->ok is then 0, r->ev empty and r->err.reason
+ * HUB_ENVELOPE_NOMEM; the record is not refused, only not parsed yet.
  */
 int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_limits *lim);
 

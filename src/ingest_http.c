@@ -37,6 +37,7 @@ struct store_req {
     struct store_req *next;
     struct hub_ingest_rec *recs; /* the caller's; copied into the group while it runs */
     size_t n;
+    size_t bytes; /* its records' bytes as received (the body its caller holds) */
     hub_ingest_store_cb cb;
     void *arg;
 };
@@ -44,6 +45,8 @@ struct store_req {
 /* hub->ingest_queue: made by the first request, freed at shutdown once idle. */
 struct hub_ingest_queue {
     struct store_req *head, *tail; /* waiting */
+    size_t waiting;                /* requests in the list */
+    size_t bytes;                  /* of the requests waiting or running */
     int inflight;                  /* groups running */
     int orphaned;                  /* the hub is finishing: free once idle */
 };
@@ -80,20 +83,44 @@ static void reqs_finish(struct store_req *list, const struct hub_pg_outcome *why
     }
 }
 
-/* The group's transaction ended (failure NULL: stored): give the records
- * back to their requests, complete them, start the next group, free g. */
+/* 1 when no record of r was settled: nothing of the request is stored. */
+static int req_unsettled(const struct store_req *r) {
+    for (size_t i = 0; i < r->n; i++) {
+        if (!r->recs[i].unsettled) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/*
+ * The group's last transaction ended (failure NULL: every record settled
+ * but those the API could not parse): give the records back to their
+ * requests and complete each with what happened to its own records — its
+ * verdicts when any of them is settled, else failure (or, when none failed,
+ * the out-of-memory outcome of its unparsed records).  Then start the next
+ * group and free g.
+ */
 static void group_done(void *arg, const struct hub_pg_outcome *failure) {
     struct store_group *g = arg;
     struct hub_ingest_queue *q = g->q;
+    struct store_req *list = g->reqs;
     size_t at = 0;
 
     /* the verdicts (and records the JSON check refused) go back first */
     for (struct store_req *r = g->reqs; r != NULL; r = r->next) {
         memcpy(r->recs, g->recs + at, sizeof(*r->recs) * r->n);
         at += r->n;
+        q->bytes -= r->bytes;
     }
     q->inflight--;
-    reqs_finish(g->reqs, failure);
+    /* each request on its own: the callbacks may queue new requests */
+    while (list != NULL) {
+        struct store_req *r = list;
+        list = r->next;
+        r->next = NULL;
+        reqs_finish(r, !req_unsettled(r) ? NULL : failure != NULL ? failure : &ingest_outcome_oom);
+    }
     free(g->recs);
     if (q->orphaned) {
         queue_free_if_idle(q);
@@ -129,6 +156,10 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
     if (g == NULL || b == NULL) {
         struct store_req *all = q->head;
         q->head = q->tail = NULL;
+        q->waiting = 0;
+        for (struct store_req *r = all; r != NULL; r = r->next) {
+            q->bytes -= r->bytes;
+        }
         free(g);
         free(b);
         reqs_finish(all, &ingest_outcome_oom);
@@ -138,6 +169,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
     while (q->head != NULL && (n == 0 || n + q->head->n <= cap)) {
         struct store_req *r = q->head;
         q->head = r->next;
+        q->waiting--;
         r->next = NULL;
         *last = r;
         last = &r->next;
@@ -152,6 +184,9 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
     g->recs = malloc(sizeof(*g->recs) * n);
     if (g->recs == NULL) {
         struct store_req *mine = g->reqs;
+        for (struct store_req *r = mine; r != NULL; r = r->next) {
+            q->bytes -= r->bytes;
+        }
         free(g);
         free(b);
         reqs_finish(mine, &ingest_outcome_oom);
@@ -162,12 +197,16 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         memcpy(g->recs + n, r->recs, sizeof(*r->recs) * r->n);
         n += r->n;
     }
-    /* the results the caller may not have zeroed (the writer sets them) */
+    /* the results and private members the caller may not have zeroed
+     * (the writer sets them) */
     for (size_t i = 0; i < n; i++) {
         struct hub_ingest_rec *rec = &g->recs[i];
         rec->msg = NULL;
         rec->seq = 0;
+        rec->unsettled = 0;
         rec->old_digest[0] = '\0';
+        rec->state = 0;
+        rec->sent = 0;
     }
     b->hub = hub;
     b->pg = hub->pg_ingest != NULL ? hub->pg_ingest : hub->pg; /* the delivery role has no
@@ -205,6 +244,11 @@ void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
     r->n = n;
     r->cb = cb;
     r->arg = arg;
+    for (size_t i = 0; i < n; i++) {
+        r->bytes += recs[i].value_len;
+    }
+    q->bytes += r->bytes;
+    q->waiting++;
     if (q->tail != NULL) {
         q->tail->next = r;
     } else {
@@ -224,8 +268,25 @@ void hub_ingest_queue_release(struct hub *hub) {
          * The running transactions finish (or fail) as the pools close. */
         struct store_req *waiting = q->head;
         q->head = q->tail = NULL;
+        q->waiting = 0;
+        for (struct store_req *r = waiting; r != NULL; r = r->next) {
+            q->bytes -= r->bytes;
+        }
         q->orphaned = 1;
         reqs_finish(waiting, &ingest_closing);
         queue_free_if_idle(q);
     }
+}
+
+size_t hub_ingest_queue_bytes(const struct hub *hub) {
+    return hub->ingest_queue != NULL ? hub->ingest_queue->bytes : 0;
+}
+
+size_t hub_ingest_queue_waiting(const struct hub *hub) {
+    return hub->ingest_queue != NULL ? hub->ingest_queue->waiting : 0;
+}
+
+int hub_ingest_queue_idle(const struct hub *hub) {
+    const struct hub_ingest_queue *q = hub->ingest_queue;
+    return q == NULL || (q->head == NULL && q->inflight == 0);
 }

@@ -164,7 +164,7 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
  * "Notes moved out of the ingest code (issue 22)").
  */
 static void part_backpressure(struct ingest_part *p) {
-    int failing = p->inflight != NULL && p->inflight->attempts > 0 && !p->inflight->stored;
+    int failing = p->inflight != NULL && p->inflight->attempts > 0;
     part_set_paused(p, failing);
 }
 
