@@ -119,6 +119,13 @@ static int hub_prepare_database(struct hub *hub) {
         return -1;
     }
     PQclear(r);
+    /* the hourly upkeep's other half; a failure only leaves keys for later */
+    r = PQexec(conn, hub_sql_purge_midnight_keys.text);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        hub_log(HUB_WARN, "cannot purge the midnight dedup keys",
+                HUB_LS("error", PQresultErrorMessage(r)));
+    }
+    PQclear(r);
     PQfinish(conn);
     return 0;
 }
@@ -163,6 +170,7 @@ static void maintenance_cb(uv_timer_t *t) {
     snprintf(retention, sizeof(retention), "%lld milliseconds",
              (long long)hub->cfg.event_retention_ms);
     hub_pg_txn_add(txn, &hub_sql_maintain_partitions, 1, params, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_purge_midnight_keys, 0, NULL, NULL, NULL);
     hub_pg_txn_submit(txn);
 }
 

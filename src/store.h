@@ -1,5 +1,6 @@
 /*
- * store — the SQL of schema upkeep: the inbox's daily partitions.
+ * store — the SQL of schema upkeep: the inbox's daily partitions, the
+ * midnight dedup keys, and the schema check of the readiness probe.
  *
  * Every SQL text of the hub lives in a store module named for the job that
  * runs it (store_ingest, store_subs, store_admin, ...); this one holds what
@@ -22,5 +23,22 @@
  * one column (void); only its success matters.
  */
 extern const struct hub_sql hub_sql_maintain_partitions;
+
+/* No parameters, no rows: forgets the dedup keys stored near a UTC midnight
+ * more than an hour ago (inbox_midnight_keys, migrations/0010).  Run with
+ * the hourly partition upkeep. */
+extern const struct hub_sql hub_sql_purge_midnight_keys;
+
+/*
+ * $1 versions (text[]: the migrations this binary embeds, by name).  One
+ * row, one column (int8): how many of them schema_migrations records.  The
+ * readiness probe (hub.c): fewer than given means the schema is behind.
+ */
+extern const struct hub_sql hub_sql_schema_versions;
+
+/* The columns of hub_sql_schema_versions. */
+enum hub_schema_versions_col {
+    HUB_SCHEMA_VERSIONS_COL_COUNT = 0,
+};
 
 #endif

@@ -170,4 +170,8 @@ void hub_store_quarantine_rows_add(struct hub_store_quarantine_rows *rows,
 int hub_store_quarantine_rows_txn_add(struct hub_store_quarantine_rows *rows,
                                       struct hub_pg_txn *txn);
 
+/* Every statement above, NULL-terminated (tests/support/sql_text.c prints
+ * them for tests that run one with psql). */
+extern const struct hub_sql *const hub_sql_ingest_all[];
+
 #endif

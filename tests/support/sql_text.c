@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "store_dispatch.h"
+#include "store_ingest.h"
 
-static const struct hub_sql *const *const lists[] = {hub_sql_dispatch_all};
+static const struct hub_sql *const *const lists[] = {hub_sql_dispatch_all, hub_sql_ingest_all};
 
 int main(int argc, char **argv) {
     int list = argc == 2 && strcmp(argv[1], "--list") == 0;
