@@ -143,6 +143,18 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "sealed before a rotation, never seal; `streaming-hub rekey` re-seals under the KEK"},
     {"REKEY_BATCH", CFG_INT, "500", OFF(rekey_batch), 1, 100000, NULL,
      "`streaming-hub rekey`: rows re-sealed per transaction"},
+    /* ingest and the HTTP listener */
+    {"READY_KAFKA_WINDOW", CFG_DURATION, "30s", OFF(ready_kafka_window_ms), 1000, 3600000, NULL,
+     "/readyz turns 503 when the consumer has had no broker connection or no group "
+     "membership for this long (ingest roles, once it first joined)"},
+    {"HTTP_MAX_CONNECTIONS", CFG_INT, "1024", OFF(http_max_connections), 1, 1000000, NULL,
+     "HTTP connections open at once; more wait in the listen backlog until one closes"},
+    {"HTTP_BODY_BYTES", CFG_SIZE, "64MiB", OFF(http_body_bytes), 1 << 20, 64.0 * (1 << 30), NULL,
+     "request bodies held at once (being received, or waiting to be stored); a body that "
+     "does not fit is answered 503 with Retry-After before it is read (413 when it never can)"},
+    {"INGEST_HTTP_QUEUE", CFG_INT, "1024", OFF(ingest_http_queue), 2, 1000000, NULL,
+     "HTTP ingest requests in progress at once (one API key: half of them); more are "
+     "answered 503 with Retry-After"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -67,6 +67,11 @@ struct hub_config {
     int64_t ingest_pg_connections; /* database connections used by ingest */
     char *kek_previous;            /* previous KEKs, comma-separated (open only) */
     int64_t rekey_batch;           /* rekey: rows re-sealed per transaction */
+    /* ingest and the HTTP listener */
+    int64_t ready_kafka_window_ms; /* /readyz: consumer without broker or group for this long */
+    int64_t http_max_connections;  /* accepted at once; more wait in the backlog */
+    int64_t http_body_bytes;       /* request bodies held at once */
+    int64_t ingest_http_queue;     /* HTTP ingest requests in progress at once */
 };
 
 /*

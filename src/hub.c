@@ -33,7 +33,12 @@
 #define HUB_DAYSTART_WINDOW_MS (120 * 1000)
 #define HUB_DAYSTART_EVERY_MS (10 * 1000)
 #define HUB_DB_WAIT_SECONDS 60
+/* The readiness probe: how often it asks the database, and how long it may
+ * wait for an answer before the database counts as unreachable. */
+#define HUB_READY_PROBE_MS 2000
+#define HUB_READY_PROBE_STALL_NS (10 * 1000000000ULL)
 
+/* The roles (STREAMING_HUB_ROLE): "all" is both. */
 int hub_role_ingest(const struct hub *hub) {
     return strcmp(hub->cfg.role, "delivery") != 0;
 }
@@ -60,7 +65,8 @@ int hub_ready(const struct hub *hub, const char **why) {
         *why = "draining";
         return 0;
     }
-    if (hub->pg == NULL || hub_pg_connected(hub->pg) == 0) {
+    if (hub->pg == NULL || hub_pg_connected(hub->pg) == 0 || hub->probe_failed ||
+        (hub->probe_inflight && hub_now_ns() - hub->probe_sent_ns > HUB_READY_PROBE_STALL_NS)) {
         *why = "database unreachable";
         return 0;
     }
@@ -68,12 +74,81 @@ int hub_ready(const struct hub *hub, const char **why) {
         *why = "database schema is not current (run streaming-hub migrate)";
         return 0;
     }
-    if (hub_role_ingest(hub) && !hub_ingest_ready(hub->ingest)) {
-        *why = "kafka consumer has not joined its group yet";
+    if (hub_role_ingest(hub) && !hub_ingest_ready(hub->ingest, why)) {
         return 0;
     }
     *why = NULL;
     return 1;
+}
+
+/* The probe's answer: the database is reachable when it answered, and the
+ * schema current when it records every migration this binary embeds (a
+ * newer binary's further ones do not matter: they are expand-only). */
+static void ready_probe_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub *hub = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int current;
+
+    hub->probe_inflight = 0;
+    if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
+        if (!hub->probe_failed && !hub->draining) {
+            hub_log(HUB_WARN, "readiness probe: the database did not answer",
+                    HUB_LS("error", out->error));
+        }
+        hub->probe_failed = 1;
+        return;
+    }
+    hub->probe_failed = 0;
+    current = atoll(PQgetvalue(r, 0, HUB_SCHEMA_VERSIONS_COL_COUNT)) >= hub_migrations_count;
+    if (current != hub->migrations_current) {
+        hub_log(current ? HUB_INFO : HUB_ERROR,
+                current ? "database schema is current again"
+                        : "database schema is behind this binary (run streaming-hub migrate); "
+                          "/readyz answers 503");
+    }
+    hub->migrations_current = current;
+}
+
+/* Asks the database for the migrations it records, unless the last probe
+ * has not been answered yet (hub_ready counts how long that has lasted). */
+static void ready_probe_cb(uv_timer_t *t) {
+    struct hub *hub = t->data;
+    const char *params[1] = {hub->schema_versions};
+    struct hub_pg_txn *txn;
+
+    if (hub->probe_inflight || hub->pg == NULL || hub->schema_versions == NULL) {
+        return;
+    }
+    txn = hub_pg_txn_new(hub->pg, ready_probe_done, hub);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_schema_versions, 1, params, NULL, NULL);
+    hub->probe_inflight = 1;
+    hub->probe_sent_ns = hub_now_ns();
+    hub_pg_txn_submit(txn);
+}
+
+/* The embedded migrations' names as a text[] literal ("{0001_roster.sql,
+ * ...}": the names need no quoting).  malloc'd, NULL on OOM. */
+static char *schema_versions_literal(void) {
+    size_t len = 3;
+    char *s, *p;
+
+    for (int i = 0; i < hub_migrations_count; i++) {
+        len += strlen(hub_migrations[i].name) + 1;
+    }
+    s = p = malloc(len);
+    if (s == NULL) {
+        return NULL;
+    }
+    *p++ = '{';
+    for (int i = 0; i < hub_migrations_count; i++) {
+        p += sprintf(p, "%s%s", i > 0 ? "," : "", hub_migrations[i].name);
+    }
+    *p++ = '}';
+    *p = '\0';
+    return s;
 }
 
 /* Connects, migrates (when allowed), checks the schema and creates the
@@ -206,8 +281,10 @@ static void hub_finish(struct hub *hub) {
     hub->policy_watch = NULL;
     uv_timer_stop(&hub->maintenance);
     uv_timer_stop(&hub->drain_deadline);
+    uv_timer_stop(&hub->ready_probe);
     hub_close_handle((uv_handle_t *)&hub->maintenance);
     hub_close_handle((uv_handle_t *)&hub->drain_deadline);
+    hub_close_handle((uv_handle_t *)&hub->ready_probe);
     hub_close_handle((uv_handle_t *)&hub->sig_int);
     hub_close_handle((uv_handle_t *)&hub->sig_term);
     hub_close_handle((uv_handle_t *)&hub->sig_hup);
@@ -408,8 +485,11 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_signal_start(&hub->sig_hup, signal_cb, SIGHUP);
     uv_timer_init(hub->loop, &hub->maintenance);
     uv_timer_init(hub->loop, &hub->drain_deadline);
-    hub->maintenance.data = hub->drain_deadline.data = hub;
+    uv_timer_init(hub->loop, &hub->ready_probe);
+    hub->maintenance.data = hub->drain_deadline.data = hub->ready_probe.data = hub;
     maintenance_arm(hub);
+    hub->schema_versions = schema_versions_literal();
+    uv_timer_start(&hub->ready_probe, ready_probe_cb, HUB_READY_PROBE_MS, HUB_READY_PROBE_MS);
     if (hub->cfg.policy_watch) {
         hub->policy_watch = hub_policy_watch_start(hub->loop, hub->cfg.policy_dir, hub->policies);
     }
@@ -430,6 +510,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_loop_close(hub->loop);
     hub_kafka_mock_stop(hub->mock);
     free(hub->brokers);
+    free(hub->schema_versions);
     hub_config_free(&hub->cfg);
     free(hub);
     hub_log(HUB_INFO, "stopped");

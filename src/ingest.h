@@ -49,8 +49,19 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out);
  */
 void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *arg);
 
-/* 1 once the consumer joined its group (an assignment, even empty, arrived). */
-int hub_ingest_ready(const struct hub_ingest *ing);
+/*
+ * Readiness of the consumer (SPEC §9 /readyz): 1 once it joined its group
+ * (an assignment, even empty, arrived; or no topic matches yet), for as
+ * long as it has not been without a broker connection or its group
+ * membership for STREAMING_HUB_READY_KAFKA_WINDOW; it becomes 1 again by
+ * itself once both are back.  A member without partitions (more members
+ * than partitions) is ready.  Else 0 with *why naming what is missing.
+ */
+int hub_ingest_ready(const struct hub_ingest *ing, const char **why);
+
+/* 1 while the consumer has a broker connection and its membership now
+ * (the streaming_hub_kafka_healthy gauge). */
+int hub_ingest_healthy(const struct hub_ingest *ing);
 
 /* Figures for gauges. */
 int hub_ingest_assigned(const struct hub_ingest *ing);

@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "fault.h"
 #include "hub.h"
 #include "ingest_batch.h"
 #include "kafka.h"
@@ -37,6 +39,12 @@
  * partitions (not yet in a batch): the queue is the buffer (see its bound
  * in hub_ingest_start). */
 #define INGEST_PENDING_BYTES (4 << 20)
+/* How long a partition waits for the record of its hole before asking for
+ * it again (part_seek_hole). */
+#define INGEST_HOLE_SEEK_NS (1000 * 1000 * 1000ULL)
+/* librdkafka's statistics interval: how soon readiness learns that the
+ * brokers or the group are gone (or back). */
+#define INGEST_STATS_MS "1000"
 
 /* One topic partition this consumer was assigned at some point.  Kept
  * after a revocation (assigned 0) until the consumer stops: its batch in
@@ -52,6 +60,11 @@ struct ingest_part {
     size_t cap_pending;
     size_t pending_bytes;
     struct ingest_batch *inflight; /* at most one batch per partition */
+    /* A record that could not be taken (out of memory) leaves a hole at its
+     * offset: later records are dropped until the partition, sought back to
+     * the hole, delivers it again, so no offset is committed past it. */
+    int64_t hole;          /* the offset to read again, or -1 */
+    uint64_t hole_seek_ns; /* when the seek to it was last asked for */
     struct ingest_part *next;
 };
 
@@ -66,7 +79,12 @@ struct hub_ingest {
     uv_timer_t tick;         /* drains every 100 ms even without a wake-up */
     uv_idle_t more;          /* keeps draining when a turn's budget ran out */
     struct ingest_part *parts;
-    int ready;                  /* joined the group (an assignment, even empty) */
+    /* readiness (SPEC §9 /readyz, hub_ingest_ready) */
+    int ready;                  /* joined the group once (an assignment, even empty) */
+    int healthy;                /* broker connection and group membership, last we heard */
+    uint64_t unhealthy_since;   /* hub_now_ns() when healthy last turned 0; 0 while healthy */
+    const char *unhealthy_why;  /* what is missing (static text) */
+    int no_topics;              /* subscribed, and no topic matches yet: no group to join */
     int stopping;               /* hub_ingest_stop ran: no new batches, no retries */
     int open_handles;           /* handles not yet closed: wake, tick, more, batch timers */
     int batches_inflight;       /* batches not yet released, over every partition */
@@ -102,6 +120,7 @@ static struct ingest_part *part_find(struct hub_ingest *ing, const char *topic, 
     }
     p->ing = ing;
     p->partition = partition;
+    p->hole = -1;
     p->next = ing->parts;
     ing->parts = p;
     return p;
@@ -332,6 +351,74 @@ static void part_maybe_start(struct ingest_part *p) {
     ingest_batch_start(b);
 }
 
+/* ------------------------------------------------------------ readiness -- */
+
+/*
+ * What librdkafka last told about the consumer's health: a connection to
+ * some broker and a steady membership of its group.  Statistics (every
+ * INGEST_STATS_MS) say both, and so recovery too; the error callback's
+ * ALL_BROKERS_DOWN and the rebalance callback say it sooner.  why is
+ * static text naming what is missing.
+ */
+static void health_set(struct hub_ingest *ing, int healthy, const char *why) {
+    if (healthy) {
+        if (!ing->healthy && ing->ready && ing->unhealthy_since != 0) {
+            hub_log(HUB_INFO, "kafka consumer connected and in its group again",
+                    HUB_LI("after_ms", (int64_t)((hub_now_ns() - ing->unhealthy_since) / 1000000)));
+        }
+        ing->healthy = 1;
+        ing->unhealthy_since = 0;
+        ing->unhealthy_why = NULL;
+        return;
+    }
+    if (ing->unhealthy_since == 0) {
+        ing->unhealthy_since = hub_now_ns();
+        if (ing->ready) {
+            hub_log(HUB_WARN,
+                    "kafka consumer lost its brokers or its group; /readyz turns 503 "
+                    "if this lasts STREAMING_HUB_READY_KAFKA_WINDOW",
+                    HUB_LS("why", why));
+        }
+    }
+    ing->healthy = 0;
+    ing->unhealthy_why = why;
+}
+
+/* The statistics (JSON, borrowed): "brokers" {name: {"state": "UP", ...}},
+ * "cgrp" {"state": "up", "join_state": "steady", ...}.  Returns 0: librdkafka
+ * frees the text. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opaque) {
+    struct hub_ingest *ing = opaque;
+    json_t *root = json_loadb(json, json_len, 0, NULL);
+    json_t *brokers, *b, *cgrp;
+    const char *name;
+    const char *state, *join;
+    int up = 0;
+
+    (void)rk;
+    if (root == NULL) {
+        return 0; /* out of memory: the last state stands */
+    }
+    brokers = json_object_get(root, "brokers");
+    json_object_foreach(brokers, name, b) {
+        const char *st = json_string_value(json_object_get(b, "state"));
+        up += st != NULL && strcmp(st, "UP") == 0;
+    }
+    cgrp = json_object_get(root, "cgrp");
+    state = json_string_value(json_object_get(cgrp, "state"));
+    join = json_string_value(json_object_get(cgrp, "join_state"));
+    if (up == 0) {
+        health_set(ing, 0, "no connection to any Kafka broker");
+    } else if (state == NULL || strcmp(state, "up") != 0 || join == NULL ||
+               (strcmp(join, "steady") != 0 && !(ing->no_topics && strcmp(join, "init") == 0))) {
+        health_set(ing, 0, "not a member of its Kafka consumer group");
+    } else {
+        health_set(ing, 1, NULL);
+    }
+    json_decref(root);
+    return 0;
+}
+
 /* ------------------------------------------------------------- consumer -- */
 
 /* librdkafka's group rebalance (called from rd_kafka_consumer_poll, on the
@@ -351,6 +438,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         }
         rd_kafka_assign(rk, parts);
         ing->ready = 1;
+        ing->no_topics = 0;
+        health_set(ing, 1, NULL); /* an assignment: a member, connected */
         hub_log(HUB_INFO, "kafka partitions assigned", HUB_LI("count", parts->cnt));
     } else {
         for (int i = 0; i < parts->cnt; i++) {
@@ -361,10 +450,12 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                  * and have not stored yet is simply read again there. */
                 p->assigned = 0;
                 p->paused = 0;
+                p->hole = -1;
                 part_drop_pending(p);
             }
         }
         rd_kafka_assign(rk, NULL);
+        health_set(ing, 0, "not a member of its Kafka consumer group"); /* until assigned */
         hub_log(HUB_INFO, "kafka partitions revoked", HUB_LI("count", parts->cnt),
                 HUB_LS("reason", rd_kafka_err2str(err)));
     }
@@ -378,6 +469,38 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         ing->hub->metrics.ingest_commit_failures++;
         hub_log(HUB_WARN, "offset commit failed", HUB_LS("error", rd_kafka_err2str(err)));
     }
+}
+
+/* Asks librdkafka to deliver p's records again from its hole on (async;
+ * asked again by the tick if the hole's record does not come back). */
+static void part_seek_hole(struct ingest_part *p) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_error_t *e;
+
+    if (l == NULL) {
+        return; /* the tick asks again */
+    }
+    rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = p->hole;
+    e = rd_kafka_seek_partitions(p->ing->rk, l, 0);
+    if (e != NULL) {
+        rd_kafka_error_destroy(e);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    p->hole_seek_ns = hub_now_ns();
+}
+
+/* The record at offset could not be taken (out of memory): nothing after
+ * it is taken either until it is read again, so the partition's committed
+ * offset never passes it. */
+static void part_hole(struct ingest_part *p, int64_t offset) {
+    if (p->hole >= 0) {
+        return;
+    }
+    p->hole = offset;
+    p->ing->hub->metrics.ingest_kafka_refetches++;
+    hub_log(HUB_WARN, "kafka record not taken (out of memory); reading the partition again from it",
+            HUB_LS("topic", p->topic), HUB_LI("partition", p->partition), HUB_LI("offset", offset));
+    part_seek_hole(p);
 }
 
 /* Takes m (owned) from the consumer queue: an error or event is handled and
@@ -394,6 +517,8 @@ static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
             if (!ing->ready) {
                 hub_log(HUB_INFO, "no kafka topic matches the subscription yet",
                         HUB_LS("topics", ing->hub->cfg.kafka_topics));
+                ing->no_topics = 1;
+                health_set(ing, 1, NULL);
             }
             ing->ready = 1;
         } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -416,12 +541,23 @@ static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
         }
     }
     p = part_find(ing, rd_kafka_topic_name(m->rkt), m->partition, 1);
-    if (p == NULL || !p->assigned || part_push(p, m) != 0) {
-        /* not ours (a late record of a revoked partition) or OOM: the owner
-         * reads it again from the committed offset */
+    if (p == NULL || !p->assigned) {
+        /* not ours (a late record of a revoked partition): the owner reads
+         * it again from the committed offset */
         rd_kafka_message_destroy(m);
         return;
     }
+    if (p->hole >= 0 && m->offset != p->hole) {
+        /* behind a hole: read again once the seek brings the hole back */
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    if (hub_fault("kafka_take") || part_push(p, m) != 0) {
+        part_hole(p, m->offset);
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    p->hole = -1;
 }
 
 /* Takes what the consumer queue holds, up to a budget per loop turn. */
@@ -448,6 +584,9 @@ static void ingest_drain(struct hub_ingest *ing) {
         taken++;
     }
     for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
+        if (p->hole >= 0 && p->assigned && hub_now_ns() - p->hole_seek_ns > INGEST_HOLE_SEEK_NS) {
+            part_seek_hole(p); /* the hole's record did not come back yet */
+        }
         part_backpressure(p);
         part_maybe_start(p);
     }
@@ -475,8 +614,13 @@ static void ingest_tick_cb(uv_timer_t *t) {
 }
 
 /* librdkafka's client-level errors (brokers down, ...): logged; librdkafka
- * retries on its own. */
+ * retries on its own.  Every broker down is also a readiness fact. */
 static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    struct hub_ingest *ing = opaque;
+
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        health_set(ing, 0, "no connection to any Kafka broker");
+    }
     hub_log(HUB_WARN, "kafka error", HUB_LS("error", rd_kafka_err2str(err)),
             HUB_LS("detail", reason));
 }
@@ -524,9 +668,11 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
         goto fail_conf;
     }
     snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms / 3);
-    if (rd_kafka_conf_set(conf, "heartbeat.interval.ms", num, err, sizeof(err))) {
+    if (rd_kafka_conf_set(conf, "heartbeat.interval.ms", num, err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "statistics.interval.ms", INGEST_STATS_MS, err, sizeof(err))) {
         goto fail_conf;
     }
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_log_cb(conf, hub_kafka_log_cb);
     rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
@@ -656,8 +802,23 @@ void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *a
 
 /* ----------------------------------------------------------- figures -- */
 
-int hub_ingest_ready(const struct hub_ingest *ing) {
-    return ing != NULL && ing->ready;
+int hub_ingest_ready(const struct hub_ingest *ing, const char **why) {
+    uint64_t window_ns;
+
+    if (ing == NULL || !ing->ready) {
+        *why = "kafka consumer has not joined its group yet";
+        return 0;
+    }
+    window_ns = (uint64_t)ing->hub->cfg.ready_kafka_window_ms * 1000000ULL;
+    if (ing->unhealthy_since != 0 && hub_now_ns() - ing->unhealthy_since >= window_ns) {
+        *why = ing->unhealthy_why != NULL ? ing->unhealthy_why : "kafka consumer is not healthy";
+        return 0;
+    }
+    return 1;
+}
+
+int hub_ingest_healthy(const struct hub_ingest *ing) {
+    return ing != NULL && ing->ready && ing->healthy;
 }
 
 int hub_ingest_assigned(const struct hub_ingest *ing) {

@@ -1,8 +1,19 @@
 /*
- * kafka — shared client configuration and the embedded mock cluster.
+ * kafka — shared client configuration and the embedded mock cluster (see
+ * kafka.h).
+ *
+ * The mock cluster is librdkafka's own (rdkafka_mock.h): brokers on
+ * loopback ports, run by the threads of a client handle made only to host
+ * them.  It speaks the Kafka protocol, so the hub's consumer, kcat and the
+ * test producer talk to it as to a real cluster.  `streaming-hub
+ * kafka-mock` runs one in the foreground for tests and demos; tests take
+ * its brokers down and bring them back with SIGUSR1 and SIGUSR2 (readiness
+ * tests: the cluster keeps its port and its records meanwhile, which
+ * stopping and starting it again would not).
  */
 #include "kafka.h"
 
+#include <errno.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +24,8 @@
 #include "log.h"
 #include "util.h"
 
+/* The security protocol follows from the two settings: SASL (a SCRAM
+ * mechanism set) and/or TLS; neither is librdkafka's PLAINTEXT default. */
 rd_kafka_conf_t *hub_kafka_conf_new(const struct hub_config *cfg, const char *brokers, char *err,
                                     size_t errsz) {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -33,16 +46,18 @@ rd_kafka_conf_t *hub_kafka_conf_new(const struct hub_config *cfg, const char *br
     if (protocol && rd_kafka_conf_set(conf, "security.protocol", protocol, err, errsz)) {
         goto fail;
     }
-    if (sasl && (rd_kafka_conf_set(conf, "sasl.mechanisms", cfg->kafka_scram_mechanism, err,
-                                   errsz) ||
-                 (cfg->kafka_scram_username &&
-                  rd_kafka_conf_set(conf, "sasl.username", cfg->kafka_scram_username, err,
-                                    errsz)) ||
-                 (cfg->kafka_scram_password &&
-                  rd_kafka_conf_set(conf, "sasl.password", cfg->kafka_scram_password, err,
-                                    errsz)))) {
+    /* the user name and password are optional to librdkafka (an OAuth or
+     * Kerberos set-up would not use them); SCRAM brokers refuse without */
+    if (sasl &&
+        (rd_kafka_conf_set(conf, "sasl.mechanisms", cfg->kafka_scram_mechanism, err, errsz) ||
+         (cfg->kafka_scram_username &&
+          rd_kafka_conf_set(conf, "sasl.username", cfg->kafka_scram_username, err, errsz)) ||
+         (cfg->kafka_scram_password &&
+          rd_kafka_conf_set(conf, "sasl.password", cfg->kafka_scram_password, err, errsz)))) {
         goto fail;
     }
+    /* without a CA file librdkafka verifies brokers against the system
+     * bundle */
     if (cfg->kafka_ca_cert &&
         rd_kafka_conf_set(conf, "ssl.ca.location", cfg->kafka_ca_cert, err, errsz)) {
         goto fail;
@@ -54,6 +69,8 @@ fail:
     return NULL;
 }
 
+/* A regex is librdkafka's own subscription syntax (a topic name starting
+ * with '^'); a list is split on commas and blanks. */
 rd_kafka_topic_partition_list_t *hub_kafka_topic_list(const char *topics) {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
     char *copy, *save = NULL;
@@ -78,12 +95,16 @@ rd_kafka_topic_partition_list_t *hub_kafka_topic_list(const char *topics) {
     return l;
 }
 
+/* The embedded cluster: owned by hub_kafka_mock_start's caller until
+ * hub_kafka_mock_stop. */
 struct hub_kafka_mock {
     rd_kafka_t *rk; /* the client handle that hosts the cluster's threads */
     rd_kafka_mock_cluster_t *mcluster;
     char *bootstraps;
 };
 
+/* syslog levels: 0-3 are errors, 4 warnings, the rest (notice, info,
+ * debug) are librdkafka's chatter, kept for debug. */
 void hub_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
     enum hub_log_level l = level <= 3 ? HUB_ERROR : level <= 4 ? HUB_WARN : HUB_DEBUG;
 
@@ -91,6 +112,13 @@ void hub_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const ch
     hub_log(l, "librdkafka", HUB_LS("facility", fac), HUB_LS("detail", buf));
 }
 
+/*
+ * Steps: the host handle, the cluster, the topics asked for (replicated on
+ * up to three brokers), then the bootstrap file, which is how other
+ * processes find the cluster.  A failing step logs why, with errno for the
+ * file system ones, and undoes the others (hub_kafka_mock_stop is safe on
+ * a half-made mock).
+ */
 struct hub_kafka_mock *hub_kafka_mock_start(int brokers, const char *data_dir,
                                             const struct hub_kafka_topic_spec *topics,
                                             size_t n_topics) {
@@ -126,14 +154,23 @@ struct hub_kafka_mock *hub_kafka_mock_start(int brokers, const char *data_dir,
         }
     }
     mock->bootstraps = strdup(rd_kafka_mock_cluster_bootstraps(mock->mcluster));
+    /* the data dir may be on a read-only root (the container image): the
+     * log line then names the cause, not only the path */
+    errno = 0;
     if (hub_mkdir_p(data_dir) != 0) {
-        hub_log(HUB_ERROR, "cannot create the data dir", HUB_LS("dir", data_dir));
+        /* errno names the cause: "Read-only file system" for a data dir on a
+         * read-only root (STREAMING_HUB_DATA_DIR must point at a writable one) */
+        hub_log(HUB_ERROR, "cannot create the data dir", HUB_LS("dir", data_dir),
+                HUB_LI("errno", errno),
+                HUB_LS("error", errno != 0 ? strerror(errno) : "path empty or too long"));
         goto fail;
     }
     snprintf(path, sizeof(path), "%s/kafka.bootstrap", data_dir);
     snprintf(line, sizeof(line), "%s\n", mock->bootstraps);
+    errno = 0;
     if (hub_write_file(path, line, strlen(line), 0644) != 0) {
-        hub_log(HUB_ERROR, "cannot write the bootstrap file", HUB_LS("path", path));
+        hub_log(HUB_ERROR, "cannot write the bootstrap file", HUB_LS("path", path),
+                HUB_LI("errno", errno), HUB_LS("error", errno != 0 ? strerror(errno) : "failed"));
         goto fail;
     }
     hub_log(HUB_INFO, "embedded kafka started", HUB_LS("bootstrap", mock->bootstraps),
@@ -149,6 +186,7 @@ const char *hub_kafka_mock_bootstraps(const struct hub_kafka_mock *mock) {
     return mock->bootstraps;
 }
 
+/* The cluster goes before its host handle: its threads run on it. */
 void hub_kafka_mock_stop(struct hub_kafka_mock *mock) {
     if (mock == NULL) {
         return;
@@ -161,13 +199,45 @@ void hub_kafka_mock_stop(struct hub_kafka_mock *mock) {
     free(mock);
 }
 
+/* The kafka-mock command's signal flags: the handler only sets them, the
+ * main loop of hub_kafka_mock_main acts. */
 static volatile sig_atomic_t mock_stop_requested;
+/* SIGUSR1 takes every broker down, SIGUSR2 brings them back (tests of
+ * readiness: the cluster keeps its port and its records meanwhile). */
+static volatile sig_atomic_t mock_down_requested;
+static volatile sig_atomic_t mock_up_requested;
 
 static void mock_on_signal(int sig) {
-    (void)sig;
-    mock_stop_requested = 1;
+    if (sig == SIGUSR1) {
+        mock_down_requested = 1;
+    } else if (sig == SIGUSR2) {
+        mock_up_requested = 1;
+    } else {
+        mock_stop_requested = 1;
+    }
 }
 
+/* Every broker of the mock down (connections closed, new ones refused) or up. */
+static void mock_set_brokers(struct hub_kafka_mock *mock, int brokers, int up) {
+    for (int id = 1; id <= brokers; id++) {
+        rd_kafka_resp_err_t e = up ? rd_kafka_mock_broker_set_up(mock->mcluster, id)
+                                   : rd_kafka_mock_broker_set_down(mock->mcluster, id);
+        if (e) {
+            hub_log(HUB_WARN, "embedded kafka: cannot change a broker's state",
+                    HUB_LI("broker", id), HUB_LS("error", rd_kafka_err2str(e)));
+        }
+    }
+    hub_log(HUB_INFO, up ? "embedded kafka: brokers up" : "embedded kafka: brokers down",
+            HUB_LI("brokers", brokers));
+}
+
+/*
+ * `streaming-hub kafka-mock [--brokers N] [--topic NAME:PARTITIONS]...`:
+ * prints the bootstrap list on stdout (and writes it to the data dir), then
+ * waits for signals: SIGINT/SIGTERM stop it (exit 0), SIGUSR1 takes every
+ * broker down, SIGUSR2 brings them back.  Exit 2 on bad arguments, 1 when
+ * the cluster cannot start.
+ */
 int hub_kafka_mock_main(int argc, char **argv) {
     struct hub_kafka_topic_spec topics[64];
     size_t n_topics = 0;
@@ -175,6 +245,9 @@ int hub_kafka_mock_main(int argc, char **argv) {
     const char *data_dir = getenv("STREAMING_HUB_DATA_DIR");
     struct hub_kafka_mock *mock;
 
+    /* arguments: --brokers N (1..16), and any number of --topic NAME:N to
+     * create up front (the mock creates others on first use, with four
+     * partitions) */
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc) {
             brokers = atoi(argv[++i]);
@@ -194,7 +267,8 @@ int hub_kafka_mock_main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: streaming-hub kafka-mock [--brokers N] [--topic NAME:PARTITIONS]...\n"
                     "Runs librdkafka's mock cluster in the foreground and writes its bootstrap\n"
-                    "list to $STREAMING_HUB_DATA_DIR/kafka.bootstrap (default ./var).\n");
+                    "list to $STREAMING_HUB_DATA_DIR/kafka.bootstrap (default ./var).\n"
+                    "SIGUSR1 takes every broker down, SIGUSR2 brings them back up.\n");
             return 2;
         }
     }
@@ -206,12 +280,36 @@ int hub_kafka_mock_main(int argc, char **argv) {
     if (mock == NULL) {
         return 1;
     }
+    /* stdout is the bootstrap list alone (SPEC §2.1): a script reads it */
     printf("%s\n", mock->bootstraps);
     fflush(stdout);
+    /* the signals stay blocked but inside sigsuspend, so none arrives
+     * between a look at the flags and the wait */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGUSR1);
+    sigaddset(&block, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &block, &old);
     signal(SIGINT, mock_on_signal);
     signal(SIGTERM, mock_on_signal);
+    signal(SIGUSR1, mock_on_signal);
+    signal(SIGUSR2, mock_on_signal);
+    /* Each broker-state request is served on this thread, outside the
+     * handler: librdkafka's mock calls are not async-signal-safe. */
     while (!mock_stop_requested) {
-        pause();
+        if (!mock_down_requested && !mock_up_requested) {
+            sigsuspend(&old);
+        }
+        if (mock_down_requested) {
+            mock_down_requested = 0;
+            mock_set_brokers(mock, brokers, 0);
+        }
+        if (mock_up_requested) {
+            mock_up_requested = 0;
+            mock_set_brokers(mock, brokers, 1);
+        }
     }
     hub_log(HUB_INFO, "embedded kafka stopping");
     hub_kafka_mock_stop(mock);

@@ -108,4 +108,38 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   "Open and half-open circuit breakers of this process.", g->breakers_open);
     render_scalar(out, "streaming_hub_http_requests_total", "counter",
                   "HTTP requests served by the API listener.", (long long)m->http_requests);
+    /* ingest and the HTTP listener */
+    static const char *const refusals[HUB_HTTP_REFUSED__COUNT] = {
+        "too_large", "body_bytes", "ingest_queue", "ingest_key_share", "draining"};
+    fprintf(out, "# HELP streaming_hub_http_refused_total HTTP requests refused by the "
+                 "listener's limits (413 before the body, or 503 with Retry-After).\n"
+                 "# TYPE streaming_hub_http_refused_total counter\n");
+    for (int r = 0; r < HUB_HTTP_REFUSED__COUNT; r++) {
+        fprintf(out, "streaming_hub_http_refused_total{reason=\"%s\"} %llu\n", refusals[r],
+                (unsigned long long)m->http_refused[r]);
+    }
+    render_scalar(out, "streaming_hub_http_accept_paused_total", "counter",
+                  "Times the listener stopped accepting at STREAMING_HUB_HTTP_MAX_CONNECTIONS "
+                  "(new connections wait in the backlog).",
+                  (long long)m->http_accept_paused);
+    render_scalar(out, "streaming_hub_http_connections", "gauge", "Open HTTP connections.",
+                  g->http_connections);
+    render_scalar(out, "streaming_hub_http_body_bytes", "gauge",
+                  "Bytes of request bodies held (received, announced, or held by HTTP "
+                  "ingest), counted against STREAMING_HUB_HTTP_BODY_BYTES.",
+                  g->http_body_bytes);
+    render_scalar(out, "streaming_hub_http_ingest_requests", "gauge",
+                  "HTTP ingest requests in progress, counted against "
+                  "STREAMING_HUB_INGEST_HTTP_QUEUE.",
+                  g->http_ingest_requests);
+    render_scalar(out, "streaming_hub_ingest_http_waiting", "gauge",
+                  "HTTP ingest requests waiting for a database transaction.",
+                  g->ingest_http_waiting);
+    render_scalar(out, "streaming_hub_kafka_healthy", "gauge",
+                  "1 while the consumer has a broker connection and its group membership.",
+                  g->kafka_healthy);
+    render_scalar(out, "streaming_hub_ingest_kafka_refetches_total", "counter",
+                  "Kafka records fetched again because one could not be taken for lack of "
+                  "memory (no offset is committed past it).",
+                  (long long)m->ingest_kafka_refetches);
 }

@@ -31,6 +31,18 @@ enum hub_delivery_outcome {
     HUB_D__COUNT
 };
 
+/* Requests the HTTP listener refused to protect the process (http_limits.c),
+ * by reason: streaming_hub_http_refused_total{reason}. */
+enum hub_http_refusal {
+    HUB_HTTP_REFUSED_TOO_LARGE = 0, /* "too_large": Content-Length over the largest body, 413
+                                     * before the body is read */
+    HUB_HTTP_REFUSED_BODY_BYTES,    /* "body_bytes": the bodies held at once at their cap, 503 */
+    HUB_HTTP_REFUSED_INGEST_QUEUE,  /* "ingest_queue": HTTP ingest requests at their bound, 503 */
+    HUB_HTTP_REFUSED_INGEST_SHARE,  /* "ingest_key_share": one API key holds half of them, 503 */
+    HUB_HTTP_REFUSED_DRAINING,      /* "draining": SIGTERM received, 503 */
+    HUB_HTTP_REFUSED__COUNT
+};
+
 #define HUB_HIST_BUCKETS 14
 
 struct hub_histogram {
@@ -43,15 +55,19 @@ struct hub_metrics {
     uint64_t ingest_records[HUB_V__COUNT];
     struct hub_histogram ingest_batch_seconds;
     struct hub_histogram ingest_record_age_seconds; /* produce (record timestamp) → consumed */
-    uint64_t ingest_batch_failures; /* partition batches that failed and were retried */
+    uint64_t ingest_batch_failures;  /* partition batches that failed and were retried */
     uint64_t ingest_commit_failures; /* offset commits refused by the broker */
     uint64_t http_requests;
     uint64_t deliveries[HUB_D__COUNT];
     struct hub_histogram delivery_attempt_seconds;
     uint64_t subscriptions_auto_disabled;
-    uint64_t policy_filtered; /* jobs a policy's match turned down */
+    uint64_t policy_filtered;          /* jobs a policy's match turned down */
     uint64_t retry_schedule_fallbacks; /* malformed stored schedules replaced by the default */
-    int64_t jobs_due; /* sampled by the dispatcher (capped) */
+    int64_t jobs_due;                  /* sampled by the dispatcher (capped) */
+    /* ingest and the HTTP listener */
+    uint64_t http_refused[HUB_HTTP_REFUSED__COUNT];
+    uint64_t http_accept_paused;     /* times the listener stopped accepting at its cap */
+    uint64_t ingest_kafka_refetches; /* records re-read from Kafka after running out of memory */
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */
@@ -68,10 +84,15 @@ struct hub_metrics_gauges {
     int64_t pg_txns_pending;
     int64_t jobs_due;
     int64_t breakers_open;
+    /* ingest and the HTTP listener */
+    int64_t http_connections;
+    int64_t http_body_bytes;      /* request bodies held, as counted against their cap */
+    int64_t http_ingest_requests; /* HTTP ingest requests in progress */
+    int64_t ingest_http_waiting;  /* of them, waiting for a transaction */
+    int64_t kafka_healthy;        /* 1: broker connection and group membership now */
 };
 
 /* Writes the Prometheus text exposition of m and g to out. */
-void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g,
-                        FILE *out);
+void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g, FILE *out);
 
 #endif
