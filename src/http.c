@@ -1,8 +1,9 @@
 /*
  * http — the HTTP listener: libh2o (HTTP/1.1 with keep-alive, h2c) on the
  * hub's libuv loop.  This file owns the socket side (listen, accept, track
- * and close connections, dispose of h2o) and the first routing step; the
- * routes themselves live in api_admin.c (and, later, the /v1 modules).
+ * and close connections, dispose of h2o), the first routing step and the
+ * drain; the limits on what one client may take are in http_limits.c (see
+ * http_int.h), the routes in api_*.c.
  *
  * Life cycle of a connection: we accept it into a `struct http_conn` that we
  * keep on a list, and hand it to h2o; h2o closes it when the client goes
@@ -33,47 +34,22 @@
 #include "api_events.h"
 #include "api_subs.h"
 #include "api_util.h"
+#include "http_int.h"
 #include "hub.h"
+#include "ingest.h"
 #include "log.h"
-#include "policy.h"
 #include "metrics.h"
+#include "policy.h"
+#include "util.h"
 
 #define HTTP_BACKLOG 1024
-#define HTTP_ADDR_MAX 64
-
-struct hub_http;
-
-/* One accepted connection.  tcp comes first: h2o's close callback gives us
- * the uv handle, which is then also the connection. */
-struct http_conn {
-    uv_tcp_t tcp;
-    struct hub_http *http;
-    struct http_conn *prev;
-    struct http_conn *next;
-};
-
-/* h2o calls on_req with the h2o_handler_t; ours sits first to reach the server. */
-struct http_handler {
-    h2o_handler_t super;
-    struct hub_http *http;
-};
-
-struct hub_http {
-    struct hub *hub; /* borrowed until hub_http_stop */
-    h2o_globalconf_t config;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-    uv_tcp_t listener;
-    /* Closed one after the other after h2o_context_dispose: the second close
-     * callback runs only once every handle h2o closed has been finished. */
-    uv_timer_t reap[2];
-    struct http_conn *conns; /* live connections */
-    size_t n_conns;
-    int stopping;
-    int listener_closed;
-    int disposed;
-    char bound_addr[HTTP_ADDR_MAX];
-};
+/* How often the drain looks whether what it waits for is done. */
+#define HTTP_DRAIN_CHECK_MS 20
+/* The drain ends only once no connection or request has arrived for this
+ * long: clients still sending (each told 503 and Connection: close) are
+ * answered rather than finding the listener closed, or their connection
+ * reset in its backlog, between two requests. */
+#define HTTP_DRAIN_QUIET_NS (250 * 1000000ULL)
 
 const char *hub_http_bound_addr(const struct hub_http *http) {
     return http->bound_addr;
@@ -81,11 +57,14 @@ const char *hub_http_bound_addr(const struct hub_http *http) {
 
 /* --------------------------------------------------------- operations -- */
 
+/* Alive: answered by the loop itself, so a stuck loop fails it. */
 static void ops_healthz(h2o_req_t *req) {
     static const char body[] = "{\"status\":\"ok\"}";
     hub_api_send_json_text(req, 200, body, sizeof(body) - 1);
 }
 
+/* Ready: hub_ready() decides; a 503 names the check that failed in its
+ * detail, for the operator reading a probe's answer. */
 static void ops_readyz(struct hub *hub, h2o_req_t *req) {
     static const char body[] = "{\"status\":\"ready\"}";
     const char *why = NULL;
@@ -97,6 +76,7 @@ static void ops_readyz(struct hub *hub, h2o_req_t *req) {
     hub_api_send_problem(req, 503, why != NULL ? why : "not ready", NULL);
 }
 
+/* The Prometheus text: counters as they are, gauges computed now. */
 static void ops_metrics(struct hub *hub, h2o_req_t *req) {
     static const char type[] = "text/plain; version=0.0.4; charset=utf-8";
     struct hub_metrics_gauges g;
@@ -163,26 +143,47 @@ static int path_under(h2o_iovec_t path, const char *prefix, size_t plen) {
            (path.len == plen || path.base[plen] == '/');
 }
 
-/* Every request starts here.  Returns 0: we always answer (now or later). */
+/* 1 for POST /v1/events: HTTP ingest (SPEC §4). */
+static int is_ingest(const h2o_req_t *req) {
+    h2o_iovec_t p = req->path_normalized;
+    return h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events")) && hub_api_method_is(req, "POST");
+}
+
+/*
+ * Every request starts here.  Returns 0: we always answer (now or later).
+ * The operations endpoints answer whatever happens (a draining process
+ * says so on /readyz); every other request is refused while draining, and
+ * otherwise counted in flight and held to the limits (http_limits.c).
+ */
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     struct hub_http *http = ((struct http_handler *)self)->http;
     struct hub *hub = http->hub;
 
     hub->metrics.http_requests++;
-    if (http->stopping) {
-        hub_api_send_problem(req, 503, "the server is shutting down", NULL);
+    http->last_arrival_ns = hub_now_ns();
+    if (ops_route(hub, req)) {
         return 0;
     }
-    /* h2o refuses bodies over max_request_entity_size itself; this is the
-     * guard for any route, whatever that limit is set to.  HTTP ingest takes
-     * events as large as STREAMING_HUB_MAX_EVENT_BYTES allows. */
+    /* refused while draining: a client is told to go elsewhere (503, with
+     * Connection: close), never left without an answer */
+    if (http->stopping || http->draining) {
+        http_limits_refused(http, HUB_HTTP_REFUSED_DRAINING, "the server is shutting down");
+        req->http1_is_persistent = 0;
+        http_send_unavailable(req, "the server is shutting down; retry on another instance");
+        return 0;
+    }
+    if (http_limits_admit(http, req, is_ingest(req))) {
+        return 0;
+    }
+    /* h2o refused a body over its current budget before reading it
+     * (http_limits.c), and that budget is never over HTTP ingest's largest
+     * body; this is the guard for the routes whose cap is lower (the JSON
+     * API takes HUB_API_MAX_BODY).  HTTP ingest takes events as large as
+     * STREAMING_HUB_MAX_EVENT_BYTES allows. */
     if (req->entity.len > HUB_API_MAX_BODY &&
         (req->entity.len > hub_api_events_max_body(&hub->cfg) ||
          !path_under(req->path_normalized, H2O_STRLIT("/v1/events")))) {
         hub_api_send_problem(req, 413, "the request body is too large", NULL);
-        return 0;
-    }
-    if (ops_route(hub, req)) {
         return 0;
     }
     if (path_under(req->path_normalized, H2O_STRLIT("/admin"))) {
@@ -207,6 +208,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
 
 static void http_maybe_finish(struct hub_http *http);
 
+/* Takes c off the list of live connections. */
 static void conn_unlink(struct http_conn *c) {
     struct hub_http *http = c->http;
 
@@ -222,7 +224,8 @@ static void conn_unlink(struct http_conn *c) {
     http->n_conns--;
 }
 
-/* Close callback of a connection's handle (given to h2o, or ours on errors). */
+/* Close callback of a connection's handle (given to h2o, or ours on errors).
+ * h2o has freed its socket just before. */
 static void conn_closed(uv_handle_t *handle) {
     struct http_conn *c = (struct http_conn *)handle;
     struct hub_http *http = c->http;
@@ -231,23 +234,23 @@ static void conn_closed(uv_handle_t *handle) {
     free(c);
     if (http->stopping) {
         http_maybe_finish(http);
+    } else {
+        http_limits_conn_closed(http);
     }
 }
 
-static void on_accept(uv_stream_t *listener, int status) {
-    struct hub_http *http = listener->data;
+/* Takes the connection libuv accepted and hands it to h2o. */
+void http_accept(struct hub_http *http) {
+    uv_stream_t *listener = (uv_stream_t *)&http->listener;
     struct http_conn *c;
-    h2o_socket_t *sock;
     int rc;
 
-    if (status != 0) {
-        hub_log(HUB_WARN, "http accept failed", HUB_LS("error", uv_strerror(status)));
-        return;
-    }
     /* h2o_mem_alloc aborts on OOM, as h2o does for every connection it
      * handles; not accepting would stall the listener for good anyway. */
     c = h2o_mem_alloc(sizeof(*c));
     memset(c, 0, sizeof(*c));
+    /* on the list before the accept: a failed accept closes it through
+     * conn_closed like any other */
     c->http = http;
     uv_tcp_init(listener->loop, &c->tcp);
     c->next = http->conns;
@@ -263,8 +266,26 @@ static void on_accept(uv_stream_t *listener, int status) {
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
-    h2o_accept(&http->accept_ctx, sock);
+    c->sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+    h2o_accept(&http->accept_ctx, c->sock);
+}
+
+/* A connection waits: accepted now, or left in the backlog at the
+ * connection cap (http_limits.c takes it once a slot is free). */
+static void on_accept(uv_stream_t *listener, int status) {
+    struct hub_http *http = listener->data;
+
+    if (status != 0) {
+        hub_log(HUB_WARN, "http accept failed", HUB_LS("error", uv_strerror(status)));
+        return;
+    }
+    http->last_arrival_ns = hub_now_ns();
+    /* not accepting leaves the connection in libuv's hands: it stops
+     * watching the listener until uv_accept is called (http_accept) */
+    if (http->stopping || !http_limits_accept_ok(http)) {
+        return;
+    }
+    http_accept(http);
 }
 
 /* ------------------------------------------------------------ address -- */
@@ -370,6 +391,8 @@ static int format_bound_addr(uv_tcp_t *listener, char *out, size_t outsz) {
 
 /* ---------------------------------------------------------- start/stop -- */
 
+/* The listener of a start that failed after uv_tcp_init closed: the
+ * server can go. */
 static void start_failed_closed(uv_handle_t *handle) {
     free(handle->data);
 }
@@ -390,6 +413,9 @@ static int ignore_sigpipe(void) {
     return sigaction(SIGPIPE, &sa, NULL) == 0 ? 0 : UV_EINVAL;
 }
 
+/* Steps: SIGPIPE ignored, the address parsed, the listener bound and
+ * listening (so a port in use fails the start, with its address logged),
+ * then h2o's configuration, the limits and the context. */
 int hub_http_start(struct hub *hub, struct hub_http **out) {
     struct sockaddr_storage ss;
     struct hub_http *http;
@@ -433,22 +459,32 @@ int hub_http_start(struct hub *hub, struct hub_http **out) {
         goto fail_close;
     }
 
-    /* Nothing below can fail short of h2o aborting on OOM. */
+    /* Nothing below can fail short of h2o aborting on OOM, but the limits'
+     * table. */
     h2o_config_init(&http->config);
     http->config.server_name = h2o_iovec_init(H2O_STRLIT("streaming-hub/" HUB_VERSION));
-    /* h2o answers 413 itself, before reading a body past this size. */
+    /* h2o answers 413 itself, before reading a body past this size; the
+     * limits lower it to the room left before every loop turn */
     http->config.max_request_entity_size = hub_api_events_max_body(&hub->cfg);
+    /* one host, one path: every request reaches on_req, which routes; the
+     * host's fallback path only sees h2o's own refusals (http_limits.c) */
     host = h2o_config_register_host(&http->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     path = h2o_config_register_path(host, "/", 0);
     handler = (struct http_handler *)h2o_create_handler(path, sizeof(*handler));
     handler->super.on_req = on_req;
     handler->http = http;
+    if (http_limits_init(http, host, path) != 0) {
+        h2o_config_dispose(&http->config);
+        rc = UV_ENOMEM;
+        goto fail_close;
+    }
     h2o_context_init(&http->ctx, hub->loop, &http->config);
     http->accept_ctx.ctx = &http->ctx;
     http->accept_ctx.hosts = http->config.hosts;
     uv_timer_init(hub->loop, &http->reap[0]);
     uv_timer_init(hub->loop, &http->reap[1]);
-    http->reap[0].data = http->reap[1].data = http;
+    uv_timer_init(hub->loop, &http->drain_check);
+    http->reap[0].data = http->reap[1].data = http->drain_check.data = http;
 
     hub_log(HUB_INFO, "http listening", HUB_LS("addr", http->bound_addr));
     *out = http;
@@ -465,11 +501,15 @@ fail_free:
     return rc;
 }
 
+/* The second reap timer closed: every handle h2o closed before it has
+ * finished, nothing refers to the server any more. */
 static void reap_last_closed(uv_handle_t *handle) {
     struct hub_http *http = handle->data;
+    free(http->keys);
     free(http);
 }
 
+/* The first reap timer closed: one more close round before the free. */
 static void reap_first_closed(uv_handle_t *handle) {
     struct hub_http *http = handle->data;
     uv_close((uv_handle_t *)&http->reap[1], reap_last_closed);
@@ -491,6 +531,7 @@ static void http_maybe_finish(struct hub_http *http) {
     uv_close((uv_handle_t *)&http->reap[0], reap_first_closed);
 }
 
+/* The listener closed: h2o may go once the last connection has too. */
 static void listener_closed(uv_handle_t *handle) {
     struct hub_http *http = handle->data;
     http->listener_closed = 1;
@@ -502,6 +543,9 @@ void hub_http_stop(struct hub_http *http) {
         return;
     }
     http->stopping = 1;
+    uv_timer_stop(&http->drain_check);
+    uv_close((uv_handle_t *)&http->drain_check, NULL);
+    http_limits_stop(http);
     uv_close((uv_handle_t *)&http->listener, listener_closed);
     /* No h2o_context_request_shutdown(): its HTTP/2 grace timer would still be
      * linked when the context is disposed of.  Shutting the sockets down makes
@@ -515,4 +559,68 @@ void hub_http_stop(struct hub_http *http) {
         }
     }
     hub_log(HUB_INFO, "http stopping", HUB_LI("connections", (int64_t)http->n_conns));
+}
+
+/* ----------------------------------------------------------- the drain -- */
+
+/* Still owed an answer: a request routed and not disposed of, a connection
+ * with bytes of a request not yet routed (its head or body arriving), an
+ * ingest transaction of a client that hung up; or clients still arriving
+ * (HTTP_DRAIN_QUIET_NS). */
+static int drain_busy(const struct hub_http *http) {
+    if (http->inflight > 0 || !hub_ingest_queue_idle(http->hub) ||
+        hub_now_ns() - http->last_arrival_ns < HTTP_DRAIN_QUIET_NS) {
+        return 1;
+    }
+    for (const struct http_conn *c = http->conns; c != NULL; c = c->next) {
+        if (c->sock != NULL && c->sock->input != NULL && c->sock->input->size > 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The drain's timer: calls the waiter once nothing is owed an answer. */
+static void drain_check_cb(uv_timer_t *t) {
+    struct hub_http *http = t->data;
+    void (*cb)(void *) = http->drained_cb;
+
+    if (cb == NULL || drain_busy(http)) {
+        return;
+    }
+    uv_timer_stop(t);
+    http->drained_cb = NULL;
+    hub_log(HUB_INFO, "http drained", HUB_LI("connections", (int64_t)http->n_conns));
+    cb(http->drained_arg);
+}
+
+void hub_http_drain(struct hub_http *http) {
+    if (http == NULL || http->draining) {
+        return;
+    }
+    /* from here on_req refuses what is new, and the routes' filter
+     * (http_limits.c) closes the connection after every answer */
+    http->draining = 1;
+    http->last_arrival_ns = hub_now_ns(); /* a quiet period from now */
+    hub_log(HUB_INFO, "http draining: new requests are answered 503",
+            HUB_LI("in_flight", (int64_t)http->inflight),
+            HUB_LI("connections", (int64_t)http->n_conns));
+}
+
+void hub_http_when_drained(struct hub_http *http, void (*cb)(void *arg), void *arg) {
+    hub_http_drain(http);
+    http->drained_cb = cb;
+    http->drained_arg = arg;
+    /* looked at on a timer: the things waited for end in h2o's and the
+     * pools' callbacks, none of which is ours to hook */
+    uv_timer_start(&http->drain_check, drain_check_cb, 0, HTTP_DRAIN_CHECK_MS);
+}
+
+void hub_http_figures(const struct hub_http *http, struct hub_metrics_gauges *g) {
+    if (http == NULL) {
+        return;
+    }
+    g->http_connections = (int64_t)http->n_conns;
+    g->http_body_bytes = (int64_t)http->body_bytes;
+    g->http_ingest_requests = (int64_t)http->ingest_live;
 }

@@ -1,6 +1,35 @@
 /*
  * hub — `serve`: wires the modules together on one libuv loop and runs it
  * until SIGINT/SIGTERM, then drains in reverse order of start.
+ *
+ * Start (hub_serve_with), each step failing the start with one log line:
+ *
+ *   configuration checks ──► policies compiled ──► the database prepared
+ *   before the loop runs (connect, migrate, schema check, partitions, the
+ *   midnight keys purged) ──► the pools (API; ingest) ──► the embedded mock
+ *   cluster when asked for ──► the consumer (ingest roles) ──► the HTTP
+ *   client ──► the dispatcher (delivery roles, with a KEK) ──► the HTTP
+ *   listener ──► signals, partition upkeep, the readiness probe
+ *
+ * Readiness (hub_ready, SPEC §9 /readyz) is computed on each request from
+ * what the modules know: the pools' connections, the probe's last answer
+ * (every HUB_READY_PROBE_MS on the API pool: the database answers, and
+ * schema_migrations holds every migration this binary embeds), and the
+ * consumer's health (ingest.h).  Nothing is cached in a "ready" flag that
+ * could stay set when reality moves on.
+ *
+ * Drain (SIGTERM/SIGINT; a second signal stops at once), bounded by
+ * STREAMING_HUB_SHUTDOWN_TIMEOUT (past it the process exits 1 and what was
+ * in flight is replayed later):
+ *
+ *   draining: /readyz 503, new HTTP requests 503 (the listener stays open)
+ *   ──► the consumer stops, its batches in flight commit ──► the dispatcher
+ *   gives back what it has not started and waits for its attempts ──► the
+ *   HTTP requests in flight are answered (hub_http_when_drained) ──►
+ *   hub_finish: the listener closes, the pools close, the loop ends
+ *
+ * The pools close last because everything before them may still write:
+ * a batch's commit, an attempt's outcome, an HTTP ingest transaction.
  */
 #include "hub.h"
 
@@ -47,6 +76,8 @@ int hub_role_delivery(const struct hub *hub) {
     return strcmp(hub->cfg.role, "ingest") != 0;
 }
 
+/* Every module of a role that does not run is NULL here; each figure
+ * function takes NULL as "nothing". */
 void hub_gauges(const struct hub *hub, struct hub_metrics_gauges *g) {
     memset(g, 0, sizeof(*g));
     g->kafka_partitions_assigned = hub_ingest_assigned(hub->ingest);
@@ -58,8 +89,14 @@ void hub_gauges(const struct hub *hub, struct hub_metrics_gauges *g) {
                                    (hub->pg_ingest ? hub_pg_pending(hub->pg_ingest) : 0));
     g->jobs_due = hub->metrics.jobs_due;
     g->breakers_open = (int64_t)hub_dispatch_breakers_open(hub->dispatch);
+    hub_http_figures(hub->http, g);
+    g->ingest_http_waiting = (int64_t)hub_ingest_queue_waiting(hub);
+    g->kafka_healthy = hub_ingest_healthy(hub->ingest);
 }
 
+/* The checks in the order an operator would look: draining first (the
+ * process is leaving, whatever else holds), then the database, the schema,
+ * the consumer. */
 int hub_ready(const struct hub *hub, const char **why) {
     if (hub->draining) {
         *why = "draining";
@@ -205,6 +242,8 @@ static int hub_prepare_database(struct hub *hub) {
     return 0;
 }
 
+/* Upkeep that failed is only logged: the next run (an hour later, or ten
+ * seconds at a day's start) does the same work again. */
 static void maintenance_done(void *arg, const struct hub_pg_outcome *out) {
     if (out->status != HUB_PG_OK) {
         hub_log(HUB_WARN, "partition maintenance failed", HUB_LS("error", out->error));
@@ -249,17 +288,28 @@ static void maintenance_cb(uv_timer_t *t) {
     hub_pg_txn_submit(txn);
 }
 
+/* Closes h unless it is closing already (hub_finish may meet handles the
+ * start never got to, or a second signal's path). */
 static void hub_close_handle(uv_handle_t *h) {
     if (!uv_is_closing(h)) {
         uv_close(h, NULL);
     }
 }
 
+/* A pool's closed callback: nothing to do but exist, as hub_pg_close
+ * frees the pool itself; the loop's end is what hub_serve waits for. */
 static void hub_pg_closed(void *arg) {
     (void)arg;
 }
 
-/* Last step of the drain: everything that talks to the database is done. */
+/*
+ * Last step of the drain: everything that talks to the database is done.
+ * Closes in the order nothing is left pointing at what went before it: the
+ * listener (its idle connections are shut down: nothing is owed to them),
+ * the HTTP client, the pools (a transaction still queued fails with
+ * HUB_PG_ECLOSED), the watcher and the timers, then frees what the handles
+ * borrowed.  The loop then ends by itself once every close callback ran.
+ */
 static void hub_finish(struct hub *hub) {
     if (hub->http) {
         hub_http_stop(hub->http);
@@ -269,6 +319,7 @@ static void hub_finish(struct hub *hub) {
         hub_httpc_close(hub->httpc);
         hub->httpc = NULL;
     }
+    /* the pools free themselves once their handles are closed */
     if (hub->pg_ingest) {
         hub_pg_close(hub->pg_ingest, hub_pg_closed, hub);
         hub->pg_ingest = NULL;
@@ -292,17 +343,36 @@ static void hub_finish(struct hub *hub) {
     hub_policies_free(hub->policies);
     hub->policies = NULL;
     hub_api_events_free(hub);
+    /* HTTP ingest requests still waiting get 503; the queue goes once its
+     * transactions have failed with the pools */
     hub_ingest_queue_release(hub);
+}
+
+/* The HTTP requests in flight are answered (and the HTTP ingest
+ * transactions of clients that hung up are over): the pools may close. */
+static void hub_http_drained(void *arg) {
+    hub_finish(arg);
+}
+
+/* The last step before hub_finish: wait for the HTTP requests in flight,
+ * which the listener has refused new ones beside since the drain began. */
+static void hub_wait_http(struct hub *hub) {
+    if (hub->http != NULL) {
+        hub_http_when_drained(hub->http, hub_http_drained, hub);
+    } else {
+        hub_finish(hub);
+    }
 }
 
 static void hub_dispatch_stopped(void *arg) {
     struct hub *hub = arg;
     hub->dispatch = NULL;
     hub_log(HUB_INFO, "dispatcher drained");
-    hub_finish(hub);
+    hub_wait_http(hub);
 }
 
-/* Ingest drains first (its batches create jobs), then the dispatcher. */
+/* Ingest drains first (its batches create jobs), then the dispatcher, then
+ * the HTTP requests still in flight (which drained beside them). */
 static void hub_ingest_stopped(void *arg) {
     struct hub *hub = arg;
     hub->ingest = NULL;
@@ -310,10 +380,13 @@ static void hub_ingest_stopped(void *arg) {
     if (hub->dispatch) {
         hub_dispatch_stop(hub->dispatch, hub_dispatch_stopped, hub);
     } else {
-        hub_finish(hub);
+        hub_wait_http(hub);
     }
 }
 
+/* STREAMING_HUB_SHUTDOWN_TIMEOUT passed with work in flight: exit 1.  What
+ * was not committed is replayed (Kafka from the committed offsets, HTTP
+ * clients retry, leases expire), so this is safe, only not clean. */
 static void drain_deadline_cb(uv_timer_t *t) {
     struct hub *hub = t->data;
     hub_log(HUB_ERROR, "drain deadline passed; exiting with work in flight (it will be replayed)",
@@ -322,6 +395,13 @@ static void drain_deadline_cb(uv_timer_t *t) {
     uv_stop(hub->loop);
 }
 
+/*
+ * The first signal starts the drain (see the top of this file for its
+ * steps); why names the signal for the log.  Everything after this runs
+ * from the modules' own completion callbacks: ingest stopped ──► the
+ * dispatcher stopped ──► the HTTP requests answered ──► hub_finish.  The
+ * deadline timer bounds the whole of it.
+ */
 static void hub_begin_drain(struct hub *hub, const char *why) {
     if (hub->draining) {
         /* a second signal: stop at once; in-flight work is replayed later */
@@ -333,6 +413,9 @@ static void hub_begin_drain(struct hub *hub, const char *why) {
     hub_log(HUB_INFO, "draining", HUB_LS("signal", why));
     uv_timer_start(&hub->drain_deadline, drain_deadline_cb, (uint64_t)hub->cfg.shutdown_timeout_ms,
                    0);
+    /* at once: /readyz says draining, new requests are answered 503, the
+     * listener stays open for them */
+    hub_http_drain(hub->http);
     if (hub->ingest) {
         hub_ingest_stop(hub->ingest, hub_ingest_stopped, hub);
     } else {
@@ -340,6 +423,8 @@ static void hub_begin_drain(struct hub *hub, const char *why) {
     }
 }
 
+/* SIGHUP reloads the policies (not while draining: the generations are
+ * being released); SIGTERM and SIGINT drain. */
 static void signal_cb(uv_signal_t *s, int signum) {
     struct hub *hub = s->data;
     if (signum == SIGHUP) {
@@ -352,6 +437,8 @@ static void signal_cb(uv_signal_t *s, int signum) {
     hub_begin_drain(hub, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
+/* The `dev` command's banner (stdout, not a log line): where everything
+ * listens and the admin token to try it with. */
 static void print_banner(const struct hub *hub) {
     /* the address bound, which differs from the configured one with port 0 */
     const char *addr =
@@ -423,19 +510,23 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         goto fail_cfg;
     }
 
-    hub->pg =
-        hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS, "streaming-hub-api",
-                   NULL);
+    /* Two pools: ingest writes in big pipelined transactions that would
+     * make API requests wait behind them; the API pool also carries
+     * maintenance and the readiness probe. */
+    hub->pg = hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS,
+                         "streaming-hub-api", NULL);
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
     if (hub_role_ingest(hub)) {
-        hub->pg_ingest = hub_pg_new(hub->loop, hub->cfg.postgres_dsn,
-                                    (int)hub->cfg.ingest_pg_connections, "streaming-hub-ingest",
-                                    HUB_PG_GENERIC_PLANS);
+        hub->pg_ingest =
+            hub_pg_new(hub->loop, hub->cfg.postgres_dsn, (int)hub->cfg.ingest_pg_connections,
+                       "streaming-hub-ingest", HUB_PG_GENERIC_PLANS);
         if (hub->pg_ingest == NULL) {
             goto fail_pg;
         }
+        /* the embedded cluster runs in this process, on librdkafka's
+         * threads: it lives as long as the hub and is stopped after the loop */
         if (strcmp(hub->cfg.kafka_brokers, "embedded") == 0) {
             hub->mock = hub_kafka_mock_start(1, hub->cfg.data_dir, NULL, 0);
             if (hub->mock == NULL) {
@@ -472,10 +563,16 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
             goto fail_ingest;
         }
     }
+    /* the listener last: /readyz and the API answer only once everything
+     * they report on or call into exists */
     if (hub_http_start(hub, &hub->http) != 0) {
         goto fail_ingest;
     }
 
+    /* signals and timers: SIGTERM/SIGINT drain, SIGHUP reloads the
+     * policies; partition upkeep hourly (and at each UTC day's start); the
+     * readiness probe, whose first answer comes HUB_READY_PROBE_MS in (the
+     * start-up check above already found the schema current) */
     uv_signal_init(hub->loop, &hub->sig_int);
     uv_signal_init(hub->loop, &hub->sig_term);
     uv_signal_init(hub->loop, &hub->sig_hup);
@@ -499,6 +596,8 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     if (banner) {
         print_banner(hub);
     }
+    /* runs until the drain has closed every handle (or the deadline, or a
+     * second signal, stopped the loop) */
     uv_run(hub->loop, UV_RUN_DEFAULT);
     rc = hub->exit_code;
     if (hub->ingest != NULL || hub->http != NULL || hub->dispatch != NULL) {
@@ -516,6 +615,8 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     hub_log(HUB_INFO, "stopped");
     return rc;
 
+    /* The unwind of a failed start, in reverse order of the steps above:
+     * what was started last is undone first. */
 fail_ingest:
     if (hub->ingest || hub->dispatch || hub->httpc) {
         /* unreachable in practice: ingest stops asynchronously; exit instead */
@@ -537,6 +638,7 @@ fail_cfg:
     return rc;
 }
 
+/* `serve` without the dev banner: the command the Deployments run. */
 int hub_serve(struct hub_config *cfg) {
     return hub_serve_with(cfg, 0);
 }

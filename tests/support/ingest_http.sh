@@ -53,32 +53,29 @@ ev_batch() {
     cat "${last}_body" 2>/dev/null
 }
 
-# ev_post_bg OUT KEY ID [DATA] [SOURCE] [curl args...]: ev_post in the
-# background, its "status body" written to OUT once answered; sets
-# POST_PID (tracked).
-ev_post_bg() {
+# in_bg OUT CMD ARGS...: runs ev_post or ev_batch (CMD) in the background;
+# its "status body" goes to OUT once answered.  Sets POST_PID (tracked).
+in_bg() {
     local out=$1
     shift
     (
         HUB_HTTP_LAST=$out.http
-        body=$(ev_post "$@")
+        body=$("$@")
         printf '%s %s\n' "$(cat "$out.http_status")" "$body" >"$out.tmp" && mv "$out.tmp" "$out"
     ) &
     POST_PID=$!
     track_pid "$POST_PID"
 }
 
-# ev_batch_bg OUT KEY EVENT_JSON...: ev_batch in the background, as ev_post_bg.
+# ev_post_bg OUT KEY ID [DATA] [SOURCE] [curl args...]: ev_post in the
+# background (in_bg).
+ev_post_bg() {
+    in_bg "$1" ev_post "${@:2}"
+}
+
+# ev_batch_bg OUT KEY EVENT_JSON...: ev_batch in the background (in_bg).
 ev_batch_bg() {
-    local out=$1
-    shift
-    (
-        HUB_HTTP_LAST=$out.http
-        body=$(ev_batch "$@")
-        printf '%s %s\n' "$(cat "$out.http_status")" "$body" >"$out.tmp" && mv "$out.tmp" "$out"
-    ) &
-    POST_PID=$!
-    track_pid "$POST_PID"
+    in_bg "$1" ev_batch "${@:2}"
 }
 
 # hub_ingest_inflight: HTTP ingest requests in progress (the hub's gauge).
