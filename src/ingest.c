@@ -152,7 +152,8 @@ int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_l
 }
 
 /* Read for every record the insert carries: no allocation, the topic name
- * is librdkafka's own string. */
+ * is librdkafka's own string.  An HTTP record has no position (its
+ * quarantine row and inbox row carry NULLs). */
 void ingest_rec_pos(const struct hub_ingest_rec *r, struct hub_store_kafka_pos *pos) {
     const rd_kafka_message_t *m = r->msg;
 
@@ -163,6 +164,8 @@ void ingest_rec_pos(const struct hub_ingest_rec *r, struct hub_store_kafka_pos *
     *pos = (struct hub_store_kafka_pos){rd_kafka_topic_name(m->rkt), m->partition, m->offset};
 }
 
+/* The evidence is read late, only for the few records refused: a valid
+ * record never pays for its headers' JSON. */
 void ingest_rec_evidence(const struct hub_ingest_rec *r, struct hub_store_quarantine_row *row,
                          struct ingest_evidence *ev) {
     const rd_kafka_message_t *m = r->msg;
