@@ -38,7 +38,7 @@ struct hub {
     struct hub_buckets *pull_buckets;      /* pull API rate limits (api_events.c) */
     struct hub_buckets *ingest_buckets;    /* tenant ingest quotas (api_events.c) */
     struct hub_ingest_queue *ingest_queue; /* HTTP ingest requests (ingest.c) */
-    struct hub_keyring kek;    /* STREAMING_HUB_KEK (+ _PREVIOUS), when has_kek */
+    struct hub_keyring kek;                /* STREAMING_HUB_KEK (+ _PREVIOUS), when has_kek */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */
