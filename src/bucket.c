@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chains.h"
 #include "util.h"
 
 /* The table starts with this many chains and doubles when it holds twice as
@@ -16,8 +17,7 @@
 #define BUCKET_SWEEP_MIN 4096
 
 struct bucket {
-    struct bucket *next;
-    uint64_t hash;
+    struct hub_chain link; /* first: the table's chain and the key's hash */
     double tokens;
     double rate;  /* tokens per second */
     double burst; /* the most it holds */
@@ -26,8 +26,8 @@ struct bucket {
 };
 
 struct hub_buckets {
-    struct bucket **slots;
-    size_t nslots; /* a power of two */
+    struct hub_chain **slots; /* each chain's entries are struct bucket */
+    size_t nslots;            /* a power of two */
     size_t count;
     size_t sweep_at;
 };
@@ -44,41 +44,19 @@ static double refill(struct bucket *b, uint64_t now) {
  * buckets stay partly drained. */
 static void sweep(struct hub_buckets *t, uint64_t now) {
     for (size_t i = 0; i < t->nslots; i++) {
-        struct bucket **pp = &t->slots[i];
+        struct hub_chain **pp = &t->slots[i];
         while (*pp != NULL) {
-            struct bucket *b = *pp;
+            struct bucket *b = (struct bucket *)*pp;
             if (refill(b, now) >= b->burst) {
-                *pp = b->next;
+                *pp = b->link.next;
                 free(b);
                 t->count--;
             } else {
-                pp = &b->next;
+                pp = &b->link.next;
             }
         }
     }
     t->sweep_at = t->count * 2 > BUCKET_SWEEP_MIN ? t->count * 2 : BUCKET_SWEEP_MIN;
-}
-
-/* Doubles the chains; on out of memory the table keeps its size (longer
- * chains, still correct). */
-static void grow(struct hub_buckets *t) {
-    size_t n = t->nslots * 2;
-    struct bucket **slots = calloc(n, sizeof(*slots));
-
-    if (slots == NULL) {
-        return;
-    }
-    for (size_t i = 0; i < t->nslots; i++) {
-        while (t->slots[i] != NULL) {
-            struct bucket *b = t->slots[i];
-            t->slots[i] = b->next;
-            b->next = slots[b->hash & (n - 1)];
-            slots[b->hash & (n - 1)] = b;
-        }
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->nslots = n;
 }
 
 static struct hub_buckets *table_new(void) {
@@ -102,8 +80,9 @@ double hub_bucket_take(struct hub_buckets **table, const char *key, double rate,
     if (t == NULL && (t = *table = table_new()) == NULL) {
         return 0;
     }
-    for (b = t->slots[h & (t->nslots - 1)]; b != NULL; b = b->next) {
-        if (b->hash == h && strcmp(b->key, key) == 0) {
+    for (b = (struct bucket *)t->slots[h & (t->nslots - 1)]; b != NULL;
+         b = (struct bucket *)b->link.next) {
+        if (b->link.hash == h && strcmp(b->key, key) == 0) {
             break;
         }
     }
@@ -113,17 +92,17 @@ double hub_bucket_take(struct hub_buckets **table, const char *key, double rate,
             sweep(t, now_ns);
         }
         if (t->count >= t->nslots * 2) {
-            grow(t);
+            hub_chains_grow(&t->slots, &t->nslots); /* out of memory: longer chains */
         }
         if ((b = malloc(sizeof(*b) + len + 1)) == NULL) {
             return 0;
         }
         memcpy(b->key, key, len + 1);
-        b->hash = h;
+        b->link.hash = h;
         b->tokens = burst;
         b->at_ns = now_ns;
-        b->next = t->slots[h & (t->nslots - 1)];
-        t->slots[h & (t->nslots - 1)] = b;
+        b->link.next = t->slots[h & (t->nslots - 1)];
+        t->slots[h & (t->nslots - 1)] = &b->link;
         t->count++;
     }
     b->rate = rate;
@@ -138,17 +117,9 @@ double hub_bucket_take(struct hub_buckets **table, const char *key, double rate,
 void hub_buckets_free(struct hub_buckets **table) {
     struct hub_buckets *t = *table;
 
-    if (t == NULL) {
-        return;
+    if (t != NULL) {
+        hub_chains_free(t->slots, t->nslots);
+        free(t);
+        *table = NULL;
     }
-    for (size_t i = 0; i < t->nslots; i++) {
-        while (t->slots[i] != NULL) {
-            struct bucket *b = t->slots[i];
-            t->slots[i] = b->next;
-            free(b);
-        }
-    }
-    free(t->slots);
-    free(t);
-    *table = NULL;
 }
