@@ -9,8 +9,8 @@
  * 400 quarantined, 403 another tenant's.  A batch answers 207 with one
  * result per event, in order.
  *
- * Pull: one statement (store_events.h) per request, results in binary
- * format, each event rendered back as a structured CloudEvent.
+ * The pull routes live in api_events_pull.c; this file hands them over
+ * first and keeps the token buckets both share (api_events_int.h).
  *
  * Both are tenant-scoped: the key's tenant is the only one a request can
  * write or read, and a per-tenant token bucket (bucket.h) bounds each.
@@ -24,28 +24,20 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api_events_int.h"
 #include "api_util.h"
 #include "bucket.h"
 #include "envelope.h"
 #include "hub.h"
 #include "ingest.h"
 #include "log.h"
-#include "store_events.h"
+#include "pull_horizon.h"
 #include "util.h"
 
-#define V1_PREFIX "/v1"
 #define EVENTS_PATH "/v1/events"
-#define MAX_SEGMENTS 3
 
 /* Evidence values kept from a refused record's claims (SPEC §3.1 bounds). */
 #define CLAIM_MAX_BYTES 1024
-
-/* What a request does, decided by routing before authentication. */
-enum events_op {
-    OP_INGEST,
-    OP_LIST,
-    OP_ONE,
-};
 
 /* The CloudEvents HTTP binding's modes (SPEC §4), from Content-Type. */
 enum ingest_mode {
@@ -71,13 +63,9 @@ struct ingest_item {
  * transaction is over, even if the client hangs up. */
 struct events_call {
     struct hub_api_call call; /* first: see api_util.h */
-    enum events_op op;
-    int route_status;  /* 0, or 404 / 405 to answer once authenticated */
-    const char *allow; /* for 405 */
-    int64_t seq;       /* OP_ONE */
-    int limit;         /* OP_LIST */
-    char *tenant;      /* the key's tenant */
-    /* OP_INGEST */
+    int route_status;         /* 0, or 405 to answer once authenticated */
+    const char *allow;        /* for 405 */
+    char *tenant;             /* the key's tenant */
     enum ingest_mode mode;
     struct ingest_item *items;
     size_t n_items;
@@ -89,15 +77,11 @@ struct events_call {
 
 /* ---------------------------------------------------------- rate buckets -- */
 
-/*
- * Charges the tenant's bucket in *table (the pull rate, or the ingest
- * quota).  Returns 0 when admitted, else the whole seconds to wait for
- * Retry-After (1 to a day).
- */
-static int bucket_take(struct hub_buckets **table, const char *tenant, double rate, double burst,
-                       double cost) {
+int hub_events_rate_take(struct hub *hub, struct hub_buckets **table, const char *tenant,
+                         double rate, double burst, double cost) {
     double wait = hub_bucket_take(table, tenant, rate, burst, cost, hub_now_ns());
 
+    (void)hub;
     if (wait <= 0.0) {
         return 0;
     }
@@ -105,14 +89,15 @@ static int bucket_take(struct hub_buckets **table, const char *tenant, double ra
     return wait < 1.0 ? 1 : wait > 86400.0 ? 86400 : (int)ceil(wait);
 }
 
-/* The buckets live in struct hub (per process); freed at shutdown only. */
+/* The buckets live in struct hub (per process); freed at shutdown only,
+ * with the pull horizon. */
 void hub_api_events_free(struct hub *hub) {
     hub_buckets_free(&hub->pull_buckets);
     hub_buckets_free(&hub->ingest_buckets);
+    hub_pull_horizon_free(hub);
 }
 
-/* Answers 429 with Retry-After: `wait` seconds. */
-static void send_over_rate(h2o_req_t *req, int wait, const char *detail) {
+void hub_events_send_over_rate(h2o_req_t *req, int wait, const char *detail) {
     char retry[16];
 
     snprintf(retry, sizeof(retry), "%d", wait);
@@ -486,10 +471,10 @@ static void ingest_start(struct events_call *c) {
         n = (size_t)count;
     }
     if (c->call.ingest_rate > 0.0) {
-        int wait = bucket_take(&c->call.hub->ingest_buckets, c->tenant, c->call.ingest_rate,
-                               c->call.ingest_burst, (double)n);
+        int wait = hub_events_rate_take(c->call.hub, &c->call.hub->ingest_buckets, c->tenant,
+                                        c->call.ingest_rate, c->call.ingest_burst, (double)n);
         if (wait > 0) {
-            send_over_rate(req, wait, "over this tenant's ingest quota; retry later");
+            hub_events_send_over_rate(req, wait, "over this tenant's ingest quota; retry later");
             return;
         }
     }
@@ -521,218 +506,6 @@ static void ingest_start(struct events_call *c) {
     hub_ingest_store(c->call.hub, c->recs, c->n_recs, ingest_stored, c);
 }
 
-/* ------------------------------------------------------------------ pull -- */
-
-/* A big-endian int8 as PostgreSQL's binary format sends it. */
-static int64_t be64(const char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) {
-        v = (v << 8) | (unsigned char)p[i];
-    }
-    return (int64_t)v;
-}
-
-/*
- * One stored event as a structured CloudEvent (JSON format) with the hub's
- * members "sequence" and "event_type".  A JSON payload is spliced in as
- * "data" exactly as stored; any other goes in "data_base64".  Returns
- * malloc'd text or NULL (OOM, or stored attributes that are not an object).
- */
-static char *event_json(PGresult *r, int row) {
-    const char *ct = PQgetvalue(r, row, HUB_EVENTS_COL_CONTENT_TYPE);
-    const char *payload = PQgetvalue(r, row, HUB_EVENTS_COL_PAYLOAD);
-    size_t plen = (size_t)PQgetlength(r, row, HUB_EVENTS_COL_PAYLOAD);
-    int json_data = plen > 0 && hub_media_type_is_json(
-                                    ct, (size_t)PQgetlength(r, row, HUB_EVENTS_COL_CONTENT_TYPE));
-    json_t *o = json_loadb(PQgetvalue(r, row, HUB_EVENTS_COL_HEADERS),
-                           (size_t)PQgetlength(r, row, HUB_EVENTS_COL_HEADERS), 0, NULL);
-    char *text = NULL;
-    char *out = NULL;
-
-    /* the stored attributes (SPEC §3.1) are always an object; anything
-     * else is a damaged row, answered as 500 by the caller */
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return NULL;
-    }
-    json_object_set_new(o, "sequence", json_integer(be64(PQgetvalue(r, row, HUB_EVENTS_COL_SEQ))));
-    json_object_set_new(o, "event_type",
-                        json_stringn(PQgetvalue(r, row, HUB_EVENTS_COL_EVENT_TYPE),
-                                     (size_t)PQgetlength(r, row, HUB_EVENTS_COL_EVENT_TYPE)));
-    if (plen > 0 && !json_data) {
-        char *b64 = hub_base64(payload, plen);
-        json_object_set_new(o, "data_base64", b64 != NULL ? json_string(b64) : NULL);
-        free(b64);
-    }
-    text = json_dumps(o, HUB_API_JSON_FLAGS);
-    json_decref(o);
-    if (text == NULL || !json_data) {
-        return text;
-    }
-    /* "...}" → "...,"data":<payload>}" */
-    size_t tlen = strlen(text);
-    out = malloc(tlen + plen + 9);
-    if (out != NULL) {
-        memcpy(out, text, tlen - 1);
-        memcpy(out + tlen - 1, ",\"data\":", 8);
-        memcpy(out + tlen + 7, payload, plen);
-        memcpy(out + tlen + 7 + plen, "}", 2);
-    }
-    free(text);
-    return out;
-}
-
-/* GET /v1/events/{seq}: the event, or 404 (absent, or another tenant's). */
-static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    PGresult *r = hub_api_found(call->req, out, 0, "event not found");
-    char *text;
-
-    if (r == NULL) {
-        return;
-    }
-    /* event_json fails on memory or on a damaged row: 500 either way */
-    text = event_json(r, 0);
-    if (text == NULL) {
-        hub_api_send_oom(call->req);
-        return;
-    }
-    hub_api_send_json_text(call->req, 200, text, strlen(text));
-    free(text);
-}
-
-/*
- * GET /v1/events: {"items": [...], "next_cursor"}.  The items are spliced
- * as text (each is already JSON, payload included), not parsed again.  A
- * full page has a next cursor (the last seq), so the last page may come
- * back empty: the statement does not fetch one row more to find out.
- */
-static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    struct events_call *c = (struct events_call *)call;
-    PGresult *r = out->results[0];
-    int rows = r != NULL ? PQntuples(r) : 0;
-    char **items = NULL;
-    char *buf = NULL;
-    char tail[64];
-    size_t len = 0;
-    int oom = 0;
-
-    if (out->status != HUB_PG_OK) {
-        hub_api_send_db_error(call->req, out);
-        return;
-    }
-    if (rows > 0 && rows == c->limit) { /* a full page: there may be more */
-        snprintf(tail, sizeof(tail), "],\"next_cursor\":\"%lld\"}",
-                 (long long)be64(PQgetvalue(r, rows - 1, HUB_EVENTS_COL_SEQ)));
-    } else {
-        snprintf(tail, sizeof(tail), "],\"next_cursor\":null}");
-    }
-    len = strlen("{\"items\":[") + strlen(tail);
-    items = calloc((size_t)rows + 1, sizeof(*items));
-    oom = items == NULL;
-    for (int row = 0; !oom && row < rows; row++) {
-        items[row] = event_json(r, row);
-        oom = items[row] == NULL;
-        len += oom ? 0 : strlen(items[row]) + 1;
-    }
-    if (!oom && (buf = malloc(len + 1)) != NULL) {
-        char *p = stpcpy(buf, "{\"items\":[");
-        for (int row = 0; row < rows; row++) {
-            p = stpcpy(row > 0 ? stpcpy(p, ",") : p, items[row]);
-        }
-        p = stpcpy(p, tail);
-        hub_api_send_json_text(call->req, 200, buf, (size_t)(p - buf));
-    } else {
-        hub_api_send_oom(call->req);
-    }
-    for (int row = 0; items != NULL && row < rows; row++) {
-        free(items[row]);
-    }
-    free(items);
-    free(buf);
-}
-
-/* Reads a non-negative sequence (decimal, at most 18 digits). */
-static int parse_seq(const char *s, int64_t *out) {
-    size_t n = strlen(s);
-
-    if (n == 1 && s[0] == '0') {
-        *out = 0;
-        return 0;
-    }
-    if (!hub_api_positive_id(s, n)) {
-        return -1;
-    }
-    *out = strtoll(s, NULL, 10);
-    return 0;
-}
-
-/* Both pull routes: the tenant's pull bucket first, so that every request
- * counts, a malformed one too; then the query; then one statement. */
-static void pull_start(struct events_call *c) {
-    h2o_req_t *req = c->call.req;
-    json_t *errors = NULL;
-    const char *after = NULL;
-    const char *type = NULL;
-    const char *limit = NULL;
-    int64_t after_seq = 0;
-    long limit_n = HUB_API_LIMIT_DEFAULT;
-    char seq_text[24];
-    char limit_text[16];
-    struct hub_pg_txn *txn;
-    const struct hub_config *cfg = &c->call.hub->cfg;
-    int wait = bucket_take(&c->call.hub->pull_buckets, c->tenant, (double)cfg->pull_rate,
-                           (double)cfg->pull_burst, 1.0);
-
-    if (wait > 0) {
-        send_over_rate(req, wait, "over the pull rate of this tenant; retry later");
-        return;
-    }
-    /* the pull API's cursor is the plain seq (SPEC §9: ?after=<seq>),
-     * not an opaque api_util cursor: a consumer keeps its position as a
-     * number */
-    if (c->op == OP_LIST) {
-        if (hub_api_query_param(req, "after", &after) < 0 ||
-            (after != NULL && parse_seq(after, &after_seq) != 0)) {
-            hub_api_errors_add(&errors, "after", "after must be a sequence (0 or more)");
-        }
-        if (hub_api_query_param(req, "limit", &limit) < 0 ||
-            (limit != NULL && (!hub_api_positive_id(limit, strlen(limit)) ||
-                               (limit_n = strtol(limit, NULL, 10)) > HUB_API_LIMIT_MAX))) {
-            hub_api_errors_add(&errors, "limit", "limit must be an integer from 1 to 500");
-        }
-        if (hub_api_query_param(req, "type", &type) < 0 ||
-            (type != NULL && (type[0] == '\0' || strlen(type) > 256))) {
-            hub_api_errors_add(&errors, "type",
-                               "type must be an event type or a pattern "
-                               "(resource.*, *) of at most 256 bytes");
-        }
-        if (errors != NULL) {
-            hub_api_send_invalid(req, errors);
-            return;
-        }
-        c->limit = (int)limit_n; /* pull_list_done tells a full page by it */
-        /* one event: the same parameters, the seq itself in $2 */
-    } else {
-        after_seq = c->seq;
-    }
-    snprintf(seq_text, sizeof(seq_text), "%lld", (long long)after_seq);
-    snprintf(limit_text, sizeof(limit_text), "%ld", limit_n);
-    const char *params[4] = {c->tenant, seq_text, limit_text, type};
-    txn = hub_api_call_txn(&c->call, c->op == OP_LIST ? pull_list_done : pull_one_done);
-    if (txn == NULL) {
-        return;
-    }
-    /* binary results: payloads come back as their bytes (store_events.h) */
-    if (c->op == OP_LIST) {
-        hub_pg_txn_add_binary(txn, &hub_sql_events_list, HUB_SQL_EVENTS_LIST_NPARAMS, params, NULL,
-                              NULL);
-    } else {
-        hub_pg_txn_add_binary(txn, &hub_sql_events_one, HUB_SQL_EVENTS_ONE_NPARAMS, params, NULL,
-                              NULL);
-    }
-    hub_api_call_submit(&c->call, txn);
-}
-
 /* --------------------------------------------------------------- routing -- */
 
 /* The route, once the key was checked (api_util.h's prologue). */
@@ -750,67 +523,29 @@ static void events_authed(struct hub_api_call *call, const char *tenant_id, int 
         hub_api_send_oom(req);
         return;
     }
-    if (c->op == OP_INGEST) {
-        ingest_start(c);
-    } else {
-        pull_start(c);
-    }
+    ingest_start(c);
 }
 
-/* Decides the operation from the path and method (answered after auth).
- * GET routes answer HEAD too (hub_api_method_get). */
-static void route(struct events_call *c, const h2o_iovec_t *s, int n) {
-    h2o_req_t *req = c->call.req;
-
-    /* /v1/events: ingest or list; /v1/events/{seq}: one event */
-    if (n == 1) {
-        if (hub_api_method_is(req, "POST")) {
-            c->op = OP_INGEST;
-        } else if (hub_api_method_get(req)) {
-            c->op = OP_LIST;
-        } else {
-            c->route_status = 405;
-            c->allow = "GET, POST";
-        }
-        return;
-    }
-    if (n != 2) {
-        c->route_status = 404;
-        return;
-    }
-    if (!hub_api_method_get(req)) {
-        c->route_status = 405;
-        c->allow = "GET";
-        return;
-    }
-    c->op = OP_ONE;
-    /* a sequence: anything else is not found (sequences are positive) */
-    if (!hub_api_positive_id(s[1].base, s[1].len)) {
-        c->route_status = 404;
-        return;
-    }
-    c->seq = strtoll(s[1].base, NULL, 10);
-}
-
-/* The entry point (api_events.h): route in memory, then authenticate. */
+/* The entry point (api_events.h): the pull routes go to api_events_pull.c;
+ * what is left is POST /v1/events (any other method: 405, once
+ * authenticated).  GET routes answer HEAD too (hub_api_method_get). */
 int hub_api_events_handle(struct hub *hub, h2o_req_t *req) {
-    h2o_iovec_t segs[MAX_SEGMENTS];
     struct events_call *c;
-    int n;
 
     /* not ours: http.c answers 404 when no /v1 module takes a path */
     if (!hub_api_path_under(req->path_normalized, EVENTS_PATH)) {
         return 0;
     }
+    if (hub_api_events_pull_handle(hub, req)) {
+        return 1;
+    }
     c = hub_api_call_new(hub, req, sizeof(*c), events_call_free);
     if (c == NULL) {
         return 1;
     }
-    n = hub_api_split_path(req->path_normalized, sizeof(V1_PREFIX) - 1, segs, MAX_SEGMENTS);
-    if (n > 0) {
-        route(c, segs, n);
-    } else {
-        c->route_status = 404;
+    if (!hub_api_method_is(req, "POST")) {
+        c->route_status = 405;
+        c->allow = "GET, HEAD, POST";
     }
     hub_api_auth_tenant(&c->call, events_authed);
     return 1;

@@ -17,8 +17,15 @@
  * committed; a tenant with an ingest quota (api_util.h
  * hub_api_quotas_check) is charged one token per event first.  Pull requests
  * take a token from the tenant's pull bucket (STREAMING_HUB_PULL_RATE per
- * second, STREAMING_HUB_PULL_BURST).  An empty bucket is 429 with
- * Retry-After.  Buckets are per process.
+ * second, STREAMING_HUB_PULL_BURST) once they are found valid.  An empty
+ * bucket is 429 with Retry-After.  Buckets are per process.
+ *
+ * A pull page never passes an event whose lower-sequence neighbours may
+ * still commit (pull_horizon.h), and holds at most
+ * STREAMING_HUB_PULL_PAGE_BYTES of stored events (one larger event comes
+ * alone).  Each item is a structured CloudEvent with the producer's
+ * attributes as stored, plus "hubsequence" (the arrival sequence, the
+ * cursor) and "event_type".
  */
 #ifndef HUB_API_EVENTS_H
 #define HUB_API_EVENTS_H
@@ -43,7 +50,16 @@ size_t hub_api_events_max_body(const struct hub_config *cfg);
  */
 int hub_api_events_handle(struct hub *hub, h2o_req_t *req);
 
-/* Releases the pull rate and ingest quota buckets (at shutdown). */
+/*
+ * The pull routes (api_events_pull.c): GET /v1/events and anything under
+ * /v1/events/.  Returns 1 when it took the request (it answers, now or
+ * later), 0 for the rest of /v1/events (POST, other methods).  Borrows hub
+ * and req.
+ */
+int hub_api_events_pull_handle(struct hub *hub, h2o_req_t *req);
+
+/* Releases the pull rate and ingest quota buckets and the pull horizon
+ * (at shutdown). */
 void hub_api_events_free(struct hub *hub);
 
 #endif

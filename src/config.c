@@ -155,6 +155,13 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"INGEST_HTTP_QUEUE", CFG_INT, "1024", OFF(ingest_http_queue), 2, 1000000, NULL,
      "HTTP ingest requests in progress at once (one API key: half of them); more are "
      "answered 503 with Retry-After"},
+    {"PULL_PAGE_BYTES", CFG_SIZE, "8MiB", OFF(pull_page_bytes), 64 * 1024, 1024.0 * 1024 * 1024,
+     NULL,
+     "most stored bytes (payloads + attributes) of one pull page; a page ends before the "
+     "event that would pass it, a larger event comes alone"},
+    {"PULL_HOLD_MAX", CFG_DURATION, "2s", OFF(pull_hold_max_ms), 1, 60000, NULL,
+     "longest a pull waits for ingest transactions holding lower sequences; past it the page "
+     "ends below them"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

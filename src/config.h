@@ -72,6 +72,9 @@ struct hub_config {
     int64_t http_max_connections;  /* accepted at once; more wait in the backlog */
     int64_t http_body_bytes;       /* request bodies held at once */
     int64_t ingest_http_queue;     /* HTTP ingest requests in progress at once */
+    /* pull pages (pull_horizon.h, api_events.h) */
+    int64_t pull_page_bytes;  /* a pull page's stored bytes at most */
+    int64_t pull_hold_max_ms; /* longest a pull waits for its horizon */
 };
 
 /*

@@ -21,6 +21,7 @@ struct hub_httpc;
 struct hub_dispatch;
 struct hub_buckets;
 struct hub_ingest_queue;
+struct hub_pull_horizon;
 
 struct hub {
     uv_loop_t *loop;
@@ -39,6 +40,7 @@ struct hub {
     struct hub_buckets *ingest_buckets;    /* tenant ingest quotas (api_events.c) */
     struct hub_ingest_queue *ingest_queue; /* HTTP ingest requests (ingest.c) */
     struct hub_keyring kek;                /* STREAMING_HUB_KEK (+ _PREVIOUS), when has_kek */
+    struct hub_pull_horizon *pull_horizon; /* pull pages' horizon (pull_horizon.c), lazily */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

@@ -49,6 +49,46 @@ static void render_scalar(FILE *out, const char *name, const char *type, const c
     fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
 }
 
+/* The pull horizon and refused pull requests: the
+ * counters and gauges as a table, then the histogram, the labelled
+ * counter and the one gauge in seconds. */
+static void render_p3(const struct hub_metrics *m, FILE *out) {
+    static const char *const routes[HUB_API_INVALID__COUNT] = {"pull"};
+    const struct {
+        const char *name, *type, *help;
+        long long v;
+    } rows[] = {
+        {"streaming_hub_pull_holdback_timeouts_total", "counter",
+         "Pulls answered below a horizon still held after STREAMING_HUB_PULL_HOLD_MAX.",
+         (long long)m->pull_holdback_timeouts},
+        {"streaming_hub_pull_horizon_lag", "gauge",
+         "Sequences allocated above the pull horizon when it was last taken.", m->pull_horizon_lag},
+        {"streaming_hub_pull_pages_byte_capped_total", "counter",
+         "Pull pages that ended early at STREAMING_HUB_PULL_PAGE_BYTES.",
+         (long long)m->pull_pages_byte_capped},
+    };
+
+    render_histogram(out, "streaming_hub_pull_holdback_seconds",
+                     "Time a pull waited for ingest transactions holding lower sequences.",
+                     &m->pull_holdback_seconds);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        render_scalar(out, rows[i].name, rows[i].type, rows[i].help, rows[i].v);
+    }
+    fprintf(out,
+            "# HELP streaming_hub_pull_holdback_oldest_seconds Age of the oldest pull horizon "
+            "still held back, at the last check.\n"
+            "# TYPE streaming_hub_pull_holdback_oldest_seconds gauge\n"
+            "streaming_hub_pull_holdback_oldest_seconds %.3f\n"
+            "# HELP streaming_hub_api_invalid_requests_total Requests refused as bad input, by "
+            "route.\n"
+            "# TYPE streaming_hub_api_invalid_requests_total counter\n",
+            (double)m->pull_holdback_oldest_ms / 1000.0);
+    for (int r = 0; r < HUB_API_INVALID__COUNT; r++) {
+        fprintf(out, "streaming_hub_api_invalid_requests_total{route=\"%s\"} %llu\n", routes[r],
+                (unsigned long long)m->api_invalid[r]);
+    }
+}
+
 void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g,
                         FILE *out) {
     fprintf(out, "# HELP streaming_hub_ingest_records_total Records by ingest verdict.\n"
@@ -142,4 +182,5 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   "Kafka records fetched again because one could not be taken for lack of "
                   "memory (no offset is committed past it).",
                   (long long)m->ingest_kafka_refetches);
+    render_p3(m, out);
 }

@@ -42,6 +42,8 @@ enum hub_http_refusal {
     HUB_HTTP_REFUSED_DRAINING,      /* "draining": SIGTERM received, 503 */
     HUB_HTTP_REFUSED__COUNT
 };
+/* Routes whose refused bad input is counted (streaming_hub_api_invalid_requests_total). */
+enum hub_api_invalid_route { HUB_API_INVALID_PULL = 0, HUB_API_INVALID__COUNT };
 
 #define HUB_HIST_BUCKETS 14
 
@@ -68,6 +70,18 @@ struct hub_metrics {
     uint64_t http_refused[HUB_HTTP_REFUSED__COUNT];
     uint64_t http_accept_paused;     /* times the listener stopped accepting at its cap */
     uint64_t ingest_kafka_refetches; /* records re-read from Kafka after running out of memory */
+    /* pull pages (api_events_pull.c, pull_horizon.c): each pull's wait for
+     * its horizon; pulls answered below a horizon still held; sequences
+     * allocated above the horizon and the age of the oldest horizon still
+     * held, as last seen; pages ended early by STREAMING_HUB_PULL_PAGE_BYTES */
+    struct hub_histogram pull_holdback_seconds;
+    uint64_t pull_holdback_timeouts;
+    int64_t pull_horizon_lag;
+    int64_t pull_holdback_oldest_ms;
+    uint64_t pull_pages_byte_capped;
+    /* refused bad input by route, and when each route last logged one */
+    uint64_t api_invalid[HUB_API_INVALID__COUNT];
+    uint64_t api_invalid_logged_ns[HUB_API_INVALID__COUNT];
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

@@ -3,6 +3,7 @@
  * store_ingest.h).
  */
 #include "store_ingest.h"
+#include "store_events.h"
 
 #include <string.h>
 
@@ -60,6 +61,7 @@
     "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
     "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset,"       \
     "         json_check)"                                                                         \
+    "   WHERE " HUB_SQL_PULL_HOLD /* pull_horizon.h: held from before the first nextval */         \
     "), r AS ("                                                                                    \
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
     "   WHERE NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL"               \

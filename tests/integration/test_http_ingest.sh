@@ -654,18 +654,18 @@ scenario_pull_lists_the_tenants_events_in_order() {
     echo "$body" >"$WORK/pull_all.json"
     assert_eq "$ids_all" "$(jq -r '[.items[].id] | join(" ")' <<<"$body" 2>/dev/null)" \
         "the tenant's accepted events, ascending by sequence, nothing else"
-    assert_eq "$seqs_all" "$(jq -r '[.items[].sequence | tostring] | join(" ")' <<<"$body" 2>/dev/null)" \
-        "each item's sequence (a number) is its arrival sequence"
-    assert_eq "number|null" "$(jq -r '"\(.items[0].sequence | type)|\(.next_cursor)"' <<<"$body" 2>/dev/null)" \
-        "sequence is a JSON number; next_cursor null on a page that is not full"
+    assert_eq "$seqs_all" "$(jq -r '[.items[].hubsequence | tostring] | join(" ")' <<<"$body" 2>/dev/null)" \
+        "each item's hubsequence (a number) is its arrival sequence"
+    assert_eq "number|null" "$(jq -r '"\(.items[0].hubsequence | type)|\(.next_cursor)"' <<<"$body" 2>/dev/null)" \
+        "hubsequence is a JSON number; next_cursor null on a page that is not full"
     assert_eq 0 "$(jq --arg t "$TENANT" '[.items[] | select(.tenantid != $t)] | length' <<<"$body" 2>/dev/null)" \
         "no other tenant's event"
 
     item() { jq -c --arg id "$1" '.items[] | select(.id == $id)' "$WORK/pull_all.json" 2>/dev/null; }
     it=$(item bin-1)
     assert_eq "$BIN1_SEQ|/http/bin|studio.lerian.transaction.posted|1.0|$TENANT|transaction.posted|a b/c" \
-        "$(jq -r '"\(.sequence)|\(.source)|\(.type)|\(.specversion)|\(.tenantid)|\(.event_type)|\(.subject)"' <<<"$it" 2>/dev/null)" \
-        "bin-1 item: sequence, source, type, specversion, tenantid, event_type, subject percent-decoded"
+        "$(jq -r '"\(.hubsequence)|\(.source)|\(.type)|\(.specversion)|\(.tenantid)|\(.event_type)|\(.subject)"' <<<"$it" 2>/dev/null)" \
+        "bin-1 item: hubsequence, source, type, specversion, tenantid, event_type, subject percent-decoded"
     assert_eq "$(printf '%s' "$BIN1_BODY" | jq -c .)" "$(jq -c '.data' <<<"$it" 2>/dev/null)" \
         "a JSON payload is embedded as JSON in data"
     assert_eq "false|true" "$(jq -r '"\(has("data_base64"))|\(.time | type == "string" and length > 0)"' <<<"$it" 2>/dev/null)" \
@@ -690,7 +690,7 @@ scenario_pull_lists_the_tenants_events_in_order() {
         n=$(jq '.items | length' <<<"$page")
         cur=$(jq -r 'if .next_cursor == null then "null" else (.next_cursor | type) + ":" + (.next_cursor | tostring) end' <<<"$page")
         [[ $cur == null ]] && break
-        last=$(jq -r '.items[-1].sequence | tostring' <<<"$page")
+        last=$(jq -r '.items[-1].hubsequence | tostring' <<<"$page")
         [[ $n == 2 && $cur == "string:$last" ]] || cursor_ok=0
         after=${cur#string:}
     done
@@ -700,7 +700,7 @@ scenario_pull_lists_the_tenants_events_in_order() {
     assert_ge "$pages" "$(((n_all + 1) / 2))" "… over $pages pages"
 
     body=$(pull "$KEY" "/v1/events?after=$BIN1_SEQ&limit=500")
-    assert_eq "$(jq -r --argjson s "$BIN1_SEQ" '[.items[] | select(.sequence > $s) | .id] | join(" ")' "$WORK/pull_all.json")" \
+    assert_eq "$(jq -r --argjson s "$BIN1_SEQ" '[.items[] | select(.hubsequence > $s) | .id] | join(" ")' "$WORK/pull_all.json")" \
         "$(jq -r '[.items[].id] | join(" ")' <<<"$body" 2>/dev/null)" "after=<seq> gives the events after it only"
 
     body=$(pull "$KEY" '/v1/events?type=transaction.*')
@@ -719,8 +719,8 @@ scenario_pull_lists_the_tenants_events_in_order() {
         "another tenant pulls only its own events"
 
     # empty parameters (SPEC §9 writes ?after=<seq>&limit=&type=) are absent ones
-    want=$(pull "$KEY" '/v1/events' | jq -c '[.items[].sequence]' 2>/dev/null)
-    got=$(pull "$KEY" '/v1/events?after=&limit=&type=' | jq -c '[.items[].sequence]' 2>/dev/null)
+    want=$(pull "$KEY" '/v1/events' | jq -c '[.items[].hubsequence]' 2>/dev/null)
+    got=$(pull "$KEY" '/v1/events?after=&limit=&type=' | jq -c '[.items[].hubsequence]' 2>/dev/null)
     assert_eq "200|$want" "$(http_status)|$got" "?after=&limit=&type= lists as no parameters do"
     # bad parameters
     for l in 0 501 abc -1; do
@@ -741,9 +741,11 @@ scenario_pull_lists_the_tenants_events_in_order() {
     assert_eq 404 "$(http_status)" "another tenant's sequence → 404"
     pull "$KEY" "/v1/events/999999999" >/dev/null
     assert_eq 404 "$(http_status)" "an unknown sequence → 404"
-    for s in abc 12abc -1 0; do # sequences are positive: anything else names no event
+    pull "$KEY" "/v1/events/0" >/dev/null
+    assert_eq 404 "$(http_status)" "/v1/events/0 → 404 (sequences start at 1)"
+    for s in abc 12abc -1 99999999999999999999; do # not a sequence at all: bad input
         pull "$KEY" "/v1/events/$s" >/dev/null
-        assert_eq 404 "$(http_status)" "/v1/events/$s → 404"
+        assert_eq "400|seq" "$(http_status)|$(fields)" "/v1/events/$s → 400 naming seq"
     done
     pull - "/v1/events/$BIN1_SEQ" >/dev/null
     assert_eq 401 "$(http_status)" "GET /v1/events/{seq} without a key → 401"
@@ -760,7 +762,7 @@ scenario_pull_default_limit_100_maximum_500() {
     body=$(pull "$KEY" '/v1/events')
     assert_eq "100|string" "$(jq -r '"\(.items | length)|\(.next_cursor | type)"' <<<"$body" 2>/dev/null)" \
         "default limit is 100, the full page has a next_cursor"
-    assert_eq "$(jq -r '.items[99].sequence | tostring' <<<"$body" 2>/dev/null)" "$(jq -r '.next_cursor' <<<"$body" 2>/dev/null)" \
+    assert_eq "$(jq -r '.items[99].hubsequence | tostring' <<<"$body" 2>/dev/null)" "$(jq -r '.next_cursor' <<<"$body" 2>/dev/null)" \
         "next_cursor is the 100th item's sequence"
     c=$(jq -r '.next_cursor' <<<"$body" 2>/dev/null)
     body=$(pull "$KEY" "/v1/events?after=$c&limit=500")
