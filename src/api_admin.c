@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "api_idem.h"
+#include "api_stats.h"
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
@@ -738,6 +739,15 @@ static void route_tenants(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n
             tenant_patch(hub, req, s[1]);
         } else {
             hub_api_send_method_not_allowed(req, "GET, HEAD, PATCH");
+        }
+        return;
+    }
+    /* the tenant's figures, as GET /v1/stats gives them (api_stats.h) */
+    if (n == 3 && hub_api_segment_is(s[2], "stats")) {
+        if (hub_api_method_get(req)) {
+            hub_api_stats_admin(hub, req, s[1]);
+        } else {
+            hub_api_send_method_not_allowed(req, "GET, HEAD");
         }
         return;
     }

@@ -26,7 +26,9 @@
 #include <string.h>
 
 #include "envelope.h"
+#include "hub.h"
 #include "log.h"
+#include "stats.h"
 #include "store_subs.h"
 #include "util.h"
 
@@ -266,6 +268,9 @@ static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *
                              "a replay of this subscription ran moments ago; retry later", NULL);
         return;
     }
+    hub_stats_replayed(call->hub->stats, c->tenant_id, /* stats.h */
+                       atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_CREATED)) +
+                           atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_REARMED)));
     hub_log(HUB_INFO, "subscription replay", HUB_LS("tenant", c->tenant_id),
             HUB_LS("subscription", c->object_id),
             HUB_LI("events", atoll(PQgetvalue(r, 0, HUB_SUBS_REPLAY_EVENTS))),

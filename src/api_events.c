@@ -13,7 +13,8 @@
  * first and keeps the token buckets both share (api_events_int.h).
  *
  * Both are tenant-scoped: the key's tenant is the only one a request can
- * write or read, and a per-tenant token bucket (bucket.h) bounds each.
+ * write or read, and a per-tenant token bucket (bucket.h), split across the
+ * deployment's processes (cluster.h), bounds each.
  */
 #include "api_events.h"
 
@@ -27,6 +28,7 @@
 #include "api_events_int.h"
 #include "api_util.h"
 #include "bucket.h"
+#include "cluster.h"
 #include "envelope.h"
 #include "hub.h"
 #include "ingest.h"
@@ -79,9 +81,8 @@ struct events_call {
 
 int hub_events_rate_take(struct hub *hub, struct hub_buckets **table, const char *tenant,
                          double rate, double burst, double cost) {
-    double wait = hub_bucket_take(table, tenant, rate, burst, cost, hub_now_ns());
+    double wait = hub_cluster_take(hub, table, tenant, rate, burst, cost);
 
-    (void)hub;
     if (wait <= 0.0) {
         return 0;
     }

@@ -18,7 +18,8 @@
  * hub_api_quotas_check) is charged one token per event first.  Pull requests
  * take a token from the tenant's pull bucket (STREAMING_HUB_PULL_RATE per
  * second, STREAMING_HUB_PULL_BURST) once they are found valid.  An empty
- * bucket is 429 with Retry-After.  Buckets are per process.
+ * bucket is 429 with Retry-After.  Both limits are for the whole deployment:
+ * each process charges its share (cluster.h).
  *
  * A pull page never passes an event whose lower-sequence neighbours may
  * still commit (pull_horizon.h), and holds at most

@@ -11,8 +11,8 @@ struct hub;
 struct hub_buckets;
 
 /*
- * Charges `cost` tokens of a tenant's limit (rate per second, burst;
- * bucket.h hub_bucket_take) in *table.  Returns 0 when admitted,
+ * Charges `cost` tokens of a tenant's cluster-wide limit (rate per second,
+ * burst; cluster.h hub_cluster_take) in *table.  Returns 0 when admitted,
  * else the whole seconds to wait for Retry-After (1 to a day).
  */
 int hub_events_rate_take(struct hub *hub, struct hub_buckets **table, const char *tenant,

@@ -119,8 +119,10 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"ALLOW_PRIVATE_SINKS", CFG_BOOL, "false", OFF(allow_private_sinks), 0, 0, NULL,
      "allow loopback/private/link-local destinations"},
     {"PULL_RATE", CFG_INT, "100", OFF(pull_rate), 1, 1000000, NULL,
-     "pull API requests per second per tenant"},
-    {"PULL_BURST", CFG_INT, "200", OFF(pull_burst), 1, 1000000, NULL, "pull API burst per tenant"},
+     "pull API requests per second per tenant, for the whole deployment (each process takes "
+     "its share)"},
+    {"PULL_BURST", CFG_INT, "200", OFF(pull_burst), 1, 1000000, NULL,
+     "pull API burst per tenant, for the whole deployment"},
     {"EVENT_RETENTION", CFG_DURATION, "168h", OFF(event_retention_ms), 1000, BIG, NULL,
      "how long stored events (and so the dedup window) are kept at least, by whole UTC days"},
     {"MAX_EVENT_BYTES", CFG_INT, "1048576", OFF(max_event_bytes), 1, 64.0 * 1024 * 1024, NULL,
@@ -162,6 +164,14 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"PULL_HOLD_MAX", CFG_DURATION, "2s", OFF(pull_hold_max_ms), 1, 60000, NULL,
      "longest a pull waits for ingest transactions holding lower sequences; past it the page "
      "ends below them"},
+    {"STATS_RETENTION", CFG_DURATION, "90d", OFF(stats_retention_ms), 3600000, BIG, NULL,
+     "how long the per-tenant figures (GET /v1/stats) are kept, at least"},
+    {"STATS_FLUSH_INTERVAL", CFG_DURATION, "1s", OFF(stats_flush_ms), 100, 60000, NULL,
+     "how often each process writes its per-tenant counts (a crash loses at most this much)"},
+    {"CLUSTER_HEARTBEAT", CFG_DURATION, "1s", OFF(cluster_heartbeat_ms), 100, 60000, NULL,
+     "how often a process refreshes its hub_processes row (cluster-wide limits)"},
+    {"CLUSTER_MEMBER_TIMEOUT", CFG_DURATION, "3s", OFF(cluster_member_timeout_ms), 300, 600000,
+     NULL, "a process whose row is older than this no longer counts (must exceed the heartbeat)"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))
@@ -451,6 +461,12 @@ int hub_config_load(struct hub_config *cfg, char *err, size_t errsz) {
     }
     if (cfg->kek_previous != NULL && cfg->kek == NULL) {
         snprintf(err, errsz, "STREAMING_HUB_KEK_PREVIOUS: set without STREAMING_HUB_KEK");
+        return -1;
+    }
+    /* a live process must never look gone between two of its heartbeats */
+    if (cfg->cluster_member_timeout_ms <= cfg->cluster_heartbeat_ms) {
+        snprintf(err, errsz,
+                 "STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT: must be > STREAMING_HUB_CLUSTER_HEARTBEAT");
         return -1;
     }
     if (strcmp(cfg->env, "production") == 0) {

@@ -72,9 +72,14 @@ struct hub_config {
     int64_t http_max_connections;  /* accepted at once; more wait in the backlog */
     int64_t http_body_bytes;       /* request bodies held at once */
     int64_t ingest_http_queue;     /* HTTP ingest requests in progress at once */
-    /* pull pages (pull_horizon.h, api_events.h) */
-    int64_t pull_page_bytes;  /* a pull page's stored bytes at most */
-    int64_t pull_hold_max_ms; /* longest a pull waits for its horizon */
+    /* pull pages, per-tenant figures, cluster membership (pull_horizon.h,
+     * stats.h, cluster.h) */
+    int64_t pull_page_bytes;           /* a pull page's stored bytes at most */
+    int64_t pull_hold_max_ms;          /* longest a pull waits for its horizon */
+    int64_t stats_retention_ms;        /* hourly rollups kept this long */
+    int64_t stats_flush_ms;            /* counts written this often */
+    int64_t cluster_heartbeat_ms;      /* membership row refreshed this often */
+    int64_t cluster_member_timeout_ms; /* a row older than this is a process gone */
 };
 
 /*

@@ -30,6 +30,7 @@
 #include "netguard.h"
 #include "policy.h"
 #include "sign.h"
+#include "stats.h"
 #include "webhook.h"
 
 #define DISPATCH_EXCERPT 1024 /* a policy error's message, as an excerpt */
@@ -279,6 +280,7 @@ static void job_postpone(struct hub_dispatch *d, struct job *j, enum hub_deliver
                          int64_t until) {
     int64_t now = dispatch_unix_ms();
     d->hub->metrics.deliveries[why]++;
+    hub_stats_delayed(d->hub->stats, j->tenant, j->attrs, j->event_type); /* stats.h */
     dispatch_job_unattempted(d, j, "pending", until - now > 0 ? until - now : 1);
 }
 

@@ -34,6 +34,7 @@
 #include "hub.h"
 #include "log.h"
 #include "pg.h"
+#include "stats.h"
 #include "store.h"
 #include "store_dispatch.h"
 
@@ -200,6 +201,8 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
             dispatch_queue_drop_subscription(d, j->sub_id);
         }
     }
+    /* per-tenant figures (stats.h): delivered, retried, dead */
+    hub_stats_attempt(d->hub->stats, j->tenant, j->attrs, j->event_type, o->state);
     schedule_flush(d);
 }
 

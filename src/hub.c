@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "api_events.h"
+#include "cluster.h"
 #include "dispatch.h"
 #include "http.h"
 #include "httpc.h"
@@ -50,6 +51,7 @@
 #include "pg.h"
 #include "policy.h"
 #include "policy_watch.h"
+#include "stats.h"
 #include "store.h"
 #include "util.h"
 
@@ -315,6 +317,8 @@ static void hub_finish(struct hub *hub) {
         hub_http_stop(hub->http);
         hub->http = NULL;
     }
+    hub_stats_stop(hub);   /* the last counts, then its own connection closes */
+    hub_cluster_stop(hub); /* the other processes take this one's share */
     if (hub->httpc) {
         hub_httpc_close(hub->httpc);
         hub->httpc = NULL;
@@ -569,6 +573,8 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         goto fail_ingest;
     }
 
+    hub_cluster_start(hub); /* last: nothing after them can fail */
+    hub_stats_start(hub);
     /* signals and timers: SIGTERM/SIGINT drain, SIGHUP reloads the
      * policies; partition upkeep hourly (and at each UTC day's start); the
      * readiness probe, whose first answer comes HUB_READY_PROBE_MS in (the

@@ -22,6 +22,8 @@ struct hub_dispatch;
 struct hub_buckets;
 struct hub_ingest_queue;
 struct hub_pull_horizon;
+struct hub_stats;
+struct hub_cluster;
 
 struct hub {
     uv_loop_t *loop;
@@ -41,6 +43,8 @@ struct hub {
     struct hub_ingest_queue *ingest_queue; /* HTTP ingest requests (ingest.c) */
     struct hub_keyring kek;                /* STREAMING_HUB_KEK (+ _PREVIOUS), when has_kek */
     struct hub_pull_horizon *pull_horizon; /* pull pages' horizon (pull_horizon.c), lazily */
+    struct hub_stats *stats;               /* per-tenant counts (stats.c) */
+    struct hub_cluster *cluster;           /* process membership (cluster.c) */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

@@ -23,6 +23,7 @@
 #include "envelope.h"
 #include "hub.h"
 #include "metrics.h"
+#include "stats.h"
 #include "store_ingest.h"
 #include "util.h"
 
@@ -138,6 +139,7 @@ static void rec_settle(struct ingest_batch *b, struct hub_ingest_rec *r, enum hu
     r->verdict = v;
     r->state = REC_DONE;
     b->hub->metrics.ingest_records[v]++;
+    hub_stats_ingest(b->hub->stats, r, 1); /* per-tenant figures (stats.h) */
 }
 
 /*

@@ -49,11 +49,11 @@ static void render_scalar(FILE *out, const char *name, const char *type, const c
     fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
 }
 
-/* The pull horizon and refused pull requests: the
+/* The pull horizon, per-tenant figures and cluster membership: the
  * counters and gauges as a table, then the histogram, the labelled
  * counter and the one gauge in seconds. */
 static void render_p3(const struct hub_metrics *m, FILE *out) {
-    static const char *const routes[HUB_API_INVALID__COUNT] = {"pull"};
+    static const char *const routes[HUB_API_INVALID__COUNT] = {"pull", "stats"};
     const struct {
         const char *name, *type, *help;
         long long v;
@@ -66,6 +66,15 @@ static void render_p3(const struct hub_metrics *m, FILE *out) {
         {"streaming_hub_pull_pages_byte_capped_total", "counter",
          "Pull pages that ended early at STREAMING_HUB_PULL_PAGE_BYTES.",
          (long long)m->pull_pages_byte_capped},
+        {"streaming_hub_stats_flushes_total", "counter",
+         "Writes of this process's per-tenant counts that committed.", (long long)m->stats_flushes},
+        {"streaming_hub_stats_flush_errors_total", "counter",
+         "Writes of per-tenant counts that failed.", (long long)m->stats_flush_errors},
+        {"streaming_hub_stats_counts_lost_total", "counter",
+         "Per-tenant counts dropped rather than risk counting them twice.",
+         (long long)m->stats_counts_lost},
+        {"streaming_hub_cluster_processes", "gauge",
+         "Live hub processes the pull rate and ingest quotas are shared by.", m->cluster_processes},
     };
 
     render_histogram(out, "streaming_hub_pull_holdback_seconds",

@@ -43,7 +43,11 @@ enum hub_http_refusal {
     HUB_HTTP_REFUSED__COUNT
 };
 /* Routes whose refused bad input is counted (streaming_hub_api_invalid_requests_total). */
-enum hub_api_invalid_route { HUB_API_INVALID_PULL = 0, HUB_API_INVALID__COUNT };
+enum hub_api_invalid_route {
+    HUB_API_INVALID_PULL = 0,
+    HUB_API_INVALID_STATS,
+    HUB_API_INVALID__COUNT
+};
 
 #define HUB_HIST_BUCKETS 14
 
@@ -82,6 +86,13 @@ struct hub_metrics {
     /* refused bad input by route, and when each route last logged one */
     uint64_t api_invalid[HUB_API_INVALID__COUNT];
     uint64_t api_invalid_logged_ns[HUB_API_INVALID__COUNT];
+    /* per-tenant figures (stats.c): rollup writes that committed, that
+     * failed, and counts dropped (an outcome unknown, or out of memory) */
+    uint64_t stats_flushes;
+    uint64_t stats_flush_errors;
+    uint64_t stats_counts_lost;
+    /* cluster membership (cluster.c): live processes sharing the limits */
+    int64_t cluster_processes;
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

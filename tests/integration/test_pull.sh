@@ -214,6 +214,7 @@ ce-type: studio.lerian.pull.tested
 ce-time: 2026-01-01T00:00:00Z
 H
     : >"$WORK/follow.seen"
+    local t0=$SECONDS
     (
         after=0 idle=0 pulls=0 deadline=$((SECONDS + 240))
         # one jq per page: the items, then "next <cursor> <count> <last>"
@@ -270,7 +271,14 @@ H
     psql_q "SELECT seq FROM event_inbox WHERE tenant_id = '$TENANT' ORDER BY seq" >"$WORK/follow.want"
     assert_eq "" "$(awk '{print $1}' "$WORK/follow.seen" | sort -n | comm -3 "$WORK/follow.want" - |
         head -n 20 | paste -sd ' ')" "… exactly the stored sequences (none missing, none extra)"
-    log "follower: $seen events in $(cat "$WORK/follow.pulls") pulls; holdback $(metric streaming_hub_pull_holdback_seconds_sum) s over $(metric streaming_hub_pull_holdback_seconds_count) waits"
+    # what the poller's own backend cost PostgreSQL over the hub's life
+    local poller ticks
+    poller=$(psql_q "SELECT pid FROM pg_stat_activity WHERE application_name = 'streaming-hub-pull'")
+    ticks=$(awk '{print $14 + $15}' "/proc/$poller/stat" 2>/dev/null)
+    log "follower: $seen events in $(cat "$WORK/follow.pulls") pulls over $((SECONDS - t0)) s;" \
+        "holdback $(metric streaming_hub_pull_holdback_seconds_sum) s over" \
+        "$(metric streaming_hub_pull_holdback_seconds_count) waits; the poller's backend" \
+        "used ${ticks:-?} ticks of CPU ($(getconf CLK_TCK)/s)"
 }
 
 # ---------------------------------------------------------------------------

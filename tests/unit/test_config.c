@@ -199,6 +199,31 @@ static void test_embedded_defaults(void **state) {
     clear_env();
 }
 
+/* The pull, per-tenant figures and membership tunables: defaults, and a
+ * member timeout that must exceed the heartbeat (else a live process would
+ * look gone between two of its heartbeats). */
+static void test_pull_stats_cluster(void **state) {
+    struct hub_config cfg = {0};
+    char err[256] = "";
+    (void)state;
+    clear_env();
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.pull_page_bytes, 8LL << 20);
+    assert_int_equal(cfg.pull_hold_max_ms, 2000);
+    assert_int_equal(cfg.stats_retention_ms, 90LL * 24 * 3600 * 1000);
+    assert_int_equal(cfg.stats_flush_ms, 1000);
+    assert_int_equal(cfg.cluster_heartbeat_ms, 1000);
+    assert_int_equal(cfg.cluster_member_timeout_ms, 3000);
+    hub_config_free(&cfg);
+    memset(&cfg, 0, sizeof(cfg));
+    setenv("STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT", "1s", 1);
+    assert_int_equal(hub_config_load(&cfg, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT"));
+    hub_config_free(&cfg);
+    unsetenv("STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT");
+    expect_error("STREAMING_HUB_PULL_PAGE_BYTES", "1KiB", NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration_units),
@@ -211,6 +236,7 @@ int main(void) {
         cmocka_unit_test(test_production_requirements),
         cmocka_unit_test(test_valid_overrides),
         cmocka_unit_test(test_embedded_defaults),
+        cmocka_unit_test(test_pull_stats_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

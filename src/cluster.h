@@ -1,0 +1,56 @@
+/*
+ * cluster — which hub processes share one database, so that the limits
+ * SPEC §13 says "hold across all processes of a deployment" do: the pull
+ * rate (STREAMING_HUB_PULL_RATE/BURST) and tenants' ingest quotas
+ * (quotas.ingest_rate/burst).
+ *
+ * The split: each `serve` process upserts its row in hub_processes every
+ * STREAMING_HUB_CLUSTER_HEARTBEAT and counts the rows seen within
+ * STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT: N.  It charges its own token
+ * buckets (bucket.h) at rate/N with burst/N (at least one token), so with
+ * requests spread evenly over the processes (a round-robin load balancer)
+ * a tenant gets the configured rate plus one burst in all.  No request
+ * waits on the database for it.
+ *
+ * While membership changes the split lags by up to one heartbeat: a
+ * process that joins admits at rate/N_old... until the others see it
+ * (briefly up to (N+1)/N of the rate); one that stops cleanly deletes its
+ * row (the others see N-1 within a heartbeat); one that crashes counts
+ * until its row ages out (up to the member timeout, the others admit
+ * (N-1)/N of the rate meanwhile).  A process that cannot reach the
+ * database keeps the last N it knew.  Requests that do not spread evenly
+ * (sticky clients) get less than the rate: a process never admits more
+ * than its share.
+ *
+ * Loop thread only.  The state hangs off struct hub (hub->cluster).
+ */
+#ifndef HUB_CLUSTER_H
+#define HUB_CLUSTER_H
+
+struct hub;
+struct hub_buckets;
+
+/* Starts membership: the first heartbeat at once, then every
+ * STREAMING_HUB_CLUSTER_HEARTBEAT, on a connection of its own.  Without
+ * memory it logs and leaves hub->cluster NULL (the process then counts as
+ * alone: the limits are per process). */
+void hub_cluster_start(struct hub *hub);
+
+/* At shutdown: deletes this process's row (within 2 s, or not at all when
+ * the database does not answer: the row then ages out), then closes the
+ * connection and frees the state.  Safe when never started. */
+void hub_cluster_stop(struct hub *hub);
+
+/* Live processes, this one included (>= 1). */
+int hub_cluster_size(const struct hub *hub);
+
+/*
+ * Charges `cost` tokens of a cluster-wide limit (`rate` per second, `burst`
+ * at once, for the whole deployment) to key's bucket in *table: the bucket
+ * runs at this process's share, rate/N and max(1, burst/N).  Returns 0 when
+ * admitted, else the seconds until a token is there (hub_bucket_take).
+ */
+double hub_cluster_take(struct hub *hub, struct hub_buckets **table, const char *key, double rate,
+                        double burst, double cost);
+
+#endif

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
+# Limits that hold across processes (SPEC §13; issue 23 item 9): three
+# `serve` processes (roles all, all, delivery) on one database and one
+# consumer group share the pull rate (STREAMING_HUB_PULL_RATE/BURST) and a
+# tenant's ingest quota (quotas.ingest_rate/burst): each process counts the
+# live ones (hub_processes, migration 0012) and charges its buckets at 1/N.
+#
+# Covers: membership (each process sees 3); with requests spread
+# round-robin over the three for 10 s, a tenant gets within 10% of its
+# configured rate plus one burst, for pulls and for HTTP ingest, while
+# another tenant at a modest rate is never refused; a process that stops
+# cleanly leaves at once, one that is killed ages out within the member
+# timeout, one that starts joins within a heartbeat.
+#
+# Run one alone: bash tests/integration/test_cluster_limits.sh pull_rate_holds_across_processes
+set -uo pipefail
+# shellcheck source=tests/support/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+
+TOPIC=lerian.streaming.cluster
+RATE=20
+BURST=10
+SECONDS_RUN=10
+
+setup() {
+    command -v jq >/dev/null || fatal "jq is required by this test"
+    pg_start
+    kafka_start --topic "$TOPIC:3"
+    CLUSTER_ENV=(STREAMING_HUB_PULL_RATE=$RATE STREAMING_HUB_PULL_BURST=$BURST
+        STREAMING_HUB_CLUSTER_HEARTBEAT=500ms STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT=2s
+        STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64 -w0)")
+    hub_shared "${CLUSTER_ENV[@]}"
+    extra_start x2 all
+    extra_start x3 delivery
+    # the scenarios read every process's URL from here
+    printf '%s\n' "$HUB_URL" "$(cat "$WORK/x2.url")" "$(cat "$WORK/x3.url")" >"$WORK/urls"
+}
+
+teardown() {
+    extra_stop x2
+    extra_stop x3
+}
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+# extra_start NAME ROLE: another `serve` process of the same deployment, log
+# $WORK/hub.NAME.log, URL in $WORK/NAME.url, pid in $WORK/NAME.pid; waits
+# for /readyz.
+extra_start() {
+    local name=$1 role=$2 addr="" code deadline skip
+    mkdir -p "$WORK/hub-$name" "$WORK/policies"
+    # the log is appended across starts: only this start's lines count
+    skip=$(($(cat "$WORK/hub.$name.log" 2>/dev/null | wc -l) + 1))
+    rm -f "$WORK/$name.pid" "$WORK/$name.rc"
+    # a wrapper, as lib.sh's hub_start: any shell can stop the process and
+    # read its exit status from $WORK/NAME.rc
+    (
+        cd "$WORK" || exit 1
+        env STREAMING_HUB_HTTP_LISTEN_ADDR=127.0.0.1:0 STREAMING_HUB_DATA_DIR="$WORK/hub-$name" \
+            STREAMING_HUB_POLICY_DIR="$WORK/policies" STREAMING_HUB_ADMIN_TOKEN="$ADMIN_TOKEN" \
+            STREAMING_HUB_KAFKA_SESSION_TIMEOUT=3s STREAMING_HUB_LOG_LEVEL="${HUB_LOG_LEVEL:-info}" \
+            STREAMING_HUB_ROLE="$role" "${CLUSTER_ENV[@]}" "$HUB_BIN" serve >>"$WORK/hub.$name.log" 2>&1 &
+        echo $! >"$WORK/$name.pid"
+        wait $!
+        echo $? >"$WORK/$name.rc"
+    ) >/dev/null 2>&1 &
+    track_pid $!
+    wait_until 10 "[[ -s '$WORK/$name.pid' ]]" || fatal "process $name wrote no pid"
+    track_pid "$(cat "$WORK/$name.pid")"
+    deadline=$((SECONDS + 30))
+    while [[ -z $addr ]] && ((SECONDS < deadline)); do
+        addr=$(tail -n "+$skip" "$WORK/hub.$name.log" 2>/dev/null | grep -F '"msg":"http listening"' |
+            grep -oE '"addr":"127\.0\.0\.1:[0-9]+"' | head -n1 | grep -oE '[0-9]+"$' | tr -d '"')
+        sleep 0.05
+    done
+    [[ -n $addr ]] || fatal "process $name did not listen within 30 s"
+    echo "http://127.0.0.1:$addr" >"$WORK/$name.url"
+    while ((SECONDS < deadline)); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$addr/readyz")
+        [[ $code == 200 ]] && break
+        sleep 0.1
+    done
+    [[ $code == 200 ]] || fatal "process $name not ready within 30 s"
+    log "process $name ($role) ready at http://127.0.0.1:$addr"
+}
+
+# extra_stop NAME: SIGTERM; a non-zero exit or a process still there after
+# 30 s is a failure.
+extra_stop() {
+    local pid rc
+    pid=$(cat "$WORK/$1.pid" 2>/dev/null) || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid"
+    wait_until 30 "[[ -s '$WORK/$1.rc' ]]" || fail "process $1 still running 30 s after SIGTERM"
+    rc=$(cat "$WORK/$1.rc" 2>/dev/null)
+    [[ $rc == 0 ]] || fail "process $1 exited with status ${rc:-unknown} after SIGTERM"
+}
+
+# processes URL: the live processes that process counts (its gauge).
+processes() {
+    curl -s --max-time 5 "$1/metrics" |
+        awk '$1 == "streaming_hub_cluster_processes" { print $2 }'
+}
+
+# all_see N: every process of $WORK/urls (that answers) counts N.
+all_see() {
+    local u
+    while read -r u; do
+        [[ $(processes "$u") == "$1" ]] || return 1
+    done <"$WORK/urls"
+}
+
+# round_robin FILE RATE METHOD PATH KEY [BODY]: writes a curl config of
+# RATE x SECONDS_RUN requests spread over the processes in turn (each POST
+# its own ce-id), to be run with `curl --rate RATE/s -K FILE`; one status
+# code a line.
+round_robin() {
+    local file=$1 rate=$2 method=$3 path=$4 key=$5 i=0 n urls
+    mapfile -t urls <"$WORK/urls"
+    n=$((rate * SECONDS_RUN))
+    : >"$file"
+    for ((i = 0; i < n; i++)); do
+        {
+            echo "url = \"${urls[i % 3]}$path\""
+            echo "request = \"$method\""
+            echo "header = \"Authorization: Bearer $key\""
+            if [[ $method == POST ]]; then
+                echo "header = \"Content-Type: application/json\""
+                echo "header = \"ce-specversion: 1.0\""
+                echo "header = \"ce-id: rr-$i\""
+                echo "header = \"ce-source: /cluster\""
+                echo "header = \"ce-type: studio.lerian.cluster.tested\""
+                echo "header = \"ce-time: 2026-01-01T00:00:00Z\""
+                echo "data-binary = \"{}\""
+            fi
+            echo 'output = "/dev/null"'
+            echo 'write-out = "%{http_code}\n"'
+            ((i + 1 < n)) && echo next
+        } >>"$file"
+    done
+}
+
+# within ADMITTED WHAT: ADMITTED is within 10% of RATE x SECONDS_RUN, plus
+# one burst above.
+within() {
+    local want=$((RATE * SECONDS_RUN))
+    assert_ge "$1" $((want * 9 / 10)) "$2: $1 admitted in ${SECONDS_RUN} s, at least 90% of ${want}"
+    assert_le "$1" $((want * 11 / 10 + BURST)) "$2: … at most 110% of ${want} plus one burst ($BURST)"
+}
+
+# ---------------------------------------------------------------------------
+# scenarios
+# ---------------------------------------------------------------------------
+
+scenario_every_process_counts_three() {
+    wait_until 10 all_see\ 3 || fail "not every process counts 3: $(while read -r u; do processes "$u"; done <"$WORK/urls" | paste -sd ' ')"
+    pass "each of the three processes (all, all, delivery) counts 3 live processes"
+    assert_eq 3 "$(psql_q "SELECT count(*) FROM hub_processes WHERE seen_at > now() - interval '2 seconds'")" \
+        "hub_processes has their three rows"
+    assert_eq "all,all,delivery" "$(psql_q "SELECT string_agg(role, ',' ORDER BY role) FROM hub_processes")" \
+        "… with their roles"
+}
+
+scenario_pull_rate_holds_across_processes() {
+    local other_key ok limited other_bad
+    own_client
+    other_key=$(own_tenant_key other)
+    wait_until 10 all_see\ 3 || fail "not every process counts 3"
+    round_robin "$WORK/pull.cfg" 60 GET "/v1/events?limit=1" "$KEY"
+    round_robin "$WORK/other.cfg" 6 GET "/v1/events?limit=1" "$other_key"
+    curl -s --rate 6/s -K "$WORK/other.cfg" >"$WORK/other.codes" 2>/dev/null &
+    local other=$!
+    curl -s --rate 60/s -K "$WORK/pull.cfg" >"$WORK/pull.codes" 2>/dev/null
+    wait "$other"
+    ok=$(grep -c '^200$' "$WORK/pull.codes")
+    limited=$(grep -c '^429$' "$WORK/pull.codes")
+    log "pulls round-robin over 3 processes at 60/s for ${SECONDS_RUN} s: $ok answered 200, $limited 429 (PULL_RATE $RATE, PULL_BURST $BURST)"
+    assert_eq $((60 * SECONDS_RUN)) $((ok + limited)) "every pull answered 200 or 429"
+    within "$ok" "PULL_RATE=$RATE across 3 processes"
+    other_bad=$(grep -vc '^200$' "$WORK/other.codes")
+    assert_eq 0 "$other_bad" "another tenant pulling at 6/s meanwhile was never refused"
+}
+
+scenario_ingest_quota_holds_across_processes() {
+    local ok limited stored
+    own_client
+    admin_curl PATCH "/admin/tenants/$TENANT" "{\"quotas\":{\"ingest_rate\":$RATE,\"ingest_burst\":$BURST}}" >/dev/null
+    assert_eq 200 "$(http_status)" "the tenant's quota: $RATE events/s, burst $BURST"
+    wait_until 10 all_see\ 3 || fail "not every process counts 3"
+    round_robin "$WORK/post.cfg" 60 POST /v1/events "$KEY"
+    curl -s --rate 60/s -K "$WORK/post.cfg" >"$WORK/post.codes" 2>/dev/null
+    ok=$(grep -c '^202$' "$WORK/post.codes")
+    limited=$(grep -c '^429$' "$WORK/post.codes")
+    log "events round-robin over 3 processes at 60/s for ${SECONDS_RUN} s: $ok accepted, $limited 429 (ingest_rate $RATE, ingest_burst $BURST)"
+    assert_eq $((60 * SECONDS_RUN)) $((ok + limited)) "every event answered 202 or 429"
+    within "$ok" "quotas.ingest_rate=$RATE across 3 processes"
+    stored=$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT'")
+    assert_eq "$ok" "$stored" "exactly the accepted events are stored"
+}
+
+scenario_processes_leave_and_join() {
+    local pid
+    wait_until 10 all_see\ 3 || fail "not every process counts 3"
+    extra_stop x3
+    head -n 2 "$WORK/urls" >"$WORK/urls.2"
+    wait_until 3 "URLS=\$WORK/urls.2 all_see_in 2" || fail "after a clean stop the others do not count 2"
+    pass "a process that stops cleanly is gone for the others within a heartbeat"
+    extra_start x3 delivery
+    printf '%s\n' "$(cat "$WORK/urls.2")" "$(cat "$WORK/x3.url")" >"$WORK/urls"
+    wait_until 5 all_see\ 3 || fail "the restarted process did not join"
+    pass "a process that starts joins within a heartbeat"
+    pid=$(cat "$WORK/x3.pid")
+    kill -9 "$pid"
+    wait_until 6 "URLS=\$WORK/urls.2 all_see_in 2" || fail "a killed process still counts"
+    pass "a killed process ages out within the member timeout (2 s)"
+    extra_start x3 delivery
+    printf '%s\n' "$(cat "$WORK/urls.2")" "$(cat "$WORK/x3.url")" >"$WORK/urls"
+    wait_until 5 all_see\ 3 || fail "the process did not join again"
+}
+
+# all_see_in N: as all_see, over the URLs of the file $URLS.
+all_see_in() {
+    local u
+    while read -r u; do
+        [[ $(processes "$u") == "$1" ]] || return 1
+    done <"$URLS"
+}
+
+scenarios_main "$@"
