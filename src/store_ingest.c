@@ -61,10 +61,10 @@
     "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
     "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset,"       \
     "         json_check)"                                                                         \
-    "   WHERE " HUB_SQL_PULL_HOLD /* pull_horizon.h: held from before the first nextval */         \
     "), r AS ("                                                                                    \
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
-    "   WHERE NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL"               \
+    "   WHERE (NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL)"             \
+    "     AND " HUB_SQL_PULL_HOLD /* pull_horizon.h: held from before the first nextval */         \
     "), n AS (" /* the rows to store unless a key of today's holds them */                         \
     "  SELECT r.* FROM r"                                                                          \
     "   WHERE r.status = 'active'"                                                                 \
