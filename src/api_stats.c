@@ -148,6 +148,15 @@ static void counters_set(json_t *o, PGresult *r, int row) {
     }
 }
 
+/* The admin route's unknown tenant: 404 problem+json naming the path's
+ * tenant as the field, as a bad window names its parameter. */
+static void send_no_tenant(h2o_req_t *req) {
+    json_t *errors = NULL;
+
+    hub_api_errors_add(&errors, "tenant", "no such tenant");
+    hub_api_send_problem(req, 404, "tenant not found", errors);
+}
+
 /* The statement's rows (store_stats.h): the totals first, then the groups
  * in their order. */
 static void stats_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
@@ -162,7 +171,7 @@ static void stats_done(struct hub_api_call *call, const struct hub_pg_outcome *o
     }
     rows = PQntuples(r);
     if (c->admin && strcmp(PQgetvalue(r, 0, HUB_STATS_COL_FOUND), "1") != 0) {
-        hub_api_send_problem(call->req, 404, "tenant not found", NULL);
+        send_no_tenant(call->req);
         return;
     }
     body = json_object();
@@ -260,7 +269,7 @@ void hub_api_stats_admin(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
     int oom = 0;
 
     if (!hub_api_tenant_id_valid(tenant.base, tenant.len)) {
-        hub_api_send_problem(req, 404, "tenant not found", NULL);
+        send_no_tenant(req);
         return;
     }
     c = hub_api_call_new(hub, req, sizeof(*c), stats_call_free);

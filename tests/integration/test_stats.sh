@@ -238,9 +238,12 @@ scenario_bad_input_is_400_naming_the_field() {
     assert_eq 8 "$(metric_delta 'streaming_hub_api_invalid_requests_total{route="stats"}' "$invalid0")" \
         "each refusal counted"
     admin_curl GET /admin/tenants/no-such-tenant/stats >/dev/null
-    assert_eq 404 "$(http_status)" "admin: an unknown tenant → 404"
+    assert_eq "404|tenant" "$(http_status)|$(jq -r '[.errors[].field] | join(" ")' <<<"$(last_body)")" \
+        "admin: an unknown tenant → 404 naming tenant"
+    assert_contains "$(last_header content-type)" application/problem+json "… as problem+json"
     admin_curl GET '/admin/tenants/bad%20id/stats' >/dev/null
-    assert_eq 404 "$(http_status)" "admin: a tenant id that cannot be one → 404"
+    assert_eq "404|tenant" "$(http_status)|$(jq -r '[.errors[].field] | join(" ")' <<<"$(last_body)")" \
+        "admin: a tenant id that cannot be one → 404 naming tenant"
     admin_curl POST "/admin/tenants/$TENANT/stats" '{}' >/dev/null
     assert_eq "405|GET, HEAD" "$(http_status)|$(last_header allow)" "admin: POST → 405"
     hub_curl GET /v1/stats >/dev/null
