@@ -426,10 +426,23 @@ scenario_concurrent_big_pulls_keep_memory_bounded() {
             >"$WORK/bigpull.$i.status" &
         pids+=($!)
     done
+    # another tenant meanwhile: its event stored, its pull answered
+    local other_key other_ms t0
+    other_key=$(own_tenant_key other)
+    t0=$(date +%s%3N)
+    KEY=$other_key post_event other-1 /pull/other >/dev/null
+    local other_post
+    other_post=$(http_status)
+    KEY=$other_key pull "/v1/events?limit=10" >/dev/null
+    other_ms=$(($(date +%s%3N) - t0))
+    assert_eq "202|200|other-1" "$other_post|$(http_status)|$(page_ids)" \
+        "another tenant, during the 24 big pulls: its event stored and pulled"
     for i in "${pids[@]}"; do
         wait "$i"
     done
     hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$HUB_PID/status")
+    log "the other tenant's post and pull took ${other_ms} ms during the big pulls"
+    assert_le "$other_ms" 5000 "… within 5 s (${other_ms} ms; the big pulls take longer)"
     bad=0
     for i in $(seq 1 24); do
         [[ $(cat "$WORK/bigpull.$i.status") == 200 ]] || bad=$((bad + 1))
