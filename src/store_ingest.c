@@ -51,6 +51,9 @@
  * PostgreSQL's JSON parser, every row's, the roster's rejects included: r is
  * read twice, so it is materialized whole.  A bad payload fails the
  * statement, and ingest finds it with hub_sql_ingest_json_errors.
+ *
+ * r also takes the pull hold (store_events.h, pull_horizon.h) in a one-time
+ * filter, before any row reaches ins's nextval().
  */
 #define INGEST_INSERT_SQL                                                                          \
     "WITH b AS ("                                                                                  \
@@ -64,7 +67,7 @@
     "), r AS ("                                                                                    \
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
     "   WHERE (NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL)"             \
-    "     AND " HUB_SQL_PULL_HOLD /* pull_horizon.h: held from before the first nextval */         \
+    "     AND " HUB_SQL_PULL_HOLD                                                                  \
     "), n AS (" /* the rows to store unless a key of today's holds them */                         \
     "  SELECT r.* FROM r"                                                                          \
     "   WHERE r.status = 'active'"                                                                 \
