@@ -6,8 +6,11 @@
 #   lower sequence may still commit.  Deterministic: a psql session holds an
 #   ingest-like transaction (the pull hold, a lower nextval, its row) open
 #   while a higher sequence commits through HTTP ingest; the page leaves the
-#   higher one out until the session commits.  An unrelated long
-#   transaction (idle in transaction, a long statement) holds nothing back.
+#   higher one out until the session commits.  The same through the hub's
+#   own ingest statement: an HTTP event blocked on a key a session holds
+#   keeps a later Kafka event out of the page until it is stored.  An
+#   unrelated long transaction (idle in transaction, a long statement)
+#   holds nothing back.
 #   Stochastic: Kafka ingest over 8 partitions plus 16 HTTP clients while a
 #   consumer follows next_cursor: it sees every stored event exactly once,
 #   in order;
@@ -29,6 +32,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 
 HOLD_KEY=8316025777593609324
+HOLD_OBJID=1886743660 # the key's low 32 bits, as pg_locks shows them
 TOPIC=lerian.streaming.pull
 
 setup() {
@@ -150,6 +154,47 @@ scenario_pull_waits_for_a_lower_sequence_still_in_flight() {
         "once it committed, the page shows both, in sequence order"
     assert_eq "$held $after" "$(last_body | jq -r '[.items[].hubsequence] | join(" ")')" \
         "… with their sequences"
+}
+
+# The same through the hub's own ingest statement: an HTTP event whose key a
+# psql session holds uncommitted waits on it inside the hub's transaction,
+# after that transaction took the hold and its sequence.  A Kafka event
+# committed meanwhile has a higher sequence: the page leaves it out until the
+# HTTP event's transaction ends (fails if the statement stopped taking the
+# hold before its nextval).
+scenario_ingest_statement_holds_pulls_below_its_sequence() {
+    local seq0 blocked page
+    own_client
+    post_event before >/dev/null
+    seq0=$(last_body | jq -r .sequence)
+    held_session_start key "BEGIN;" \
+        "INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,
+             schema_major, event_time, content_type, headers, payload, digest)
+         VALUES (nextval('event_seq'), (now() AT TIME ZONE 'UTC')::date, '$TENANT', '/pull/test',
+             'blocked', 'studio.lerian.pull.tested', 'pull.tested', 1, now(), 'application/json',
+             '{\"id\":\"blocked\",\"source\":\"/pull/test\"}', '{}', '\\x00') RETURNING seq;"
+    wait_until 10 "grep -qE '^[0-9]+$' '$WORK/key.out'" || fatal "the session did not insert"
+    HUB_HTTP_LAST=$WORK/blocked post_event blocked >/dev/null &
+    blocked=$!
+    track_pid "$blocked"
+    wait_until 10 "[[ \$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $HOLD_OBJID AND granted\") -ge 1 ]]" ||
+        fail "the hub's ingest transaction did not take the hold"
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix kafka- --source /pull/kafka >/dev/null ||
+        fatal "produce failed"
+    wait_sql 20 1 "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'kafka-0'" ||
+        fatal "the Kafka event was not stored"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH b AS%'")" \
+        "the hub's HTTP event waits in its ingest statement on the session's key"
+    page=$(pull "/v1/events?after=$seq0")
+    assert_eq "200|" "$(http_status)|$(jq -r '[.items[].id] | join(" ")' <<<"$page")" \
+        "the committed Kafka event (a higher sequence) is not shown while the HTTP one may commit"
+    echo "ROLLBACK;" >&"$HELD_FD"
+    exec {HELD_FD}>&-
+    wait "$blocked"
+    assert_eq 202 "$(cat "$WORK/blocked_status")" "once the session rolled back, the HTTP event is stored"
+    pull "/v1/events?after=$seq0" >/dev/null
+    assert_eq "200|blocked kafka-0" "$(http_status)|$(page_ids)" \
+        "then the page shows both, the HTTP event's lower sequence first"
 }
 
 # A lower sequence that rolls back frees the page the same way.
