@@ -24,7 +24,8 @@ PROBLEM='application/problem+json'
 
 setup() {
     pg_start
-    hub_shared STREAMING_HUB_ROLE=delivery
+    # The reload scenario counts reloads: only the API may reload here.
+    hub_shared STREAMING_HUB_ROLE=delivery STREAMING_HUB_POLICY_WATCH=false
 }
 
 # ---------------------------------------------------------------------------
