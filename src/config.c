@@ -172,6 +172,16 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "how often a process refreshes its hub_processes row (cluster-wide limits)"},
     {"CLUSTER_MEMBER_TIMEOUT", CFG_DURATION, "3s", OFF(cluster_member_timeout_ms), 300, 600000,
      NULL, "a process whose row is older than this no longer counts (must exceed the heartbeat)"},
+    /* policy threads and tripping (issue 24) */
+    {"POLICY_THREADS", CFG_INT, "0", OFF(policy_threads), 0, 256, NULL,
+     "threads that run Lua policy calls (the loop never does); 0 = the number of cores"},
+    {"POLICY_TRIP_FAILURES", CFG_INT, "5", OFF(policy_trip_failures), 0, 1000000, NULL,
+     "policy calls stopped for time or memory within POLICY_TRIP_WINDOW that trip the policy "
+     "(its calls answered as errors without running); 0 = never"},
+    {"POLICY_TRIP_WINDOW", CFG_DURATION, "10s", OFF(policy_trip_window_ms), 1, BIG, NULL,
+     "window of POLICY_TRIP_FAILURES"},
+    {"POLICY_TRIP_COOLDOWN", CFG_DURATION, "60s", OFF(policy_trip_cooldown_ms), 1, BIG, NULL,
+     "how long a tripped policy's calls are not run (a reload of its file clears it sooner)"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -80,6 +80,11 @@ struct hub_config {
     int64_t stats_flush_ms;            /* counts written this often */
     int64_t cluster_heartbeat_ms;      /* membership row refreshed this often */
     int64_t cluster_member_timeout_ms; /* a row older than this is a process gone */
+    /* policy threads and tripping */
+    int64_t policy_threads;          /* threads running policy calls; 0 = the cores */
+    int64_t policy_trip_failures;    /* timeouts/memory stops that trip a policy; 0 = never */
+    int64_t policy_trip_window_ms;   /* ... within this window */
+    int64_t policy_trip_cooldown_ms; /* calls of a tripped policy are not run this long */
 };
 
 /*

@@ -8,11 +8,19 @@
  * and origin (open: shed), its policy's shape, the request of SPEC §7.2
  * (webhook.h: secrets opened, headers built and signed over the body as
  * sent) and the POST through httpc.  Each step may end the job without an
- * HTTP request; the result of every path goes to dispatch_outcome.c.
+ * HTTP request; the result of every path goes to dispatch_outcome.c
+ * (attempt_settle, attempt_end).
+ *
+ * Policy calls run on the policy threads, never here (policy.h): a job
+ * with a policy hands its match, shape and retry calls to
+ * hub_policies_submit() and goes on in policy_call_done() when the answer
+ * is back on the loop, in the step after the call (after_match,
+ * after_shape, attempt_end).  While it waits it holds its lease and counts
+ * in d->inflight like an attempt in flight.
  *
  * dispatch_retry_delay() decides when a failed attempt is tried again: a
- * policy's retry function or table, the subscription's schedule, the
- * default curve.
+ * policy's retry function (its answer, asked before the outcome was
+ * queued) or table, the subscription's schedule, the default curve.
  */
 #include <jansson.h>
 #include <openssl/crypto.h>
@@ -235,23 +243,96 @@ static int job_headers(const struct job *j, const struct hub_keyring *kek,
     return rc;
 }
 
+/*
+ * What an attempt keeps from its start to its end: the event as the
+ * request builder and the policies see it, the destination, and, for a job
+ * with a policy, the call on the policy threads and the result of a failed
+ * attempt while its retry call runs.  A job without a policy has it on the
+ * C stack (its attempt never waits before the POST); a job with one has it
+ * allocated and pointed to by j->ap until the job is freed.
+ */
+struct attempt_ctx {
+    struct job *j;
+    int heap;      /* allocated: a job with a policy */
+    json_t *attrs; /* the stored attributes, NULL when they are not JSON */
+    struct hub_webhook_event wev;
+    const char *ext[2 * 64 + 1];
+    struct hub_policy_event pev;
+    struct hub_url u;
+    int url_ok;
+    char err[512]; /* a missing policy's message */
+    struct hub_policy_call call;
+    /* the policy's retry answer, once known (dispatch_retry_delay reads it) */
+    int retry_known;
+    enum hub_policy_status retry_status;
+    enum hub_policy_retry_action retry_action;
+    int64_t retry_delay_ms;
+    char retry_err[512];
+    /* the failed attempt's HTTP result, copied while the retry call runs */
+    int has_res;
+    struct hub_httpc_response res;
+    char res_error_text[128];
+    char res_retry_after[128];
+    char *res_excerpt;
+};
+
+static void attempt_gate(struct hub_dispatch *d, struct attempt_ctx *a);
+static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
+                         struct hub_policy_shaped *shaped);
+static void attempt_settle(struct hub_dispatch *d, struct attempt_ctx *a,
+                           const struct hub_httpc_response *res);
+
+/* Starts the context of j on the C stack: the fields a job without a
+ * policy reads (the rest stays unused). */
+static void attempt_ctx_init(struct attempt_ctx *a, struct job *j) {
+    a->j = j;
+    a->heap = 0;
+    a->attrs = NULL;
+    a->has_res = 0;
+    a->res_excerpt = NULL;
+    memset(&a->call.shaped, 0, sizeof(a->call.shaped));
+}
+
+/* Releases what a holds (and a itself when allocated); the job no longer
+ * points to it. */
+static void attempt_ctx_free(struct attempt_ctx *a) {
+    json_decref(a->attrs);
+    hub_policy_shaped_free(&a->call.shaped);
+    free(a->res_excerpt);
+    if (a->heap) {
+        a->j->ap = NULL;
+        free(a);
+    }
+}
+
 /* Counts a policy call that did not return normally, and logs it (at most
  * DISPATCH_POLICY_LOG_PER_S lines a second: a broken policy on a busy
- * subscription must not flood the log; the metric counts every one). */
+ * subscription must not flood the log; the metric counts every one).  The
+ * calls of a tripped policy are counted only: its trip was logged once. */
 static void policy_failed(struct hub_dispatch *d, const struct job *j, enum hub_policy_fn fn,
-                          enum hub_policy_status st, const char *err) {
+                          enum hub_policy_status st, const char *err,
+                          const struct hub_policy_call *c) {
     int64_t now_s = dispatch_unix_ms() / 1000;
 
     hub_policies_count_error(d->hub->policies, j->policy, fn, st);
+    if (st == HUB_POLICY_TRIPPED) {
+        return;
+    }
     if (now_s != d->policy_log_s) {
         d->policy_log_s = now_s;
         d->policy_log_n = 0;
     }
     if (d->policy_log_n++ < DISPATCH_POLICY_LOG_PER_S) {
+        /* how long the call ran on its thread, and waited for one */
+        int64_t run_us =
+            c != NULL && c->ended_ns ? (int64_t)(c->ended_ns - c->started_ns) / 1000 : 0;
+        int64_t wait_us =
+            c != NULL && c->started_ns ? (int64_t)(c->started_ns - c->queued_ns) / 1000 : 0;
         hub_log(HUB_WARN, "policy call failed", HUB_LS("policy", j->policy),
                 HUB_LS("function", hub_policy_fn_str(fn)),
                 HUB_LS("kind", hub_policy_status_str(st)), HUB_LS("error", err),
-                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
+                HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id), HUB_LI("run_us", run_us),
+                HUB_LI("cpu_us", c != NULL ? c->cpu_ns / 1000 : 0), HUB_LI("wait_us", wait_us));
     }
 }
 
@@ -264,36 +345,206 @@ static void job_filtered(struct hub_dispatch *d, struct job *j) {
 
 /* Fails the attempt before any HTTP (SPEC §8: error policy_error, retried
  * as any failure); the message goes where a response excerpt would.  Takes
- * j. */
-static void job_policy_error(struct hub_dispatch *d, struct job *j, const char *err) {
+ * the job (and a). */
+static void job_policy_error(struct hub_dispatch *d, struct attempt_ctx *a, const char *err) {
+    struct job *j = a->j;
     j->local_error = "policy_error";
     /* a Lua message may hold any bytes (error(ev.body)), or be cut inside
      * a character: keep what the attempts table can store */
     j->local_excerpt = strndup(err, hub_utf8_prefix(err, strnlen(err, DISPATCH_EXCERPT)));
-    dispatch_job_outcome(d, j, NULL);
-    dispatch_job_free(j);
+    attempt_settle(d, a, NULL);
 }
 
 /* A job rescheduled to `until` (Unix ms) without an attempt; `why` is
- * HUB_D_SHED or HUB_D_DEFERRED.  Takes j. */
-static void job_postpone(struct hub_dispatch *d, struct job *j, enum hub_delivery_outcome why,
-                         int64_t until) {
+ * HUB_D_SHED or HUB_D_DEFERRED.  Takes the job (and a). */
+static void job_postpone(struct hub_dispatch *d, struct attempt_ctx *a,
+                         enum hub_delivery_outcome why, int64_t until) {
+    struct job *j = a->j;
     int64_t now = dispatch_unix_ms();
+    attempt_ctx_free(a);
     d->hub->metrics.deliveries[why]++;
     hub_stats_delayed(d->hub->stats, j->tenant, j->attrs, j->event_type); /* stats.h */
     dispatch_job_unattempted(d, j, "pending", until - now > 0 ? until - now : 1);
 }
 
+/* ------------------------------------------------------ policy calls -- */
+
+static void policy_call_done(struct hub_policy_call *c);
+
+/*
+ * Hands fn of the job's policy to the policy threads.  Returns 1 when the
+ * call is queued: the job waits for policy_call_done(), holding its lease
+ * and counted in d->inflight as an attempt in flight (so the workers bound
+ * the calls waiting too, and a drain waits for them).  Returns 0 when it
+ * was answered at once (the function is absent, or the policy is tripped):
+ * a->call holds the answer and the caller goes on.
+ */
+static int policy_submit(struct hub_dispatch *d, struct attempt_ctx *a, enum hub_policy_fn fn) {
+    struct hub_policy_call *c = &a->call;
+
+    c->policy = a->j->pol;
+    c->fn = fn;
+    c->key = a->j->sub_id; /* subscriptions take turns on the threads */
+    c->ev = a->pev;
+    c->cb = policy_call_done;
+    c->arg = a;
+    if (hub_policies_submit(d->hub->policies, c) != 0) {
+        return 0;
+    }
+    d->inflight++;
+    return 1;
+}
+
+/* Keeps the retry function's answer for dispatch_retry_delay(). */
+static void retry_answer(struct attempt_ctx *a) {
+    a->retry_known = 1;
+    a->retry_status = a->call.status;
+    a->retry_action = a->call.action;
+    a->retry_delay_ms = a->call.delay_ms;
+    snprintf(a->retry_err, sizeof(a->retry_err), "%s", a->call.err);
+}
+
+/* match answered: filter the job, or go on to the gate.  A failed match is
+ * a match (SPEC §8: never lose an event). */
+static void after_match(struct hub_dispatch *d, struct attempt_ctx *a) {
+    struct hub_policy_call *c = &a->call;
+
+    if (c->status != HUB_POLICY_OK) {
+        policy_failed(d, a->j, HUB_POLICY_MATCH, c->status, c->err, c);
+    } else if (!c->matched) {
+        struct job *j = a->j;
+        attempt_ctx_free(a);
+        job_filtered(d, j);
+        return;
+    }
+    attempt_gate(d, a);
+}
+
+/* shape answered: a failed shape fails the attempt with policy_error (the
+ * policy may exist to keep the payload from the destination: never send it
+ * unshaped); otherwise the request goes with what it made. */
+static void after_shape(struct hub_dispatch *d, struct attempt_ctx *a) {
+    struct hub_policy_call *c = &a->call;
+    struct job *j = a->j;
+
+    if (c->status != HUB_POLICY_OK) {
+        policy_failed(d, j, HUB_POLICY_SHAPE, c->status, c->err, c);
+        hub_policy_shaped_free(&c->shaped);
+        job_policy_error(d, a, c->err);
+        return;
+    }
+    if (c->shaped.content_type != NULL) {
+        a->wev.content_type = c->shaped.content_type;
+    }
+    if (c->shaped.body != NULL) {
+        /* the signature covers the shaped body (SPEC §7.2) */
+        free(j->shaped_body);
+        j->shaped_body = c->shaped.body;
+        j->payload = (unsigned char *)c->shaped.body;
+        j->payload_len = c->shaped.body_len;
+        c->shaped.body = NULL;
+    }
+    attempt_send(d, a, &c->shaped);
+}
+
+/* The outcome of an attempt whose retry answer (or the absence of one) is
+ * known: queued, and the job freed. */
+static void attempt_end(struct hub_dispatch *d, struct attempt_ctx *a,
+                        const struct hub_httpc_response *res) {
+    struct job *j = a->j;
+    dispatch_job_outcome(d, j, res);
+    attempt_ctx_free(a);
+    dispatch_job_free(j);
+}
+
+/* A call the policy threads answered (loop thread): the job goes on from
+ * where it waited.  A worker may be free again, or the drain over. */
+static void policy_call_done(struct hub_policy_call *c) {
+    struct attempt_ctx *a = c->arg;
+    struct hub_dispatch *d = a->j->d;
+
+    d->inflight--;
+    switch (c->fn) {
+    case HUB_POLICY_MATCH:
+        after_match(d, a);
+        break;
+    case HUB_POLICY_SHAPE:
+        after_shape(d, a);
+        break;
+    default:
+        retry_answer(a);
+        attempt_end(d, a, a->has_res ? &a->res : NULL);
+        break;
+    }
+    dispatch_pump(d);
+    dispatch_maybe_done(d);
+}
+
+/*
+ * Ends an attempt that went no further, or whose HTTP request is over (res
+ * borrowed for the call; NULL when it failed before any HTTP).  A failed
+ * attempt of a job whose policy has a retry function asks it first, on the
+ * policy threads, with res copied meanwhile: the outcome needs its answer.
+ */
+static void attempt_settle(struct hub_dispatch *d, struct attempt_ctx *a,
+                           const struct hub_httpc_response *res) {
+    struct job *j = a->j;
+    int success =
+        res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
+    const int64_t *table = NULL;
+
+    if (success || j->pol == NULL || !hub_policy_has(j->pol, HUB_POLICY_RETRY) ||
+        hub_policy_retry_schedule(j->pol, &table) > 0) {
+        attempt_end(d, a, res);
+        return;
+    }
+    a->call.retry = (struct hub_policy_retry_ctx){
+        .attempt = j->attempt_count + 1,
+        .status = res != NULL ? (int)res->status : 0,
+        .error = res != NULL && res->error != HUB_HTTPC_OK ? hub_httpc_error_str(res->error)
+                 : res != NULL                             ? "status"
+                                                           : j->local_error,
+    };
+    if (res != NULL) {
+        a->has_res = 1;
+        a->res = *res;
+        snprintf(a->res_error_text, sizeof(a->res_error_text), "%s",
+                 res->error_text ? res->error_text : "");
+        a->res.error_text = res->error_text ? a->res_error_text : NULL;
+        snprintf(a->res_retry_after, sizeof(a->res_retry_after), "%s",
+                 res->retry_after ? res->retry_after : "");
+        a->res.retry_after = res->retry_after ? a->res_retry_after : NULL;
+        a->res_excerpt = res->excerpt_len > 0 ? strndup(res->excerpt, res->excerpt_len) : NULL;
+        a->res.excerpt = a->res_excerpt;
+        a->res.excerpt_len = a->res_excerpt != NULL ? res->excerpt_len : 0;
+        res = &a->res;
+    }
+    if (policy_submit(d, a, HUB_POLICY_RETRY)) {
+        return;
+    }
+    retry_answer(a); /* tripped: answered at once */
+    attempt_end(d, a, res);
+}
+
+/* ---------------------------------------------------------- the steps -- */
+
 /* httpc's callback: the attempt's HTTP request ended (res borrowed for the
- * call).  Reports it to the breaker, queues its outcome, frees the job and
- * hands its worker to the next queued job. */
+ * call).  Reports it to the breaker, settles it (the outcome is queued and
+ * the job freed, perhaps after its policy's retry call) and hands its
+ * worker to the next queued job. */
 static void attempt_done(void *arg, const struct hub_httpc_response *res) {
     struct job *j = arg;
+    struct attempt_ctx local, *a = j->ap;
     struct hub_dispatch *d = j->d;
     int success = res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
 
+    if (a == NULL) {
+        /* a job without a policy: its context lived on the C stack of the
+         * start; what settling needs is the job alone */
+        a = &local;
+        attempt_ctx_init(a, j);
+    }
     dispatch_breaker_report(d, j, success);
-    dispatch_job_outcome(d, j, res);
     if (hub_log_enabled(HUB_DEBUG)) {
         hub_log(HUB_DEBUG, "delivery attempt", HUB_LS("tenant", j->tenant),
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id),
@@ -301,132 +552,42 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
                 HUB_LS("error", success ? NULL : res->error_text));
     }
     d->inflight--;
-    dispatch_job_free(j);
+    attempt_settle(d, a, res);
     dispatch_pump(d);
     dispatch_maybe_done(d);
 }
 
 /*
- * The attempt for one claimed job: its policy's match (first attempt only),
- * the rate limit, the breaker, its policy's shape, then the signed POST,
- * which attempt_done() ends.  Or it filters, defers, sheds or fails the job
- * without one, and the job is freed before this returns.
+ * The signed POST of the attempt, with what shape made (NULL: no shape;
+ * its body already moved to the job, its headers freed here).  The attempt
+ * then lives in httpc until attempt_done(); a request httpc refuses at once
+ * is a failed attempt like any other.
  */
-void dispatch_attempt_start(struct hub_dispatch *d, struct job *j) {
+static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
+                         struct hub_policy_shaped *shaped) {
     struct hub_webhook_headers h = {0};
-    struct hub_webhook_event wev;
-    struct hub_policy_event pev;
-    struct hub_policy_shaped shaped = {0};
-    const char *ext[2 * 64 + 1];
-    struct hub_url u;
     struct hub_httpc_request req;
-    int64_t retry_at = 0;
-    json_t *attrs;
-    json_error_t jerr;
-    char err[512];
-    int rc, url_ok;
+    struct job *j = a->j;
+    int rc;
 
-    /* breakers are per tenant and origin; a URL that does not parse is an
-     * origin of its own (and httpc refuses the request, see below) */
-    if ((url_ok = url_parse_cached(d, j->url, &u) == 0)) {
-        snprintf(j->origin, sizeof(j->origin), "%s", u.origin);
-    } else {
-        snprintf(j->origin, sizeof(j->origin), "%s", j->url);
+    rc = job_headers(j, &d->hub->kek, &a->wev, j->payload, j->payload_len,
+                     shaped != NULL ? shaped->headers : NULL, &h);
+    if (shaped != NULL) {
+        hub_policy_shaped_free(shaped);
     }
-    /* attrs is NULL when the stored attributes are not JSON: every
-     * attribute then reads as absent */
-    attrs = json_loads(j->attrs ? j->attrs : "{}", 0, &jerr);
-    event_from_attrs(j, attrs, &wev, ext, sizeof(ext) / sizeof(ext[0]));
-    policy_event(j, &wev, &pev);
-    if (j->policy != NULL) {
-        /* held until dispatch_job_free(): a reload meanwhile does not
-         * change the policy under this job */
-        j->gen = hub_policies_acquire(d->hub->policies);
-        j->pol = hub_policy_gen_find(j->gen, j->policy);
-        if (j->pol == NULL) {
-            snprintf(err, sizeof(err), "policy '%s' is not loaded", j->policy);
-            policy_failed(d, j, HUB_POLICY_SHAPE, HUB_POLICY_MISSING, err);
-        }
-    }
-    if (j->pol != NULL && j->attempt_count == 0 && hub_policy_has(j->pol, HUB_POLICY_MATCH)) {
-        int matched = 1;
-        enum hub_policy_status st = hub_policy_match(j->pol, &pev, &matched, err, sizeof(err));
-        if (st != HUB_POLICY_OK) {
-            /* SPEC §8: an error counts as a match (never lose an event) */
-            policy_failed(d, j, HUB_POLICY_MATCH, st, err);
-        } else if (!matched) {
-            json_decref(attrs);
-            job_filtered(d, j);
-            return;
-        }
-    }
-    if (j->max_rate > 0) {
-        int64_t wait = rate_take(d, j->sub_id, j->max_rate);
-        if (wait > 0) {
-            /* over the rate: deferred, neither attempted nor a failure */
-            json_decref(attrs);
-            job_postpone(d, j, HUB_D_DEFERRED, dispatch_unix_ms() + wait);
-            return;
-        }
-    }
-    /* open: shed, due again at retry_at without an attempt; half-open: this
-     * attempt is the one probe, reported (or released) when it ends */
-    switch (hub_breaker_check(d->breakers, j->tenant, j->origin, dispatch_unix_ms(), &retry_at)) {
-    case HUB_BREAKER_SHED:
-        json_decref(attrs);
-        job_postpone(d, j, HUB_D_SHED, retry_at);
-        return;
-    case HUB_BREAKER_PROBE:
-        j->breaker_probe = 1;
-        break;
-    case HUB_BREAKER_ALLOW:
-        break;
-    }
-    /* from here on it is an attempt (SPEC §7.2: a new delivery id each),
-     * counted as one by its outcome even when it fails before any HTTP */
-    if (hub_uuid7_text(j->delivery_id) != 0) {
-        snprintf(j->delivery_id, sizeof(j->delivery_id), "00000000-0000-7000-8000-000000000000");
-    }
-    j->started_unix_ms = dispatch_unix_ms();
-    if (j->policy != NULL && j->pol == NULL) {
-        /* the policy may have shaped the body: never send it unshaped */
-        json_decref(attrs);
-        job_policy_error(d, j, err);
-        return;
-    }
-    if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_SHAPE)) {
-        enum hub_policy_status st = hub_policy_shape(j->pol, &pev, &shaped, err, sizeof(err));
-        if (st != HUB_POLICY_OK) {
-            policy_failed(d, j, HUB_POLICY_SHAPE, st, err);
-            json_decref(attrs);
-            job_policy_error(d, j, err);
-            return;
-        }
-        if (shaped.content_type != NULL) {
-            wev.content_type = shaped.content_type;
-        }
-        if (shaped.body != NULL) {
-            /* the signature covers the shaped body (SPEC §7.2) */
-            free(j->shaped_body);
-            j->shaped_body = shaped.body;
-            j->payload = (unsigned char *)shaped.body;
-            j->payload_len = shaped.body_len;
-            shaped.body = NULL;
-        }
-    }
-    rc = job_headers(j, &d->hub->kek, &wev, j->payload, j->payload_len, shaped.headers, &h);
-    hub_policy_shaped_free(&shaped);
-    json_decref(attrs);
+    /* the headers hold what they need of the attributes (and a job without
+     * a policy leaves its context on this C stack once the POST is started) */
+    json_decref(a->attrs);
+    a->attrs = NULL;
     if (rc != 0) {
         hub_log(HUB_ERROR, "cannot open the subscription's secrets (wrong STREAMING_HUB_KEK?)",
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id));
-        dispatch_job_outcome(d, j, NULL);
-        dispatch_job_free(j);
+        attempt_settle(d, a, NULL);
         return;
     }
     req = (struct hub_httpc_request){
         .url = j->url,
-        .parsed = url_ok ? &u : NULL,
+        .parsed = a->url_ok ? &a->u : NULL,
         .headers = (const char *const *)h.lines,
         .body = j->payload,
         .body_len = j->payload_len,
@@ -444,11 +605,116 @@ void dispatch_attempt_start(struct hub_dispatch *d, struct job *j) {
         if (j->breaker_probe) {
             hub_breaker_release(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
         }
-        dispatch_job_outcome(d, j, &res);
-        dispatch_job_free(j);
+        attempt_settle(d, a, &res);
     }
     /* httpc copied what it needs: the signed header lines go at once */
     hub_webhook_headers_free(&h);
+}
+
+/*
+ * After match: the rate limit, the breaker, then the attempt proper (a
+ * delivery id; a missing policy fails it; its policy's shape), or the job
+ * is deferred or shed without one.
+ */
+static void attempt_gate(struct hub_dispatch *d, struct attempt_ctx *a) {
+    struct job *j = a->j;
+    int64_t retry_at = 0;
+
+    if (j->max_rate > 0) {
+        int64_t wait = rate_take(d, j->sub_id, j->max_rate);
+        if (wait > 0) {
+            /* over the rate: deferred, neither attempted nor a failure */
+            job_postpone(d, a, HUB_D_DEFERRED, dispatch_unix_ms() + wait);
+            return;
+        }
+    }
+    /* open: shed, due again at retry_at without an attempt; half-open: this
+     * attempt is the one probe, reported (or released) when it ends */
+    switch (hub_breaker_check(d->breakers, j->tenant, j->origin, dispatch_unix_ms(), &retry_at)) {
+    case HUB_BREAKER_SHED:
+        job_postpone(d, a, HUB_D_SHED, retry_at);
+        return;
+    case HUB_BREAKER_PROBE:
+        j->breaker_probe = 1;
+        break;
+    case HUB_BREAKER_ALLOW:
+        break;
+    }
+    /* from here on it is an attempt (SPEC §7.2: a new delivery id each),
+     * counted as one by its outcome even when it fails before any HTTP */
+    if (hub_uuid7_text(j->delivery_id) != 0) {
+        snprintf(j->delivery_id, sizeof(j->delivery_id), "00000000-0000-7000-8000-000000000000");
+    }
+    j->started_unix_ms = dispatch_unix_ms();
+    if (j->policy != NULL && j->pol == NULL) {
+        /* the policy may have shaped the body: never send it unshaped */
+        job_policy_error(d, a, a->err);
+        return;
+    }
+    if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_SHAPE)) {
+        if (!policy_submit(d, a, HUB_POLICY_SHAPE)) {
+            after_shape(d, a); /* tripped: answered at once */
+        }
+        return;
+    }
+    attempt_send(d, a, NULL);
+}
+
+/*
+ * The attempt for one claimed job: its policy's match (first attempt only),
+ * the rate limit, the breaker, its policy's shape, then the signed POST,
+ * which attempt_done() ends.  Or it filters, defers, sheds or fails the job
+ * without one.  A job without a policy gets that far before this returns;
+ * a job with one waits for its calls on the policy threads in between (the
+ * loop never runs Lua), and the steps go on in policy_call_done().
+ */
+void dispatch_attempt_start(struct hub_dispatch *d, struct job *j) {
+    struct attempt_ctx local, *a = &local;
+    json_error_t jerr;
+
+    if (j->policy != NULL) {
+        if ((a = calloc(1, sizeof(*a))) == NULL) {
+            /* given back unattempted: the next claim tries again */
+            dispatch_job_unattempted(d, j, "pending", 1000);
+            return;
+        }
+        a->heap = 1;
+        j->ap = a;
+    } else {
+        attempt_ctx_init(a, j);
+    }
+    a->j = j;
+    /* breakers are per tenant and origin; a URL that does not parse is an
+     * origin of its own (and httpc refuses the request, see attempt_send) */
+    if ((a->url_ok = url_parse_cached(d, j->url, &a->u) == 0)) {
+        snprintf(j->origin, sizeof(j->origin), "%s", a->u.origin);
+    } else {
+        snprintf(j->origin, sizeof(j->origin), "%s", j->url);
+    }
+    /* attrs is NULL when the stored attributes are not JSON: every
+     * attribute then reads as absent */
+    a->attrs = json_loads(j->attrs ? j->attrs : "{}", 0, &jerr);
+    event_from_attrs(j, a->attrs, &a->wev, a->ext, sizeof(a->ext) / sizeof(a->ext[0]));
+    if (j->policy == NULL) {
+        attempt_gate(d, a);
+        return;
+    }
+    policy_event(j, &a->wev, &a->pev);
+    /* held until dispatch_job_free(): a reload meanwhile does not change
+     * the policy under this job */
+    j->gen = hub_policies_acquire(d->hub->policies);
+    j->pol = hub_policy_gen_find(j->gen, j->policy);
+    if (j->pol == NULL) {
+        snprintf(a->err, sizeof(a->err), "policy '%s' is not loaded", j->policy);
+        policy_failed(d, j, HUB_POLICY_SHAPE, HUB_POLICY_MISSING, a->err, NULL);
+    }
+    if (j->pol != NULL && j->attempt_count == 0 && hub_policy_has(j->pol, HUB_POLICY_MATCH)) {
+        if (!policy_submit(d, a, HUB_POLICY_MATCH)) {
+            after_match(d, a); /* tripped: answered at once */
+        }
+        return;
+    }
+    attempt_gate(d, a);
 }
 
 /* A failure whose retry (or exhaustion) the default curve decides because
@@ -485,27 +751,20 @@ int64_t dispatch_retry_delay(struct hub_dispatch *d, const struct job *j,
     if (ntable > 0) {
         sched = table;
         nsched = ntable;
-    } else if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_RETRY)) {
-        struct hub_policy_retry_ctx ctx = {
-            .attempt = failed,
-            .status = res != NULL ? (int)res->status : 0,
-            .error = res != NULL && res->error != HUB_HTTPC_OK ? hub_httpc_error_str(res->error)
-                     : res != NULL                             ? "status"
-                                                               : j->local_error,
-        };
-        enum hub_policy_retry_action action;
-        char err[512];
-        enum hub_policy_status st =
-            hub_policy_retry(j->pol, &ctx, &action, &delay, err, sizeof(err));
-        if (st != HUB_POLICY_OK) {
+    } else if (j->ap != NULL && j->ap->retry_known) {
+        /* the retry function ran on the policy threads before the outcome
+         * was queued (attempt_settle): its answer */
+        const struct attempt_ctx *a = j->ap;
+        if (a->retry_status != HUB_POLICY_OK) {
             /* SPEC §8: a failing retry function means the default curve */
-            policy_failed(d, j, HUB_POLICY_RETRY, st, err);
+            policy_failed(d, j, HUB_POLICY_RETRY, a->retry_status, a->retry_err, &a->call);
             sched = cfg->retry_schedule_ms;
             nsched = cfg->retry_schedule_len;
-        } else if (action == HUB_POLICY_RETRY_DEAD) {
+        } else if (a->retry_action == HUB_POLICY_RETRY_DEAD) {
             *reason = "policy";
             return -1;
-        } else if (action == HUB_POLICY_RETRY_DELAY) {
+        } else if (a->retry_action == HUB_POLICY_RETRY_DELAY) {
+            delay = a->retry_delay_ms;
             return failed < DISPATCH_POLICY_MAX_ATTEMPTS ? delay : -1;
         }
     }

@@ -115,6 +115,7 @@ struct job {
                                  * (SPEC §8: a job finishes on the generation it
                                  * started with) */
     struct hub_policy *pol;     /* policy in gen, NULL when not loaded */
+    struct attempt_ctx *ap;     /* dispatch_attempt.c's, for a job with a policy */
     const char *local_error;    /* an attempt that failed before any HTTP */
     char *local_excerpt;        /* owned; taken by the outcome record */
     char origin[300];
@@ -127,6 +128,8 @@ struct job {
 struct outcome;    /* dispatch_outcome.c */
 struct url_slot;   /* dispatch_attempt.c */
 struct due_tenant; /* dispatch_claim.c */
+
+struct attempt_ctx; /* dispatch_attempt.c: the attempt of a job with a policy */
 
 /*
  * The dispatcher.  Made and freed by dispatch.c; each group of fields below

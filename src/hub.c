@@ -503,8 +503,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         hub_log(HUB_WARN, "STREAMING_HUB_ADMIN_TOKEN is not set: the admin API answers 401");
     }
     {
-        struct hub_policy_limits lim = {hub->cfg.policy_timeout_ms,
-                                        (size_t)hub->cfg.policy_memory_bytes};
+        struct hub_policy_limits lim = hub_policy_limits_from(&hub->cfg);
         hub->policies = hub_policies_new(hub->loop, hub->cfg.policy_dir, &lim);
         if (hub->policies == NULL) {
             goto fail_cfg;

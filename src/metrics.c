@@ -193,3 +193,8 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   (long long)m->ingest_kafka_refetches);
     render_p3(m, out);
 }
+
+void hub_histogram_render(FILE *out, const char *name, const char *help,
+                          const struct hub_histogram *h) {
+    render_histogram(out, name, help, h);
+}

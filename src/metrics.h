@@ -120,4 +120,9 @@ struct hub_metrics_gauges {
 /* Writes the Prometheus text exposition of m and g to out. */
 void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g, FILE *out);
 
+/* Writes one histogram (HELP, TYPE, buckets, sum, count) for a module that
+ * keeps its own (the policy registry). */
+void hub_histogram_render(FILE *out, const char *name, const char *help,
+                          const struct hub_histogram *h);
+
 #endif

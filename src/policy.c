@@ -1,908 +1,40 @@
 /*
- * policy — sandboxed Lua policies (see policy.h).
+ * policy — the registry of policies: directory scans, generations, reload,
+ * the calls handed to the policy threads and the tripping of policies that
+ * keep failing, GET /admin/policies and the metrics (see policy.h).
  *
- * Limits follow HAProxy's hlua: a count hook checks a deadline every
- * POLICY_HOOK_COUNT VM instructions (the JIT is off for the whole state, so
- * the hook always fires), and an accounting allocator refuses to grow the
- * state past its cap.  Because a policy may call pcall, the sandbox's pcall
- * re-raises once a call has been condemned (deadline passed or memory
- * refused): a policy cannot catch its own timeout.  C code that touches a
- * policy's state runs inside lua_cpcall, so an allocation failure anywhere
- * is an error to report, never a panic.
- *
- * Work inside library functions, where the hook never fires, is bounded
- * too: the functions that can run long in C (patterns, string.rep,
- * table.concat and table.insert, the JSON codec) are this hub's own
- * (lpattern, lbulk, ljson), which ask the call's budget every few thousand
- * steps; and the allocator refuses, as a timeout, a large block that could
- * not be filled in the time left (string.upper of 50 MB, s .. s, ...).
- * policy_left_ns() is the one place that reads the deadline.
+ * Tripping: a call stopped for time or memory is a failure of its version.
+ * When a version has had trip_failures of them within trip_window_ms, it is
+ * tripped until trip_cooldown_ms from now: its calls are answered at once
+ * with HUB_POLICY_TRIPPED, without running (calls already queued are
+ * answered so by the thread that takes them), which the dispatcher treats
+ * as it treats any failed call.  After the cool-down its calls run again
+ * and it needs trip_failures fresh failures to trip again.  A reload clears
+ * the trips of every policy in the new generation (a file changed or not:
+ * the operator asked for it).  The record lives in the version and is
+ * written on the loop only; the threads read the one atomic they need.
  */
 #include "policy.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <lauxlib.h>
-#include <luajit.h>
-#include <lualib.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 
-#include "backoff.h"
 #include "config.h"
-#include "lbudget.h"
-#include "lbulk.h"
-#include "ljson.h"
 #include "log.h"
-#include "lpattern.h"
+#include "metrics.h"
+#include "policy_int.h"
 #include "util.h"
 
-#define POLICY_HOOK_COUNT 1000 /* VM instructions between deadline checks */
-#define POLICY_LOG_BURST 20    /* hub.log lines a policy may write at once ... */
-#define POLICY_LOG_PER_S 10    /* ... and per second after that */
-#define POLICY_LOG_MSG_MAX 1024
-/* Growth from which the allocator asks whether the block can still be
- * filled before the deadline (HUB_LBUDGET_NS_PER_BYTE); smaller blocks are
- * cheap next to the hook's period. */
-#define POLICY_BIG_ALLOC (1 << 20)
-
-extern const char hub_lua_sandbox[];
-extern const size_t hub_lua_sandbox_len;
-
-/* ---------------------------------------------------------------- names -- */
-
-const char *hub_policy_fn_str(enum hub_policy_fn fn) {
-    static const char *const s[HUB_POLICY_FN__COUNT] = {"match", "retry", "shape"};
-    return fn < HUB_POLICY_FN__COUNT ? s[fn] : "?";
-}
-
-const char *hub_policy_status_str(enum hub_policy_status st) {
-    static const char *const s[HUB_POLICY_STATUS__COUNT] = {"ok",    "error",      "timeout",
-                                                            "nomem", "bad_return", "missing"};
-    return st < HUB_POLICY_STATUS__COUNT ? s[st] : "?";
-}
-
-int hub_policy_name_valid(const char *s, size_t len) {
-    if (len == 0 || len > HUB_POLICY_NAME_MAX) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-')) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* ---------------------------------------------------------------- state -- */
-
-enum condemned { ALIVE = 0, CONDEMNED_TIMEOUT, CONDEMNED_NOMEM };
-
-struct hub_policy {
-    int refs;
-    char name[HUB_POLICY_NAME_MAX + 1];
-    char hash[65];
-    lua_State *L;
-    size_t used; /* bytes the allocator has handed out */
-    size_t cap;  /* ... and may hand out */
-    int64_t timeout_ns;
-    uint64_t deadline_ns; /* 0 outside a call; read only by policy_left_ns() */
-    enum condemned condemned;
-    struct hub_lbudget budget;             /* the library functions' view of the deadline */
-    int policy_code;                       /* policy code runs: large blocks need time */
-    int ref_fn[HUB_POLICY_FN__COUNT];      /* registry refs of the functions, LUA_NOREF if absent */
-    int ref_encode;                        /* json.encode, for shaped tables */
-    int ref_decode;                        /* json.decode, for ev.data */
-    int ref_ev_meta;                       /* metatable of ev (lazy data) */
-    int ref_ev_last;                       /* the last ev built, and ... */
-    uint64_t ev_last_serial;               /* ... its serial (0 = none) */
-    int64_t schedule[HUB_RETRY_MAX_STEPS]; /* retry as a table */
-    size_t n_schedule;
-    double log_tokens; /* hub.log rate limit */
-    uint64_t log_last_ns;
-    uint64_t log_dropped;
-};
-
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-/* Starts the deadline of a call (or of a file's top level). */
-static void policy_deadline_arm(struct hub_policy *p) {
-    p->deadline_ns = mono_ns() + (uint64_t)p->timeout_ns;
-}
-
-static void policy_deadline_disarm(struct hub_policy *p) {
-    p->deadline_ns = 0;
-}
-
-/* Nanoseconds the running call has left: <= 0 past its deadline, INT64_MAX
- * outside a call.  The only reader of the deadline: the hook, the
- * allocator and the library budget all ask here. */
-static int64_t policy_left_ns(const struct hub_policy *p) {
-    if (p->deadline_ns == 0) {
-        return INT64_MAX;
-    }
-    return (int64_t)(p->deadline_ns - mono_ns());
-}
-
-/* The library functions' budget (lbudget.h): refuses work of need_ns when
- * less is left, and condemns the call so that its error is a timeout no
- * pcall can catch. */
-static int policy_budget_expired(void *ud, int64_t need_ns) {
-    struct hub_policy *p = ud;
-    if (policy_left_ns(p) > need_ns) {
-        return 0;
-    }
-    p->condemned = CONDEMNED_TIMEOUT;
-    return 1;
-}
-
-/*
- * The accounting allocator: the policy is its userdata.  During a call,
- * growth past the cap condemns the call as out of memory; and while policy
- * code runs, a large block that could not be filled before the deadline
- * (at HUB_LBUDGET_NS_PER_BYTE) condemns it as out of time: LuaJIT's own
- * string functions fill what they allocate in one loop the hook cannot
- * stop.  The hub's own copies (ev.body) are not the policy's doing and
- * are not refused.
- */
-static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-    struct hub_policy *p = ud;
-    void *np;
-
-    if (nsize == 0) {
-        free(ptr);
-        p->used -= ptr != NULL ? osize : 0;
-        return NULL;
-    }
-    if (ptr == NULL) {
-        osize = 0;
-    }
-    if (nsize > osize && p->used + (nsize - osize) > p->cap) {
-        /* condemns a running call: its pcall cannot catch this */
-        if (p->deadline_ns != 0) {
-            p->condemned = CONDEMNED_NOMEM;
-        }
-        return NULL;
-    }
-    if (nsize >= osize + POLICY_BIG_ALLOC && p->policy_code &&
-        policy_budget_expired(p, (int64_t)nsize * HUB_LBUDGET_NS_PER_BYTE)) {
-        return NULL;
-    }
-    np = realloc(ptr, nsize);
-    if (np != NULL) {
-        p->used = p->used - osize + nsize;
-    }
-    return np;
-}
-
-static struct hub_policy *policy_of(lua_State *L) {
-    void *ud = NULL;
-    lua_getallocf(L, &ud);
-    return ud;
-}
-
-/* The count hook: past the deadline, every check raises again, so loops
- * around pcall cannot outlive it. */
-static void policy_hook(lua_State *L, lua_Debug *ar) {
-    struct hub_policy *p = policy_of(L);
-    (void)ar;
-    if (policy_budget_expired(p, 0)) {
-        luaL_error(L, "policy ran past its deadline (%d ms)", (int)(p->timeout_ns / 1000000));
-    }
-}
-
-/* pcall/xpcall for policies: as the real ones, except that a condemned
- * call's error passes through. */
-static int sandbox_pcall(lua_State *L) {
-    struct hub_policy *p = policy_of(L);
-    int status;
-
-    luaL_checkany(L, 1);
-    status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    if (p->condemned != ALIVE) {
-        return lua_error(L);
-    }
-    lua_pushboolean(L, status == 0);
-    lua_insert(L, 1);
-    return lua_gettop(L);
-}
-
-/* The message handler xpcall really installs: the policy's handler (upvalue
- * 1), except for a condemned call, whose error passes untouched.  LuaJIT
- * runs the handler inside the count hook that raised the timeout, where no
- * hook fires: a looping handler would never be stopped. */
-static int xpcall_handler(lua_State *L) {
-    if (policy_of(L)->condemned != ALIVE) {
-        return 1;
-    }
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, 1);
-    return 1;
-}
-
-/* xpcall(f, handler): the handler runs with the error, as in Lua 5.1. */
-static int sandbox_xpcall(lua_State *L) {
-    struct hub_policy *p = policy_of(L);
-    int status;
-
-    luaL_checktype(L, 2, LUA_TFUNCTION);
-    lua_settop(L, 2);
-    lua_pushcclosure(L, xpcall_handler, 1); /* f, wrapped handler */
-    lua_insert(L, 1);                       /* wrapped handler, f */
-    status = lua_pcall(L, 0, LUA_MULTRET, 1);
-    if (p->condemned != ALIVE) {
-        return lua_error(L);
-    }
-    lua_pushboolean(L, status == 0);
-    lua_replace(L, 1); /* replaces the handler */
-    return lua_gettop(L);
-}
-
-/* hub.log(level, msg): rate-limited, capped, tagged with the policy. */
-static int sandbox_log(lua_State *L) {
-    struct hub_policy *p = policy_of(L);
-    const char *level = luaL_checkstring(L, 1);
-    size_t len = 0;
-    const char *msg = luaL_checklstring(L, 2, &len);
-    enum hub_log_level lv = HUB_INFO;
-    uint64_t now = mono_ns();
-    char buf[POLICY_LOG_MSG_MAX + 1];
-
-    if (strcmp(level, "debug") == 0) {
-        lv = HUB_DEBUG;
-    } else if (strcmp(level, "warn") == 0) {
-        lv = HUB_WARN;
-    } else if (strcmp(level, "error") == 0) {
-        lv = HUB_ERROR;
-    } else if (strcmp(level, "info") != 0) {
-        return luaL_argerror(L, 1, "level must be debug, info, warn or error");
-    }
-    p->log_tokens += (double)(now - p->log_last_ns) / 1e9 * POLICY_LOG_PER_S;
-    if (p->log_tokens > POLICY_LOG_BURST) {
-        p->log_tokens = POLICY_LOG_BURST;
-    }
-    p->log_last_ns = now;
-    if (p->log_tokens < 1.0) {
-        p->log_dropped++;
-        return 0;
-    }
-    p->log_tokens -= 1.0;
-    if (!hub_log_enabled(lv)) {
-        return 0;
-    }
-    len = len > POLICY_LOG_MSG_MAX ? POLICY_LOG_MSG_MAX : len;
-    memcpy(buf, msg, len);
-    buf[len] = '\0';
-    hub_log(lv, buf, HUB_LS("policy", p->name), HUB_LI("dropped", (int64_t)p->log_dropped));
-    p->log_dropped = 0;
-    return 0;
-}
-
-/* ev's __index: ev.data decodes ev.body on first access (nil when it is not
- * JSON) and keeps it. */
-static int ev_index(lua_State *L) {
-    struct hub_policy *p = policy_of(L);
-    const char *key = lua_tostring(L, 2);
-
-    if (key == NULL || strcmp(key, "data") != 0) {
-        return 0;
-    }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_decode);
-    lua_getfield(L, 1, "body");
-    if (lua_pcall(L, 1, 1, 0) != 0) {
-        if (p->condemned != ALIVE) {
-            return lua_error(L);
-        }
-        lua_pop(L, 1);
-        return 0; /* not JSON: ev.data is nil */
-    }
-    lua_pushvalue(L, -1);
-    lua_setfield(L, 1, "data"); /* rawset: ev has no __newindex */
-    return 1;
-}
-
-/* Builds the sandbox (lua/sandbox.lua) and returns its environment on the
- * stack.  Runs under lua_cpcall. */
-static int build_sandbox(lua_State *L) {
-    struct hub_policy *p = lua_touserdata(L, 1);
-    static const luaL_Reg libs[] = {{"", luaopen_base},
-                                    {LUA_STRLIBNAME, luaopen_string},
-                                    {LUA_TABLIBNAME, luaopen_table},
-                                    {LUA_MATHLIBNAME, luaopen_math},
-                                    {LUA_OSLIBNAME, luaopen_os},
-                                    {NULL, NULL}};
-
-    for (const luaL_Reg *l = libs; l->func != NULL; l++) {
-        lua_pushcfunction(L, l->func);
-        lua_pushstring(L, l->name);
-        lua_call(L, 1, 0);
-    }
-    /* the library functions that run long in C, replaced by bounded ones
-     * before the sandbox copies the tables */
-    lua_getglobal(L, LUA_STRLIBNAME);
-    lua_getglobal(L, LUA_TABLIBNAME);
-    hub_lpattern_register(L, -2, &p->budget);
-    hub_lbulk_register(L, -2, -1, &p->budget);
-    lua_pop(L, 2);
-    if (luaL_loadbuffer(L, hub_lua_sandbox, hub_lua_sandbox_len, "=sandbox") != 0) {
-        return lua_error(L);
-    }
-    lua_pushvalue(L, LUA_GLOBALSINDEX);
-    lua_createtable(L, 0, 3);
-    lua_pushcfunction(L, sandbox_pcall);
-    lua_setfield(L, -2, "pcall");
-    lua_pushcfunction(L, sandbox_xpcall);
-    lua_setfield(L, -2, "xpcall");
-    lua_pushcfunction(L, sandbox_log);
-    lua_setfield(L, -2, "log");
-    hub_ljson_push(L, &p->budget);
-    lua_getfield(L, -1, "decode");
-    p->ref_decode = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_getfield(L, -1, "encode");
-    p->ref_encode = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_call(L, 3, 1); /* env */
-
-    lua_createtable(L, 0, 2);
-    lua_pushcfunction(L, ev_index);
-    lua_setfield(L, -2, "__index");
-    lua_pushliteral(L, "event");
-    lua_setfield(L, -2, "__metatable");
-    p->ref_ev_meta = luaL_ref(L, LUA_REGISTRYINDEX);
-    lua_pushboolean(L, 0);
-    p->ref_ev_last = luaL_ref(L, LUA_REGISTRYINDEX);
-
-    /* The chunk's own globals are the sandbox: the real ones are left
-     * unreachable (no getfenv, no debug). */
-    lua_pushvalue(L, -1);
-    lua_replace(L, LUA_GLOBALSINDEX);
-    return 1;
-}
-
-static int64_t policy_value_ms(lua_State *L, int idx) {
-    int64_t ms = -1;
-    if (lua_type(L, idx) == LUA_TNUMBER) {
-        double s = lua_tonumber(L, idx);
-        ms = s > 0 && s <= HUB_BACKOFF_STEP_MAX_MS / 1000.0 ? (int64_t)(s * 1000.0 + 0.5) : -1;
-        ms = ms == 0 ? 1 : ms;
-    } else if (lua_type(L, idx) == LUA_TSTRING) {
-        if (hub_duration_parse(lua_tostring(L, idx), &ms) != 0) {
-            ms = -1;
-        }
-    }
-    return ms;
-}
-
-struct load_ctx {
-    struct hub_policy *p;
-    const char *src;
-    size_t len;
-    char chunkname[HUB_POLICY_NAME_MAX + 8];
-    char bad[256]; /* validation error, when not a Lua error */
-};
-
-/* Runs the chunk and validates the table it returns.  Under lua_cpcall,
- * with the sandbox environment at index 2. */
-static int load_chunk(lua_State *L) {
-    struct load_ctx *c = lua_touserdata(L, 1);
-    struct hub_policy *p = c->p;
-    static const char *const fields[HUB_POLICY_FN__COUNT] = {"match", "retry", "shape"};
-
-    if (luaL_loadbufferx(L, c->src, c->len, c->chunkname, "t") != 0) {
-        return lua_error(L);
-    }
-    p->policy_code = 1;
-    lua_call(L, 0, 1);
-    p->policy_code = 0;
-    if (!lua_istable(L, -1)) {
-        snprintf(c->bad, sizeof(c->bad), "the file must return a table, not %s",
-                 luaL_typename(L, -1));
-        return 0;
-    }
-    /* only known fields: a typo ("shap") would otherwise silently do nothing */
-    lua_pushnil(L);
-    while (lua_next(L, -2) != 0) {
-        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        int known = 0;
-        for (int i = 0; k != NULL && i < HUB_POLICY_FN__COUNT; i++) {
-            known |= strcmp(k, fields[i]) == 0;
-        }
-        if (!known) {
-            snprintf(c->bad, sizeof(c->bad),
-                     "unknown field %s%.64s%s in the returned table (expected match, retry, shape)",
-                     k ? "'" : "", k ? k : "(not a string)", k ? "'" : "");
-            return 0;
-        }
-        lua_pop(L, 1);
-    }
-    for (int i = 0; i < HUB_POLICY_FN__COUNT; i++) {
-        lua_getfield(L, -1, fields[i]);
-        if (lua_isnil(L, -1)) {
-            lua_pop(L, 1);
-            continue;
-        }
-        if (i == HUB_POLICY_RETRY && lua_istable(L, -1)) {
-            size_t n = lua_objlen(L, -1);
-            if (n < 1 || n > HUB_RETRY_MAX_STEPS) {
-                snprintf(c->bad, sizeof(c->bad), "retry: a table of 1 to %d durations",
-                         HUB_RETRY_MAX_STEPS);
-                return 0;
-            }
-            for (size_t k = 1; k <= n; k++) {
-                lua_rawgeti(L, -1, (int)k);
-                p->schedule[k - 1] = policy_value_ms(L, -1);
-                lua_pop(L, 1);
-                if (p->schedule[k - 1] <= 0 || p->schedule[k - 1] > HUB_BACKOFF_STEP_MAX_MS) {
-                    snprintf(c->bad, sizeof(c->bad),
-                             "retry[%zu]: a duration in (0, 10h] (\"30s\", \"5m\" or seconds)", k);
-                    return 0;
-                }
-            }
-            p->n_schedule = n;
-            lua_pop(L, 1);
-            continue;
-        }
-        if (!lua_isfunction(L, -1)) {
-            snprintf(c->bad, sizeof(c->bad), "%s must be a function%s, not %s", fields[i],
-                     i == HUB_POLICY_RETRY ? " or a table of durations" : "", luaL_typename(L, -1));
-            return 0;
-        }
-        p->ref_fn[i] = luaL_ref(L, LUA_REGISTRYINDEX);
-    }
-    return 0;
-}
-
-/* Copies Lua's message for the error on top of the stack, prefixed, and
- * naming the file when Lua's message does not ("<name>.lua:<line>: ..." is
- * what error() at level 1 and syntax errors give). */
-static void error_text(lua_State *L, const char *name, const char *prefix, char *err,
-                       size_t errlen) {
-    const char *m = lua_tostring(L, -1);
-    size_t nl = strlen(name);
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    if (m == NULL) {
-        m = "(error object is not a string)";
-    }
-    if (strncmp(m, name, nl) == 0 && strncmp(m + nl, ".lua:", 5) == 0) {
-        snprintf(err, errlen, "%s%s", prefix, m);
-    } else {
-        snprintf(err, errlen, "%s%s.lua: %s", prefix, name, m);
-    }
-}
-
-/* SHA-256 of src[0..len) as hex into out[65]. */
-static void source_hash(const char *src, size_t len, char out[65]) {
-    unsigned char md[32];
-    unsigned int mdlen = 0;
-    EVP_Digest(src, len, md, &mdlen, EVP_sha256(), NULL);
-    hub_hex(md, 32, out);
-}
-
-/* hub_policy_compile for a source whose hash the caller has already. */
-static struct hub_policy *policy_compile(const char *name, const char *src, size_t len,
-                                         const char *hash, const struct hub_policy_limits *lim,
-                                         char *err, size_t errlen) {
-    struct hub_policy *p = calloc(1, sizeof(*p));
-    struct load_ctx c = {.p = p, .src = src, .len = len};
-    int rc;
-
-    if (p == NULL) {
-        snprintf(err, errlen, "%s.lua: out of memory", name);
-        return NULL;
-    }
-    p->refs = 1;
-    snprintf(p->name, sizeof(p->name), "%s", name);
-    snprintf(c.chunkname, sizeof(c.chunkname), "@%s.lua", name);
-    snprintf(p->hash, sizeof(p->hash), "%s", hash);
-    p->cap = lim->memory_bytes;
-    p->timeout_ns = lim->timeout_ms * 1000000;
-    p->budget.expired = policy_budget_expired;
-    p->budget.ud = p;
-    p->log_tokens = POLICY_LOG_BURST;
-    p->log_last_ns = mono_ns();
-    for (int i = 0; i < HUB_POLICY_FN__COUNT; i++) {
-        p->ref_fn[i] = LUA_NOREF;
-    }
-    p->L = lua_newstate(policy_alloc, p);
-    if (p->L == NULL) {
-        snprintf(err, errlen, "%s.lua: cannot create a Lua state (memory cap too small?)", name);
-        free(p);
-        return NULL;
-    }
-    /* count hooks never fire in compiled traces: interpreter only */
-    luaJIT_setmode(p->L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
-    lua_sethook(p->L, policy_hook, LUA_MASKCOUNT, POLICY_HOOK_COUNT);
-    if (lua_cpcall(p->L, build_sandbox, p) != 0) {
-        error_text(p->L, name, "", err, errlen);
-        hub_policy_unref(p);
-        return NULL;
-    }
-    /* the chunk's top level runs under the same limits as any call */
-    policy_deadline_arm(p);
-    rc = lua_cpcall(p->L, load_chunk, &c);
-    policy_deadline_disarm(p);
-    p->policy_code = 0;
-    if (rc != 0 || c.bad[0] != '\0') {
-        if (p->condemned == CONDEMNED_TIMEOUT) {
-            snprintf(err, errlen, "%s.lua: the top level ran past the %lld ms deadline", name,
-                     (long long)lim->timeout_ms);
-        } else if (p->condemned == CONDEMNED_NOMEM || rc == LUA_ERRMEM) {
-            snprintf(err, errlen, "%s.lua: the top level hit the %zu-byte memory cap", name,
-                     p->cap);
-        } else if (rc != 0) {
-            error_text(p->L, name, "", err, errlen);
-        } else {
-            snprintf(err, errlen, "%s.lua: %s", name, c.bad);
-        }
-        hub_policy_unref(p);
-        return NULL;
-    }
-    lua_settop(p->L, 0);
-    lua_gc(p->L, LUA_GCCOLLECT, 0);
-    return p;
-}
-
-struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t len,
-                                      const struct hub_policy_limits *lim, char *err,
-                                      size_t errlen) {
-    char hash[65];
-    source_hash(src, len, hash);
-    return policy_compile(name, src, len, hash, lim, err, errlen);
-}
-
-void hub_policy_ref(struct hub_policy *p) {
-    p->refs++;
-}
-
-void hub_policy_unref(struct hub_policy *p) {
-    if (p == NULL || --p->refs > 0) {
-        return;
-    }
-    if (p->L != NULL) {
-        lua_close(p->L);
-    }
-    free(p);
-}
-
-const char *hub_policy_name(const struct hub_policy *p) {
-    return p->name;
-}
-
-const char *hub_policy_hash(const struct hub_policy *p) {
-    return p->hash;
-}
-
-int hub_policy_has(const struct hub_policy *p, enum hub_policy_fn fn) {
-    return p->ref_fn[fn] != LUA_NOREF || (fn == HUB_POLICY_RETRY && p->n_schedule > 0);
-}
-
-size_t hub_policy_memory(const struct hub_policy *p) {
-    return p->used;
-}
-
-size_t hub_policy_retry_schedule(const struct hub_policy *p, const int64_t **steps) {
-    if (p->n_schedule > 0) {
-        *steps = p->schedule;
-    }
-    return p->n_schedule;
-}
-
-/* ---------------------------------------------------------------- calls -- */
-
-struct call_ctx {
-    struct hub_policy *p;
-    enum hub_policy_fn fn;
-    const struct hub_policy_event *ev;
-    const struct hub_policy_retry_ctx *rctx;
-    char bad[256];
-    /* results */
-    int matched;
-    enum hub_policy_retry_action action;
-    int64_t delay_ms;
-    struct hub_policy_shaped *shaped;
-};
-
-static void set_str(lua_State *L, const char *k, const char *v) {
-    if (v != NULL) {
-        lua_pushstring(L, v);
-        lua_setfield(L, -2, k);
-    }
-}
-
-static void push_event(lua_State *L, struct hub_policy *p, const struct hub_policy_event *ev) {
-    if (ev->serial != 0 && ev->serial == p->ev_last_serial) {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_ev_last);
-        return;
-    }
-    lua_createtable(L, 0, 16);
-    set_str(L, "id", ev->id);
-    set_str(L, "source", ev->source);
-    set_str(L, "type", ev->type);
-    set_str(L, "event_type", ev->event_type);
-    set_str(L, "tenant", ev->tenant);
-    set_str(L, "subject", ev->subject);
-    set_str(L, "time", ev->time);
-    set_str(L, "schema_version", ev->schema_version);
-    set_str(L, "content_type", ev->content_type);
-    lua_pushinteger(L, ev->schema_major);
-    lua_setfield(L, -2, "schema_major");
-    lua_newtable(L);
-    for (const char *const *x = ev->extensions; x != NULL && x[0] != NULL && x[1] != NULL; x += 2) {
-        set_str(L, x[0], x[1]);
-    }
-    lua_setfield(L, -2, "extensions");
-    lua_pushlstring(L, ev->body != NULL ? ev->body : "", ev->body != NULL ? ev->body_len : 0);
-    lua_setfield(L, -2, "body");
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_ev_meta);
-    lua_setmetatable(L, -2);
-    if (ev->serial != 0) {
-        lua_pushvalue(L, -1);
-        lua_rawseti(L, LUA_REGISTRYINDEX, p->ref_ev_last);
-        p->ev_last_serial = ev->serial;
-    }
-}
-
-/* Converts shape's results (body at -2, headers at -1). */
-static int shape_results(lua_State *L, struct call_ctx *c) {
-    struct hub_policy_shaped *s = c->shaped;
-    size_t len = 0;
-    const char *b;
-    int n = 0;
-
-    if (lua_istable(L, -2)) {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, c->p->ref_encode);
-        lua_pushvalue(L, -3);
-        if (lua_pcall(L, 1, 1, 0) != 0) {
-            if (c->p->condemned != ALIVE) {
-                return lua_error(L);
-            }
-            snprintf(c->bad, sizeof(c->bad), "shape: the body table cannot be JSON-encoded: %s",
-                     lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
-            return 0;
-        }
-        lua_replace(L, -3);
-        s->content_type = strdup("application/json");
-        if (s->content_type == NULL) {
-            return luaL_error(L, "out of memory");
-        }
-    } else if (!lua_isnil(L, -2) && lua_type(L, -2) != LUA_TSTRING) {
-        snprintf(c->bad, sizeof(c->bad), "shape must return a string, a table or nil, not %s",
-                 luaL_typename(L, -2));
-        return 0;
-    }
-    if (lua_type(L, -2) == LUA_TSTRING) {
-        b = lua_tolstring(L, -2, &len);
-        if (len > HUB_POLICY_BODY_MAX) {
-            snprintf(c->bad, sizeof(c->bad), "shape: the body is %zu bytes, over the %d cap", len,
-                     HUB_POLICY_BODY_MAX);
-            return 0;
-        }
-        s->body = malloc(len ? len : 1);
-        if (s->body == NULL) {
-            return luaL_error(L, "out of memory");
-        }
-        memcpy(s->body, b, len);
-        s->body_len = len;
-    }
-    if (lua_isnil(L, -1)) {
-        return 0;
-    }
-    if (!lua_istable(L, -1)) {
-        snprintf(c->bad, sizeof(c->bad), "shape's second result must be a table of headers, not %s",
-                 luaL_typename(L, -1));
-        return 0;
-    }
-    s->headers = json_object();
-    if (s->headers == NULL) {
-        return luaL_error(L, "out of memory");
-    }
-    lua_pushnil(L);
-    while (lua_next(L, -2) != 0) {
-        size_t nl = 0, vl = 0;
-        const char *name, *value;
-        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
-            snprintf(c->bad, sizeof(c->bad), "shape: headers must map strings to strings");
-            return 0;
-        }
-        name = lua_tolstring(L, -2, &nl);
-        value = lua_tolstring(L, -1, &vl);
-        if (++n > HUB_POLICY_HEADERS_MAX || nl > 256 || vl > HUB_POLICY_HEADER_VALUE_MAX ||
-            !hub_http_token(name, nl) || !hub_http_value_safe(value, vl)) {
-            snprintf(c->bad, sizeof(c->bad),
-                     "shape: header '%.64s' is not a valid header (or over %d headers)", name,
-                     HUB_POLICY_HEADERS_MAX);
-            return 0;
-        }
-        if (strcasecmp(name, "Content-Type") == 0) {
-            free(s->content_type);
-            s->content_type = strdup(value);
-            if (s->content_type == NULL) {
-                return luaL_error(L, "out of memory");
-            }
-        } else if (json_object_set_new(s->headers, name, json_string(value)) != 0) {
-            return luaL_error(L, "out of memory");
-        }
-        lua_pop(L, 1);
-    }
-    return 0;
-}
-
-/* The protected body of every hook call. */
-static int call_protected(lua_State *L) {
-    struct call_ctx *c = lua_touserdata(L, 1);
-    struct hub_policy *p = c->p;
-
-    lua_settop(L, 0);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref_fn[c->fn]);
-    if (c->fn == HUB_POLICY_RETRY) {
-        lua_createtable(L, 0, 3);
-        lua_pushinteger(L, c->rctx->attempt);
-        lua_setfield(L, -2, "attempt");
-        if (c->rctx->status > 0) {
-            lua_pushinteger(L, c->rctx->status);
-            lua_setfield(L, -2, "status");
-        }
-        set_str(L, "error", c->rctx->error);
-    } else {
-        push_event(L, p, c->ev);
-    }
-    p->policy_code = 1;
-    lua_call(L, 1, 2);
-    p->policy_code = 0;
-    switch (c->fn) {
-    case HUB_POLICY_MATCH:
-        c->matched = lua_toboolean(L, -2);
-        return 0;
-    case HUB_POLICY_RETRY:
-        if (lua_isnil(L, -2)) {
-            c->action = HUB_POLICY_RETRY_SCHEDULE;
-        } else if (lua_isboolean(L, -2) && !lua_toboolean(L, -2)) {
-            c->action = HUB_POLICY_RETRY_DEAD;
-        } else if (lua_type(L, -2) == LUA_TNUMBER) {
-            /* clamped to (0, 10h] (SPEC §8) */
-            double s = lua_tonumber(L, -2);
-            double ms = s * 1000.0;
-            c->action = HUB_POLICY_RETRY_DELAY;
-            c->delay_ms = ms < 1.0 || ms != ms                   ? 1
-                          : ms > (double)HUB_BACKOFF_STEP_MAX_MS ? HUB_BACKOFF_STEP_MAX_MS
-                                                                 : (int64_t)ms;
-        } else if (lua_type(L, -2) == LUA_TSTRING &&
-                   hub_duration_parse(lua_tostring(L, -2), &c->delay_ms) == 0) {
-            /* the same clamp as for seconds */
-            c->action = HUB_POLICY_RETRY_DELAY;
-            c->delay_ms = c->delay_ms < 1                         ? 1
-                          : c->delay_ms > HUB_BACKOFF_STEP_MAX_MS ? HUB_BACKOFF_STEP_MAX_MS
-                                                                  : c->delay_ms;
-        } else {
-            snprintf(c->bad, sizeof(c->bad),
-                     "retry must return seconds, a duration, nil or false, not %s",
-                     luaL_typename(L, -2));
-        }
-        return 0;
-    default:
-        return shape_results(L, c);
-    }
-}
-
-/*
- * Runs one hook under the deadline.  Afterwards the state is collected when
- * the call was stopped for memory, so that garbage the policy left does not
- * condemn its next call.
- */
-static enum hub_policy_status policy_call(struct call_ctx *c, char *err, size_t errlen) {
-    struct hub_policy *p = c->p;
-    char prefix[16];
-    enum hub_policy_status st = HUB_POLICY_OK;
-    int rc;
-
-    snprintf(prefix, sizeof(prefix), "%s: ", hub_policy_fn_str(c->fn));
-    p->condemned = ALIVE;
-    policy_deadline_arm(p);
-    rc = lua_cpcall(p->L, call_protected, c);
-    policy_deadline_disarm(p);
-    p->policy_code = 0;
-    if (rc != 0) {
-        if (p->condemned == CONDEMNED_TIMEOUT) {
-            st = HUB_POLICY_TIMEOUT;
-            snprintf(err, errlen, "%s%s.lua: ran past its %lld ms deadline and was stopped", prefix,
-                     p->name, (long long)(p->timeout_ns / 1000000));
-        } else if (p->condemned == CONDEMNED_NOMEM || rc == LUA_ERRMEM) {
-            st = HUB_POLICY_NOMEM;
-            snprintf(err, errlen, "%s%s.lua: hit its %zu-byte memory cap and was stopped", prefix,
-                     p->name, p->cap);
-        } else {
-            st = HUB_POLICY_ERROR;
-            error_text(p->L, p->name, prefix, err, errlen);
-        }
-    } else if (c->bad[0] != '\0') {
-        st = HUB_POLICY_BAD_RETURN;
-        snprintf(err, errlen, "%s.lua: %s", p->name, c->bad);
-    }
-    lua_settop(p->L, 0);
-    if (p->condemned != ALIVE || rc == LUA_ERRMEM) {
-        lua_gc(p->L, LUA_GCCOLLECT, 0);
-        if (st == HUB_POLICY_NOMEM) {
-            /* a collection only halves LuaJIT's concatenation buffer, which
-             * a bomb of s .. s leaves at half the cap */
-            lua_gc(p->L, LUA_GCCOLLECT, 0);
-        }
-    }
-    p->condemned = ALIVE;
-    return st;
-}
-
-enum hub_policy_status hub_policy_match(struct hub_policy *p, const struct hub_policy_event *ev,
-                                        int *matched, char *err, size_t errlen) {
-    struct call_ctx c = {.p = p, .fn = HUB_POLICY_MATCH, .ev = ev};
-    enum hub_policy_status st;
-
-    *matched = 1;
-    if (p->ref_fn[HUB_POLICY_MATCH] == LUA_NOREF) {
-        return HUB_POLICY_OK;
-    }
-    st = policy_call(&c, err, errlen);
-    if (st == HUB_POLICY_OK) {
-        *matched = c.matched;
-    }
-    return st;
-}
-
-enum hub_policy_status hub_policy_retry(struct hub_policy *p,
-                                        const struct hub_policy_retry_ctx *ctx,
-                                        enum hub_policy_retry_action *action, int64_t *delay_ms,
-                                        char *err, size_t errlen) {
-    struct call_ctx c = {.p = p, .fn = HUB_POLICY_RETRY, .rctx = ctx};
-    enum hub_policy_status st;
-
-    *action = HUB_POLICY_RETRY_SCHEDULE;
-    *delay_ms = 0;
-    if (p->ref_fn[HUB_POLICY_RETRY] == LUA_NOREF) {
-        return HUB_POLICY_OK;
-    }
-    st = policy_call(&c, err, errlen);
-    if (st == HUB_POLICY_OK) {
-        *action = c.action;
-        *delay_ms = c.delay_ms;
-    }
-    return st;
-}
-
-void hub_policy_shaped_free(struct hub_policy_shaped *s) {
-    free(s->body);
-    free(s->content_type);
-    json_decref(s->headers);
-    memset(s, 0, sizeof(*s));
-}
-
-enum hub_policy_status hub_policy_shape(struct hub_policy *p, const struct hub_policy_event *ev,
-                                        struct hub_policy_shaped *out, char *err, size_t errlen) {
-    struct call_ctx c = {.p = p, .fn = HUB_POLICY_SHAPE, .ev = ev, .shaped = out};
-    enum hub_policy_status st;
-
-    memset(out, 0, sizeof(*out));
-    if (p->ref_fn[HUB_POLICY_SHAPE] == LUA_NOREF) {
-        return HUB_POLICY_OK;
-    }
-    st = policy_call(&c, err, errlen);
-    if (st != HUB_POLICY_OK) {
-        hub_policy_shaped_free(out);
-    }
-    return st;
-}
-
 /* ------------------------------------------------------ directory scans -- */
+
+/* ----------------------------------------------------------------------
+ * A scan reads the directory and compiles what changed; it owns its
+ * results until a generation is built from them (gen_from_scan) or it is
+ * dropped.  A reload runs one on the libuv threadpool, check-policies one
+ * on its own thread, hub_policies_new one synchronously.
+ * ---------------------------------------------------------------------- */
 
 /* One file of a scan. */
 struct scan_file {
@@ -912,6 +44,7 @@ struct scan_file {
     char *error;
 };
 
+/* A scan in progress, and what it found. */
 struct scan {
     char *dir;
     struct hub_policy_limits lim;
@@ -922,10 +55,13 @@ struct scan {
     uint64_t started_ns;
 };
 
+/* qsort order of scan files: by name, so a generation can be searched. */
 static int name_cmp(const void *a, const void *b) {
     return strcmp(((const struct scan_file *)a)->name, ((const struct scan_file *)b)->name);
 }
 
+/* A file's place in a generation: the version in use (held by the
+ * generation) and what the last load said about the file. */
 struct hub_policy_entry {
     char name[HUB_POLICY_NAME_MAX + 1];
     struct hub_policy *policy; /* the version in use, or NULL (never loaded) */
@@ -934,6 +70,8 @@ struct hub_policy_entry {
     char *error; /* the last load's error for this file, or NULL */
 };
 
+/* An immutable generation: built on the loop, shared by the registry and
+ * the jobs that hold it (refs, loop thread only), freed with the last. */
 struct hub_policy_gen {
     int refs;
     uint64_t number;
@@ -942,6 +80,7 @@ struct hub_policy_gen {
     struct hub_policy_entry *e; /* sorted by name */
 };
 
+/* The entry of name in g (binary search), or NULL; g may be NULL. */
 static const struct hub_policy_entry *gen_entry(const struct hub_policy_gen *g, const char *name) {
     size_t lo = 0, hi = g != NULL ? g->n : 0;
     while (lo < hi) {
@@ -1018,7 +157,7 @@ static void scan_dir(struct scan *s) {
             free(src);
             continue;
         }
-        source_hash(src, len, f->hash);
+        policy_source_hash(src, len, f->hash);
         old = gen_entry(s->prev, f->name);
         /* unchanged: no policy and no error, gen_from_scan keeps the
          * previous generation's compiled version */
@@ -1036,6 +175,9 @@ static void scan_dir(struct scan *s) {
     }
 }
 
+/* Frees a scan and what it still owns: versions no generation took, the
+ * messages, its hold on the previous generation.  Loop thread, or the
+ * thread of a scan that never had a previous generation. */
 static void scan_free(struct scan *s) {
     for (size_t i = 0; i < s->n; i++) {
         hub_policy_unref(s->files[i].policy);
@@ -1048,6 +190,8 @@ static void scan_free(struct scan *s) {
     free(s);
 }
 
+/* check-policies: a scan on the calling thread, reported file by file and
+ * dropped (its versions have no pool: they are destroyed here). */
 int hub_policy_check_dir(const char *dir, const struct hub_policy_limits *lim,
                          void (*report)(void *arg, const char *file, const char *message),
                          void *arg) {
@@ -1090,6 +234,8 @@ uint64_t hub_policy_gen_number(const struct hub_policy_gen *gen) {
     return gen->number;
 }
 
+/* Frees a generation whose last reference is gone, dropping its hold on
+ * each version (the last one of a version sends it to a policy thread). */
 static void gen_free(struct hub_policy_gen *g) {
     for (size_t i = 0; i < g->n; i++) {
         hub_policy_unref(g->e[i].policy);
@@ -1108,9 +254,11 @@ void hub_policy_gen_release(struct hub_policy_gen *gen) {
 /*
  * Builds the next generation from a finished scan: new versions where a
  * file compiled, the previous version (with the new error) where it did not,
- * nothing for files that are gone.  Loop thread (touches refcounts).
+ * nothing for files that are gone.  New versions send their last unref to
+ * pool (when not NULL).  Loop thread (touches refcounts).
  */
-static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number) {
+static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number,
+                                            struct policy_pool *pool) {
     struct hub_policy_gen *g = calloc(1, sizeof(*g));
     int64_t now_ms = hub_unix_us() / 1000; /* a time of day, for GET /admin/policies */
 
@@ -1132,6 +280,10 @@ static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number) {
         if (f->policy != NULL) {
             e->policy = f->policy;
             f->policy = NULL;
+            if (pool != NULL) {
+                e->policy->pool = pool;
+                policy_pool_ref(pool);
+            }
             e->loaded_gen = number;
             e->loaded_at_ms = now_ms;
         } else if (old != NULL && old->policy != NULL) {
@@ -1147,19 +299,22 @@ static struct hub_policy_gen *gen_from_scan(struct scan *s, uint64_t number) {
 
 /* -------------------------------------------------------------- registry -- */
 
-/* Error counters survive reloads: one row per (policy, fn, status) seen. */
+/* Counters survive reloads: one row per policy name with errors or trips. */
 struct policy_stat {
     struct policy_stat *next;
     char name[HUB_POLICY_NAME_MAX + 1];
     uint64_t count[HUB_POLICY_FN__COUNT][HUB_POLICY_STATUS__COUNT];
+    uint64_t trips;
 };
 
+/* A POST /admin/policies/reload waiting for the generation it asked for. */
 struct reload_waiter {
     struct reload_waiter *next;
     void (*cb)(void *arg, const char *json, double seconds);
     void *arg;
 };
 
+/* The registry: loop thread only (but the pool's own locks). */
 struct hub_policies {
     uv_loop_t *loop;
     char *dir;
@@ -1169,6 +324,13 @@ struct hub_policies {
     struct policy_stat *stats;
     uint64_t reloads[2]; /* ok, error */
     double last_reload_seconds;
+    /* calls on the policy threads */
+    struct policy_pool *pool;
+    size_t calls_in_flight;            /* submitted and not yet completed */
+    struct hub_histogram wait_seconds; /* submitted → a thread took it */
+    struct hub_histogram run_seconds;  /* run time on the thread */
+    void (*on_trip)(void *arg, const char *policy, int64_t until_ms, const char *last_error);
+    void *on_trip_arg;
     /* reload state: one scan on the threadpool at a time */
     uv_work_t work;
     struct scan *scan;
@@ -1179,6 +341,9 @@ struct hub_policies {
     int freed;                       /* hub_policies_free called while running */
 };
 
+/* A scan of the registry's directory against the current generation
+ * (held until the scan is freed, so that unchanged files reuse its
+ * versions).  NULL when out of memory. */
 static struct scan *scan_new(struct hub_policies *ps) {
     struct scan *s = calloc(1, sizeof(*s));
     if (s == NULL || (s->dir = strdup(ps->dir)) == NULL) {
@@ -1194,6 +359,8 @@ static struct scan *scan_new(struct hub_policies *ps) {
     return s;
 }
 
+/* One log line per file that failed to load (and for an unreadable
+ * directory): at every reload, since the operator may be watching. */
 static void log_scan_errors(const struct hub_policy_gen *g, const char *dir_error) {
     if (dir_error != NULL) {
         hub_log(HUB_WARN, "policies not loaded", HUB_LS("error", dir_error));
@@ -1208,9 +375,12 @@ static void log_scan_errors(const struct hub_policy_gen *g, const char *dir_erro
     }
 }
 
-/* Publishes the scan as the next generation.  Loop thread. */
+static void trip_clear(struct hub_policy *p);
+
+/* Publishes the scan as the next generation, and clears the trips of every
+ * policy in it (a reload of its file).  Loop thread. */
 static void publish(struct hub_policies *ps, struct scan *s) {
-    struct hub_policy_gen *g = gen_from_scan(s, ps->next_number);
+    struct hub_policy_gen *g = gen_from_scan(s, ps->next_number, ps->pool);
     int failed = s->dir_error != NULL;
     size_t loaded = 0;
 
@@ -1224,6 +394,9 @@ static void publish(struct hub_policies *ps, struct scan *s) {
     for (size_t i = 0; i < g->n; i++) {
         failed |= g->e[i].error != NULL;
         loaded += g->e[i].policy != NULL;
+        if (g->e[i].policy != NULL) {
+            trip_clear(g->e[i].policy);
+        }
     }
     log_scan_errors(g, s->dir_error);
     ps->reloads[failed ? 1 : 0]++;
@@ -1232,6 +405,178 @@ static void publish(struct hub_policies *ps, struct scan *s) {
     hub_log(failed ? HUB_WARN : HUB_INFO, "policies loaded", HUB_LI("generation", g->number),
             HUB_LI("policies", (int64_t)loaded), HUB_LI("files", (int64_t)g->n),
             HUB_LI("duration_us", (int64_t)(ps->last_reload_seconds * 1e6)));
+}
+
+/* ------------------------------------------------------------ tripping -- */
+
+static int64_t now_unix_ms(void) {
+    return hub_unix_us() / 1000;
+}
+
+/* The counters row of a policy name, made at first use (NULL out of
+ * memory).  Names are valid policy names, so the label set stays bounded
+ * by the files an operator ever installed. */
+static struct policy_stat *stat_of(struct hub_policies *ps, const char *policy) {
+    struct policy_stat *s;
+
+    for (s = ps->stats; s != NULL && strcmp(s->name, policy) != 0; s = s->next) {
+    }
+    if (s == NULL) {
+        if (!hub_policy_name_valid(policy, strlen(policy)) || (s = calloc(1, sizeof(*s))) == NULL) {
+            return NULL;
+        }
+        snprintf(s->name, sizeof(s->name), "%s", policy);
+        s->next = ps->stats;
+        ps->stats = s;
+    }
+    return s;
+}
+
+static int64_t tripped_until(const struct hub_policy *p) {
+    return atomic_load_explicit(&((struct hub_policy *)p)->tripped_until_ms, memory_order_relaxed);
+}
+
+/* 1 while p's cool-down runs. */
+static int trip_active(const struct hub_policy *p, int64_t now_ms) {
+    int64_t until = tripped_until(p);
+    return until > 0 && until > now_ms;
+}
+
+/* Forgets p's failures and ends its cool-down (a reload of its file). */
+static void trip_clear(struct hub_policy *p) {
+    atomic_store_explicit(&p->tripped_until_ms, 0, memory_order_relaxed);
+    p->fail_n = 0;
+    p->fail_at = 0;
+}
+
+/* Trips p: its calls are answered without running until the cool-down
+ * ends.  Counted, logged once, and told to the on_trip hook. */
+static void trip(struct hub_policies *ps, struct hub_policy *p, int64_t now_ms) {
+    int64_t until = now_ms + ps->lim.trip_cooldown_ms;
+    struct policy_stat *st = stat_of(ps, p->name);
+    char when[40];
+
+    atomic_store_explicit(&p->tripped_until_ms, until, memory_order_relaxed);
+    p->trips++;
+    p->fail_n = 0; /* after the cool-down it takes trip_failures fresh ones */
+    p->fail_at = 0;
+    if (st != NULL) {
+        st->trips++;
+    }
+    hub_rfc3339(until * 1000, 3, when, sizeof(when));
+    hub_log(HUB_WARN,
+            "policy tripped: its calls are answered without running until the cool-down ends",
+            HUB_LS("policy", p->name), HUB_LS("hash", p->hash),
+            HUB_LI("failures", ps->lim.trip_failures), HUB_LI("window_ms", ps->lim.trip_window_ms),
+            HUB_LI("cooldown_ms", ps->lim.trip_cooldown_ms), HUB_LS("until", when),
+            HUB_LS("last_error", p->last_call_error));
+    if (ps->on_trip != NULL) {
+        ps->on_trip(ps->on_trip_arg, p->name, until, p->last_call_error);
+    }
+}
+
+/*
+ * Records a call of p stopped for time or memory (err: its message): trips
+ * p when it is the trip_failures-th within trip_window_ms.  Calls that were
+ * already running when p tripped do not count toward the next trip.
+ */
+static void trip_note(struct hub_policies *ps, struct hub_policy *p, const char *err) {
+    int n = ps->lim.trip_failures;
+    int64_t now = now_unix_ms();
+    char *copy = strdup(err);
+
+    if (copy != NULL) {
+        free(p->last_call_error);
+        p->last_call_error = copy;
+    }
+    if (n <= 0 || trip_active(p, now)) {
+        return;
+    }
+    if (p->fail_ms == NULL && (p->fail_ms = calloc((size_t)n, sizeof(*p->fail_ms))) == NULL) {
+        return;
+    }
+    p->fail_ms[p->fail_at] = now;
+    p->fail_at = (p->fail_at + 1) % n;
+    p->fail_n += p->fail_n < n;
+    /* full: fail_at is now the oldest of the last n */
+    if (p->fail_n == n && now - p->fail_ms[p->fail_at % n] <= ps->lim.trip_window_ms) {
+        trip(ps, p, now);
+    }
+}
+
+/* The answer of a call of a tripped policy: what happened and until when. */
+static void trip_message(const struct hub_policies *ps, struct hub_policy_call *c) {
+    char when[40];
+    hub_rfc3339(tripped_until(c->policy) * 1000, 3, when, sizeof(when));
+    snprintf(c->err, sizeof(c->err),
+             "%s: %s.lua: tripped until %s after %d timeouts or memory stops within %lld ms; "
+             "not run. Last: %s",
+             hub_policy_fn_str(c->fn), c->policy->name, when, ps->lim.trip_failures,
+             (long long)ps->lim.trip_window_ms,
+             c->policy->last_call_error != NULL ? c->policy->last_call_error : "(none)");
+}
+
+/* ---------------------------------------------------------------- calls -- */
+
+/* A call finished on a policy thread (loop thread): timed, noted for
+ * tripping, and handed to its caller. */
+static void call_done(void *arg, struct hub_policy_call *c) {
+    struct hub_policies *ps = arg;
+
+    ps->calls_in_flight--;
+    hub_histogram_observe(&ps->wait_seconds, (double)(c->started_ns - c->queued_ns) / 1e9);
+    hub_histogram_observe(&ps->run_seconds, (double)(c->ended_ns - c->started_ns) / 1e9);
+    if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
+        trip_note(ps, c->policy, c->err);
+    } else if (c->status == HUB_POLICY_TRIPPED) {
+        trip_message(ps, c);
+    }
+    c->cb(c);
+}
+
+int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
+    const struct policy_defs *defs = &c->policy->defs;
+    int runs = defs->has_fn[c->fn] && !(c->fn == HUB_POLICY_RETRY && defs->n_schedule > 0);
+
+    /* the neutral answers, as the synchronous functions give them */
+    c->status = HUB_POLICY_OK;
+    c->err[0] = '\0';
+    c->matched = 1;
+    c->action = HUB_POLICY_RETRY_SCHEDULE;
+    c->delay_ms = 0;
+    memset(&c->shaped, 0, sizeof(c->shaped));
+    c->queued_ns = c->started_ns = c->ended_ns = 0;
+    c->cpu_ns = 0;
+    if (!runs) {
+        return 1;
+    }
+    if (trip_active(c->policy, now_unix_ms())) {
+        c->status = HUB_POLICY_TRIPPED;
+        trip_message(ps, c);
+        return 1;
+    }
+    ps->calls_in_flight++;
+    policy_pool_submit(ps->pool, c);
+    return 0;
+}
+
+void hub_policies_on_trip(struct hub_policies *ps,
+                          void (*cb)(void *arg, const char *policy, int64_t until_ms,
+                                     const char *last_error),
+                          void *arg) {
+    ps->on_trip = cb;
+    ps->on_trip_arg = arg;
+}
+
+struct hub_policy_limits hub_policy_limits_from(const struct hub_config *cfg) {
+    return (struct hub_policy_limits){
+        .timeout_ms = cfg->policy_timeout_ms,
+        .memory_bytes = (size_t)cfg->policy_memory_bytes,
+        .threads = (int)cfg->policy_threads,
+        .trip_failures = (int)cfg->policy_trip_failures,
+        .trip_window_ms = cfg->policy_trip_window_ms,
+        .trip_cooldown_ms = cfg->policy_trip_cooldown_ms,
+    };
 }
 
 struct hub_policies *hub_policies_new(uv_loop_t *loop, const char *dir,
@@ -1247,6 +592,12 @@ struct hub_policies *hub_policies_new(uv_loop_t *loop, const char *dir,
     ps->lim = *lim;
     ps->next_number = 1;
     ps->work.data = ps;
+    ps->pool = policy_pool_new(loop, lim->threads, call_done, ps);
+    if (ps->pool == NULL) {
+        free(ps->dir);
+        free(ps);
+        return NULL;
+    }
     s = scan_new(ps);
     if (s == NULL) {
         hub_policies_free(ps);
@@ -1262,8 +613,16 @@ struct hub_policies *hub_policies_new(uv_loop_t *loop, const char *dir,
     return ps;
 }
 
+/* Frees the registry once no reload runs: the current generation, the
+ * threads (after the versions only it held were destroyed on them), the
+ * counters and any reload waiters left. */
 static void registry_free(struct hub_policies *ps) {
+    /* the versions only this generation held go to the threads, which
+     * destroy them before they stop */
     hub_policy_gen_release(ps->current);
+    if (ps->pool != NULL) {
+        policy_pool_stop(ps->pool);
+    }
     while (ps->stats != NULL) {
         struct policy_stat *n = ps->stats->next;
         free(ps->stats);
@@ -1297,6 +656,8 @@ struct hub_policy_gen *hub_policies_acquire(struct hub_policies *ps) {
     return ps->current;
 }
 
+/* The threadpool's part of a reload: the scan alone (it touches nothing
+ * else of the registry). */
 static void reload_work(uv_work_t *w) {
     struct hub_policies *ps = w->data;
     scan_dir(ps->scan);
@@ -1304,6 +665,10 @@ static void reload_work(uv_work_t *w) {
 
 static void reload_start(struct hub_policies *ps);
 
+/* Back on the loop after a scan: publishes it (or frees everything, when
+ * hub_policies_free came meanwhile), answers the waiters with the new
+ * generation's JSON and starts the coalesced reload that was asked for
+ * during this one. */
 static void reload_after(uv_work_t *w, int status) {
     struct hub_policies *ps = w->data;
     struct reload_waiter *waiters = ps->waiting;
@@ -1344,6 +709,8 @@ static void reload_after(uv_work_t *w, int status) {
     }
 }
 
+/* Starts a scan on the threadpool; when it cannot start, the reload fails
+ * at once (counted, its waiters answered with NULL). */
 static void reload_start(struct hub_policies *ps) {
     ps->scan = scan_new(ps);
     if (ps->scan == NULL || uv_queue_work(ps->loop, &ps->work, reload_work, reload_after) != 0) {
@@ -1397,15 +764,29 @@ int hub_policies_usable(struct hub_policies *ps, const char *name, const char **
     return 0;
 }
 
+/* Unix ms as an RFC 3339 JSON string (milliseconds). */
 static json_t *ms_time(int64_t ms) {
     char buf[64];
     hub_rfc3339(ms * 1000, 3, buf, sizeof(buf));
     return json_string(buf);
 }
 
+/* A version's trip record for GET /admin/policies: state ("ok" or
+ * "tripped"), tripped_until (null when not), trips (of this version) and
+ * last_call_error (the last timeout or memory stop, or null). */
+static void policy_trip_json(const struct hub_policy *p, int64_t now_ms, json_t *o) {
+    int on = trip_active(p, now_ms);
+    json_object_set_new(o, "state", json_string(on ? "tripped" : "ok"));
+    json_object_set_new(o, "tripped_until", on ? ms_time(tripped_until(p)) : json_null());
+    json_object_set_new(o, "trips", json_integer((json_int_t)p->trips));
+    json_object_set_new(o, "last_call_error",
+                        p->last_call_error ? json_string(p->last_call_error) : json_null());
+}
+
 char *hub_policies_json(struct hub_policies *ps) {
     const struct hub_policy_gen *g = ps->current;
     json_t *root = json_object(), *arr = json_array();
+    int64_t now_ms = now_unix_ms();
     char *text;
 
     for (size_t i = 0; i < g->n; i++) {
@@ -1422,7 +803,9 @@ char *hub_policies_json(struct hub_policies *ps) {
             json_object_set_new(o, "hash", json_string(e->policy->hash));
             json_object_set_new(o, "loaded_at", ms_time(e->loaded_at_ms));
             json_object_set_new(o, "generation", json_integer((json_int_t)e->loaded_gen));
-            json_object_set_new(o, "memory_bytes", json_integer((json_int_t)e->policy->used));
+            json_object_set_new(o, "memory_bytes",
+                                json_integer((json_int_t)hub_policy_memory(e->policy)));
+            policy_trip_json(e->policy, now_ms, o);
         } else {
             json_object_set_new(o, "hash", json_null());
             json_object_set_new(o, "loaded_at", json_null());
@@ -1447,25 +830,55 @@ void hub_policies_count_error(struct hub_policies *ps, const char *policy, enum 
     struct policy_stat *s;
 
     if (ps == NULL || status == HUB_POLICY_OK || fn >= HUB_POLICY_FN__COUNT ||
-        status >= HUB_POLICY_STATUS__COUNT) {
+        status >= HUB_POLICY_STATUS__COUNT || (s = stat_of(ps, policy)) == NULL) {
         return;
-    }
-    for (s = ps->stats; s != NULL && strcmp(s->name, policy) != 0; s = s->next) {
-    }
-    if (s == NULL) {
-        /* names are valid policy names, so the label set stays bounded by
-         * the files an operator ever installed */
-        if (!hub_policy_name_valid(policy, strlen(policy)) || (s = calloc(1, sizeof(*s))) == NULL) {
-            return;
-        }
-        snprintf(s->name, sizeof(s->name), "%s", policy);
-        s->next = ps->stats;
-        ps->stats = s;
     }
     s->count[fn][status]++;
 }
 
+/* The metrics of the policy threads and of tripping. */
+static void metrics_render_calls(const struct hub_policies *ps, FILE *out) {
+    int64_t now = now_unix_ms();
+    long long tripped = 0;
+
+    fprintf(out, "# HELP streaming_hub_policy_trips_total Times a policy was tripped (its calls "
+                 "kept timing out or running out of memory).\n"
+                 "# TYPE streaming_hub_policy_trips_total counter\n");
+    for (const struct policy_stat *s = ps ? ps->stats : NULL; s != NULL; s = s->next) {
+        if (s->trips > 0) {
+            fprintf(out, "streaming_hub_policy_trips_total{policy=\"%s\"} %llu\n", s->name,
+                    (unsigned long long)s->trips);
+        }
+    }
+    for (size_t i = 0; ps != NULL && ps->current != NULL && i < ps->current->n; i++) {
+        const struct hub_policy *p = ps->current->e[i].policy;
+        tripped += p != NULL && trip_active(p, now);
+    }
+    fprintf(out,
+            "# HELP streaming_hub_policies_tripped Policies of the current generation in their "
+            "cool-down.\n# TYPE streaming_hub_policies_tripped gauge\n"
+            "streaming_hub_policies_tripped %lld\n"
+            "# HELP streaming_hub_policy_threads Threads that run policy calls.\n"
+            "# TYPE streaming_hub_policy_threads gauge\nstreaming_hub_policy_threads %d\n"
+            "# HELP streaming_hub_policy_calls_in_flight Policy calls submitted and not yet "
+            "answered.\n# TYPE streaming_hub_policy_calls_in_flight gauge\n"
+            "streaming_hub_policy_calls_in_flight %zu\n"
+            "# HELP streaming_hub_policy_calls_queued Policy calls waiting for a thread.\n"
+            "# TYPE streaming_hub_policy_calls_queued gauge\nstreaming_hub_policy_calls_queued "
+            "%zu\n",
+            tripped, ps && ps->pool ? policy_pool_threads(ps->pool) : 0,
+            ps ? ps->calls_in_flight : 0, ps && ps->pool ? policy_pool_queued(ps->pool) : 0);
+    if (ps != NULL) {
+        hub_histogram_render(out, "streaming_hub_policy_queue_seconds",
+                             "Time a policy call waited for a policy thread.", &ps->wait_seconds);
+        hub_histogram_render(out, "streaming_hub_policy_call_seconds",
+                             "Time a policy call ran on its thread (wall clock).",
+                             &ps->run_seconds);
+    }
+}
+
 void hub_policies_metrics_render(const struct hub_policies *ps, FILE *out) {
+    metrics_render_calls(ps, out);
     fprintf(out, "# HELP streaming_hub_policy_errors_total Policy calls that failed or were "
                  "stopped, by policy, function and kind.\n"
                  "# TYPE streaming_hub_policy_errors_total counter\n");

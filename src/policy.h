@@ -1,35 +1,50 @@
 /*
- * policy — sandboxed Lua policies (SPEC §8): compile, run with limits, and
- * hot-reload as generations.
+ * policy — sandboxed Lua policies (SPEC §8): compile, run with limits on a
+ * pool of policy threads, trip the ones that keep failing, and hot-reload
+ * them as generations.
  *
  * A policy is $STREAMING_HUB_POLICY_DIR/<name>.lua returning a table with
- * optional `match`, `retry` and `shape`.  Each compiled policy owns one Lua
- * state: its own allocator with a memory cap, the JIT switched off (count
- * hooks do not fire in compiled traces) and a count hook that enforces a
- * per-call deadline.  Policy code sees only the environment lua/sandbox.lua
- * builds: no io, os.execute, require, load*, dofile, debug, ffi, jit,
- * string.dump or bytecode, and no way to the real string metatable.  The
- * library functions that could run long in C, where the hook never fires
- * (patterns, string.rep, table.concat, table.insert, json), are the hub's
- * own versions that the deadline stops (lpattern.h, lbulk.h, ljson.h).
+ * optional `match`, `retry` and `shape`.  Each compiled version of a file
+ * (struct hub_policy) owns one or more Lua states, each with its own
+ * allocator and memory cap, the JIT switched off (count hooks do not fire
+ * in compiled traces) and a count hook that enforces a per-call deadline in
+ * the calling thread's CPU time, with a wall-clock backstop.  Policy code
+ * sees only the environment lua/sandbox.lua builds: no io, os.execute,
+ * require, load*, dofile, debug, ffi, jit, string.dump or bytecode, and no
+ * way to the real string metatable.  The library functions that could run
+ * long in C, where the hook never fires (patterns, string.rep,
+ * table.concat, table.insert, json), are the hub's own versions that the
+ * deadline stops (lpattern.h, lbulk.h, ljson.h).
  *
- * States and threads: one state per policy per loaded version, run on the
- * loop thread of the process that owns the job.  Independent states mean a
- * memory bomb or a leak in one policy never affects another, and a reload
- * compiles new states beside the old ones on the threadpool.  A call can
- * block the loop for at most STREAMING_HUB_POLICY_TIMEOUT (10 ms by
- * default); typical calls take a few microseconds.
+ * Files, by job:
+ *   policy_sandbox.c  a state: allocator, hook, the deadline, the sandbox,
+ *                     the file's top level; compiling a version
+ *   policy_call.c     one call on a state of a version (match, retry,
+ *                     shape) and its results: the synchronous entry points
+ *   policy_pool.c     the policy threads, the per-subscription fair queue,
+ *                     completions back on the loop
+ *   policy.c          directory scans, generations, the registry, reload,
+ *                     tripping, GET /admin/policies, metrics
+ *
+ * States and threads: the loop never runs Lua.  Dispatch hands a call to
+ * hub_policies_submit(); one of STREAMING_HUB_POLICY_THREADS threads runs
+ * it on a state of the version (a state is used by one call at a time;
+ * a version compiles more states, lazily, when calls of it run on several
+ * threads at once), and the result comes back on the loop.  Calls wait in
+ * one queue per fairness key (the subscription), served round-robin, so a
+ * key's backlog delays another key's call by at most one call per thread.
  *
  * Generations (Varnish's vcl.load/vcl.use): the registry publishes an
- * immutable, reference-counted generation mapping names to policies.  A job
- * takes a reference when it is claimed and releases it when its outcome is
- * recorded, so it finishes on the generation it started with; the last
- * release frees the generation, and a policy is freed with the last
- * generation that holds it.  A file that fails to compile keeps its previous
- * version in the new generation.
+ * immutable, reference-counted generation mapping names to versions.  A job
+ * takes a reference when its attempt starts and releases it when its
+ * outcome is recorded, so it finishes on the generation it started with
+ * (its calls hold no reference of their own: the job outlives them).  The
+ * last release frees the generation; a version is freed with the last
+ * generation that holds it, its states closed on a policy thread.
  *
- * Everything except hub_policy_compile() and hub_policy_scan_dir() runs on
- * the loop thread only.
+ * Threads: hub_policy_compile(), hub_policy_check_dir(), the calls
+ * (hub_policy_match/retry/shape) and hub_policy_ref/unref are thread-safe;
+ * everything named hub_policies_* runs on the loop thread only.
  */
 #ifndef HUB_POLICY_H
 #define HUB_POLICY_H
@@ -50,10 +65,20 @@ struct hub_policy;
 struct hub_policy_gen;
 struct hub_policies;
 
+struct hub_config;
+
 struct hub_policy_limits {
-    int64_t timeout_ms;  /* CPU deadline per call (wall clock of the calling thread) */
+    int64_t timeout_ms;  /* deadline per call, in the calling thread's CPU time */
     size_t memory_bytes; /* per Lua state */
+    /* The registry's (hub_policies_new); compile and check ignore them. */
+    int threads;              /* policy threads; 0: the number of cores */
+    int trip_failures;        /* timeouts or memory stops that trip a policy; 0: never */
+    int64_t trip_window_ms;   /* ... within this window */
+    int64_t trip_cooldown_ms; /* how long a tripped policy's calls are not run */
 };
+
+/* The limits the configuration sets (STREAMING_HUB_POLICY_*). */
+struct hub_policy_limits hub_policy_limits_from(const struct hub_config *cfg);
 
 enum hub_policy_fn {
     HUB_POLICY_MATCH = 0,
@@ -70,13 +95,14 @@ enum hub_policy_status {
     HUB_POLICY_NOMEM,      /* it hit the state's memory cap */
     HUB_POLICY_BAD_RETURN, /* it returned the wrong type, or too much */
     HUB_POLICY_MISSING,    /* the subscription names a policy that is not loaded */
+    HUB_POLICY_TRIPPED,    /* the policy is tripped: answered without running */
     HUB_POLICY_STATUS__COUNT
 };
 
 /* "match", "retry", "shape" */
 const char *hub_policy_fn_str(enum hub_policy_fn fn);
 
-/* "ok", "error", "timeout", "nomem", "bad_return", "missing" */
+/* "ok", "error", "timeout", "nomem", "bad_return", "missing", "tripped" */
 const char *hub_policy_status_str(enum hub_policy_status s);
 
 /* 1 when s is a valid policy name: [A-Za-z0-9_-]{1,64}. */
@@ -97,14 +123,14 @@ struct hub_policy *hub_policy_compile(const char *name, const char *src, size_t 
                                       size_t errlen);
 
 void hub_policy_ref(struct hub_policy *p);
-void hub_policy_unref(struct hub_policy *p); /* frees the state with the last reference */
+void hub_policy_unref(struct hub_policy *p); /* frees the states with the last reference */
 
 const char *hub_policy_name(const struct hub_policy *p);
 /* SHA-256 of the source, hex. */
 const char *hub_policy_hash(const struct hub_policy *p);
 /* Whether the policy defines the function (retry: a function or a table). */
 int hub_policy_has(const struct hub_policy *p, enum hub_policy_fn fn);
-/* Bytes the policy's state holds now. */
+/* Bytes the version's states hold, all together, as of their last calls. */
 size_t hub_policy_memory(const struct hub_policy *p);
 
 /* The event a hook sees (ev).  Everything is borrowed for the call. */
@@ -122,7 +148,9 @@ struct hub_policy_event {
 };
 
 /*
- * Runs match(ev).  On HUB_POLICY_OK, *matched is the truth of its result;
+ * Runs match(ev) on the calling thread, on a state of p that no other call
+ * uses meanwhile (the synchronous entry point: the policy threads, tests and
+ * tools; never the loop).  On HUB_POLICY_OK, *matched is the truth of its result;
  * on any other status the caller treats the event as matched (SPEC §8: an
  * error never loses an event) and err holds a message naming the file,
  * line and function.  A policy without match returns OK with *matched = 1.
@@ -206,18 +234,21 @@ int hub_policy_check_dir(const char *dir, const struct hub_policy_limits *lim,
 /* ------------------------------------------------------------ registry -- */
 
 /*
- * Makes the registry and loads dir synchronously as generation 1 (a missing
- * directory is an empty generation, logged).  Borrows loop until freed.
- * Returns NULL only when out of memory.
+ * Makes the registry, starts lim->threads policy threads and loads dir
+ * synchronously as generation 1 (a missing directory is an empty
+ * generation, logged).  Borrows loop until freed.  Returns NULL only when
+ * out of memory or when no thread could be started.
  */
 struct hub_policies *hub_policies_new(uv_loop_t *loop, const char *dir,
                                       const struct hub_policy_limits *lim);
 
 /*
- * Stops reloading and drops the registry's reference to the current
- * generation; generations still held by jobs live on until released.  A
- * reload still compiling finishes on the threadpool first (the loop keeps
- * running until it does).  NULL is a no-op.
+ * Stops reloading, drops the registry's reference to the current
+ * generation and stops the policy threads, once every caller is gone (no
+ * call may be queued or running: the dispatcher has stopped).  A reload
+ * still compiling finishes on the threadpool first, and the threads' wakeup
+ * handle closes on the loop: the loop keeps running until both are done.
+ * NULL is a no-op.
  */
 void hub_policies_free(struct hub_policies *ps);
 
@@ -249,7 +280,61 @@ char *hub_policies_json(struct hub_policies *ps);
 void hub_policies_count_error(struct hub_policies *ps, const char *policy, enum hub_policy_fn fn,
                               enum hub_policy_status status);
 
-/* Writes the policy metrics (errors, reloads, generation) in Prometheus text. */
+/* Writes the policy metrics (errors, trips, reloads, generation, the
+ * threads' queue) in Prometheus text. */
 void hub_policies_metrics_render(const struct hub_policies *ps, FILE *out);
+
+/* ------------------------------------------------- calls off the loop -- */
+
+/*
+ * One policy call run on a policy thread.  The caller owns it (usually
+ * embedded in what it keeps for the job) and fills the first group; the
+ * result group is valid in cb.  Everything the call points to is borrowed
+ * until cb: the version (the caller holds the generation that holds it),
+ * the key and the event's strings.
+ */
+struct hub_policy_call {
+    struct hub_policy *policy;
+    enum hub_policy_fn fn;
+    const char *key;                          /* fairness key: the subscription id */
+    struct hub_policy_event ev;               /* match, shape */
+    struct hub_policy_retry_ctx retry;        /* retry */
+    void (*cb)(struct hub_policy_call *call); /* on the loop; may free the call */
+    void *arg;
+
+    /* results, as the synchronous functions give them */
+    enum hub_policy_status status;
+    int matched;
+    enum hub_policy_retry_action action;
+    int64_t delay_ms;
+    struct hub_policy_shaped shaped; /* the caller's to free (hub_policy_shaped_free) */
+    char err[512];
+    uint64_t queued_ns, started_ns, ended_ns; /* monotonic: submitted, run, done */
+    int64_t cpu_ns; /* CPU time it used when it ran long enough to be measured (past its
+                     * first deadline check, a few microseconds in), else 0 */
+
+    struct hub_policy_call *next; /* the pool's queues */
+};
+
+/*
+ * Submits a call.  Returns 0 when it is queued for a policy thread: cb then
+ * runs on the loop once it is done (never before this returns).  Returns 1
+ * when it was answered at once, without running and without cb: the policy
+ * does not define the function (the neutral answer, status OK), or it is
+ * tripped (status HUB_POLICY_TRIPPED, err says until when and why).  A call
+ * that times out or runs out of memory counts toward tripping its policy.
+ */
+int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *call);
+
+/*
+ * Sets the function called on the loop when a policy trips (NULL: none):
+ * with the policy's name, the end of its cool-down (Unix ms) and the error
+ * of the call that tripped it, all borrowed for the call.  Runs after the
+ * trip is logged and counted; it must not call back into the registry.
+ */
+void hub_policies_on_trip(struct hub_policies *ps,
+                          void (*cb)(void *arg, const char *policy, int64_t until_ms,
+                                     const char *last_error),
+                          void *arg);
 
 #endif

@@ -1,0 +1,368 @@
+/*
+ * policy_pool — the policy threads: a fair queue of calls, the threads that
+ * run them, and the completions handed back to the loop (see policy.h,
+ * policy_int.h).
+ *
+ * The queue is one FIFO per fairness key (the subscription) and a ring of
+ * the keys that have calls waiting.  A free thread takes the first call of
+ * the key at the head of the ring and moves that key to the tail, so keys
+ * take turns: a call waits for at most one call of each other key ahead of
+ * it, however long their backlogs are (with N threads, a key whose calls
+ * all run into their deadline delays another key's call by at most about
+ * one deadline per thread).  A key leaves the hash and the ring when its
+ * last call is taken.
+ *
+ * A finished call goes on the done list; uv_async_send wakes the loop,
+ * which runs the registry's completion for every call on the list, oldest
+ * first.  The threads also destroy versions whose last reference went
+ * away (the "graves"), so that closing a large Lua state never holds the
+ * loop; they do that before taking the next call.
+ *
+ * Locks: mu guards the queue, the graves and the stop flag; done_mu the
+ * done list.  No lock is held while a call runs or a version is destroyed.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "policy_int.h"
+#include "util.h"
+
+#define POOL_BUCKETS 256 /* hash buckets of the keys with calls waiting */
+#define POOL_KEY_MAX 64  /* longer keys are cut (subscription ids are 36) */
+#define POOL_STACK_BYTES (8u << 20)
+#define POOL_NICE 10
+
+/* The calls of one key waiting for a thread. */
+struct pool_key {
+    struct pool_key *hnext; /* hash chain */
+    struct pool_key *rnext; /* ring of keys with calls waiting */
+    struct hub_policy_call *head, *tail;
+    char key[POOL_KEY_MAX + 1];
+};
+
+struct policy_pool {
+    uv_loop_t *loop;
+    uv_async_t async; /* wakes the loop for the done list */
+    void (*done)(void *arg, struct hub_policy_call *call);
+    void *arg;
+    atomic_int refs; /* the registry's (until the async handle is closed) and one per version */
+    uv_thread_t *threads;
+    int n_threads;
+
+    uv_mutex_t mu;
+    uv_cond_t cond;
+    int stopping;
+    int idle_threads; /* waiting on cond: a signal is only needed then */
+    struct pool_key *buckets[POOL_BUCKETS];
+    struct pool_key *ring_head, *ring_tail;
+    struct pool_key overflow; /* the key of calls whose own key could not be allocated */
+    size_t queued;
+    struct hub_policy *graves; /* versions to destroy */
+
+    uv_mutex_t done_mu;
+    struct hub_policy_call *done_head, *done_tail;
+};
+
+/* ------------------------------------------------------------- the queue -- */
+
+static size_t key_bucket(const char *key) {
+    return (size_t)(hub_fnv1a_str(key) % POOL_BUCKETS);
+}
+
+/* The key record of key, made (and hashed) when it has no calls waiting.
+ * Under mu. */
+static struct pool_key *key_get(struct policy_pool *pool, const char *key) {
+    char k[POOL_KEY_MAX + 1];
+    size_t b;
+    struct pool_key *pk;
+
+    snprintf(k, sizeof(k), "%s", key != NULL ? key : "");
+    b = key_bucket(k);
+    for (pk = pool->buckets[b]; pk != NULL; pk = pk->hnext) {
+        if (strcmp(pk->key, k) == 0) {
+            return pk;
+        }
+    }
+    if ((pk = calloc(1, sizeof(*pk))) == NULL) {
+        /* out of memory: the call still runs, sharing a turn with others */
+        return &pool->overflow;
+    }
+    memcpy(pk->key, k, sizeof(k));
+    pk->hnext = pool->buckets[b];
+    pool->buckets[b] = pk;
+    return pk;
+}
+
+/* Drops a key record whose last call was taken.  Under mu. */
+static void key_drop(struct policy_pool *pool, struct pool_key *pk) {
+    struct pool_key **pp;
+
+    if (pk == &pool->overflow) {
+        return;
+    }
+    for (pp = &pool->buckets[key_bucket(pk->key)]; *pp != NULL; pp = &(*pp)->hnext) {
+        if (*pp == pk) {
+            *pp = pk->hnext;
+            break;
+        }
+    }
+    free(pk);
+}
+
+static void ring_push(struct policy_pool *pool, struct pool_key *pk) {
+    pk->rnext = NULL;
+    if (pool->ring_tail != NULL) {
+        pool->ring_tail->rnext = pk;
+    } else {
+        pool->ring_head = pk;
+    }
+    pool->ring_tail = pk;
+}
+
+/* Takes the next call: the first of the key at the head of the ring, whose
+ * turn then passes to the next key.  Under mu, with calls waiting. */
+static struct hub_policy_call *queue_pop(struct policy_pool *pool) {
+    struct pool_key *pk = pool->ring_head;
+    struct hub_policy_call *c = pk->head;
+
+    pk->head = c->next;
+    if (pk->head == NULL) {
+        pk->tail = NULL;
+    }
+    c->next = NULL;
+    pool->ring_head = pk->rnext;
+    if (pool->ring_head == NULL) {
+        pool->ring_tail = NULL;
+    }
+    if (pk->head != NULL) {
+        ring_push(pool, pk);
+    } else {
+        key_drop(pool, pk);
+    }
+    pool->queued--;
+    return c;
+}
+
+void policy_pool_submit(struct policy_pool *pool, struct hub_policy_call *c) {
+    struct pool_key *pk;
+
+    c->next = NULL;
+    c->queued_ns = hub_now_ns();
+    uv_mutex_lock(&pool->mu);
+    pk = key_get(pool, c->key);
+    if (pk->head == NULL) {
+        pk->head = c;
+        ring_push(pool, pk); /* a key with nothing waiting is not in the ring */
+    } else {
+        pk->tail->next = c;
+    }
+    pk->tail = c;
+    pool->queued++;
+    if (pool->idle_threads > 0) {
+        uv_cond_signal(&pool->cond);
+    }
+    uv_mutex_unlock(&pool->mu);
+}
+
+size_t policy_pool_queued(struct policy_pool *pool) {
+    size_t n;
+    uv_mutex_lock(&pool->mu);
+    n = pool->queued;
+    uv_mutex_unlock(&pool->mu);
+    return n;
+}
+
+int policy_pool_threads(const struct policy_pool *pool) {
+    return pool->n_threads;
+}
+
+/* ----------------------------------------------------------- the threads -- */
+
+/* Runs one call on this thread, unless its policy was tripped after the
+ * call was queued (the registry words the answer on the loop). */
+static void pool_run(struct hub_policy_call *c) {
+    int64_t until = atomic_load_explicit(&c->policy->tripped_until_ms, memory_order_relaxed);
+
+    c->started_ns = hub_now_ns();
+    if (until > 0 && until > hub_unix_us() / 1000) {
+        c->status = HUB_POLICY_TRIPPED;
+        c->err[0] = '\0';
+    } else {
+        policy_call_run(c);
+    }
+    c->ended_ns = hub_now_ns();
+}
+
+static void pool_thread(void *arg) {
+    struct policy_pool *pool = arg;
+
+    pthread_setname_np(pthread_self(), "hub-policy");
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), POOL_NICE);
+    uv_mutex_lock(&pool->mu);
+    for (;;) {
+        if (pool->graves != NULL) {
+            struct hub_policy *p = pool->graves;
+            pool->graves = p->grave_next;
+            uv_mutex_unlock(&pool->mu);
+            policy_destroy(p);
+            uv_mutex_lock(&pool->mu);
+        } else if (pool->ring_head != NULL) {
+            struct hub_policy_call *c = queue_pop(pool);
+            uv_mutex_unlock(&pool->mu);
+            pool_run(c);
+            uv_mutex_lock(&pool->done_mu);
+            if (pool->done_tail != NULL) {
+                pool->done_tail->next = c;
+            } else {
+                pool->done_head = c;
+            }
+            pool->done_tail = c;
+            uv_mutex_unlock(&pool->done_mu);
+            uv_async_send(&pool->async);
+            uv_mutex_lock(&pool->mu);
+        } else if (pool->stopping) {
+            break;
+        } else {
+            pool->idle_threads++;
+            uv_cond_wait(&pool->cond, &pool->mu);
+            pool->idle_threads--;
+        }
+    }
+    uv_mutex_unlock(&pool->mu);
+}
+
+/* The loop's side of the done list: every finished call, oldest first, to
+ * the registry.  A completion may submit the job's next call. */
+static void pool_async_cb(uv_async_t *h) {
+    struct policy_pool *pool = h->data;
+    struct hub_policy_call *c;
+
+    uv_mutex_lock(&pool->done_mu);
+    c = pool->done_head;
+    pool->done_head = pool->done_tail = NULL;
+    uv_mutex_unlock(&pool->done_mu);
+    while (c != NULL) {
+        struct hub_policy_call *next = c->next;
+        c->next = NULL;
+        pool->done(pool->arg, c); /* may free c */
+        c = next;
+    }
+}
+
+/* ------------------------------------------------------------ lifecycle -- */
+
+static void pool_free(struct policy_pool *pool) {
+    uv_cond_destroy(&pool->cond);
+    uv_mutex_destroy(&pool->mu);
+    uv_mutex_destroy(&pool->done_mu);
+    free(pool->threads);
+    free(pool);
+}
+
+void policy_pool_ref(struct policy_pool *pool) {
+    atomic_fetch_add_explicit(&pool->refs, 1, memory_order_relaxed);
+}
+
+void policy_pool_unref(struct policy_pool *pool) {
+    if (atomic_fetch_sub_explicit(&pool->refs, 1, memory_order_acq_rel) == 1) {
+        pool_free(pool);
+    }
+}
+
+struct policy_pool *policy_pool_new(uv_loop_t *loop, int threads,
+                                    void (*done)(void *arg, struct hub_policy_call *call),
+                                    void *arg) {
+    struct policy_pool *pool = calloc(1, sizeof(*pool));
+    uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = POOL_STACK_BYTES};
+
+    if (pool == NULL) {
+        hub_log(HUB_ERROR, "policy threads: out of memory");
+        return NULL;
+    }
+    if (threads <= 0) {
+        threads = (int)uv_available_parallelism();
+    }
+    pool->loop = loop;
+    pool->done = done;
+    pool->arg = arg;
+    atomic_init(&pool->refs, 1);
+    pool->threads = calloc((size_t)threads, sizeof(*pool->threads));
+    if (pool->threads == NULL || uv_mutex_init(&pool->mu) != 0) {
+        goto fail_threads;
+    }
+    if (uv_mutex_init(&pool->done_mu) != 0) {
+        goto fail_mu;
+    }
+    if (uv_cond_init(&pool->cond) != 0) {
+        goto fail_done_mu;
+    }
+    if (uv_async_init(loop, &pool->async, pool_async_cb) != 0) {
+        goto fail_cond;
+    }
+    pool->async.data = pool;
+    for (int i = 0; i < threads; i++) {
+        int rc = uv_thread_create_ex(&pool->threads[pool->n_threads], &opt, pool_thread, pool);
+        if (rc != 0) {
+            hub_log(HUB_WARN, "a policy thread could not start", HUB_LS("error", uv_strerror(rc)));
+            continue;
+        }
+        pool->n_threads++;
+    }
+    if (pool->n_threads == 0) {
+        hub_log(HUB_ERROR, "no policy thread could start");
+        policy_pool_stop(pool);
+        return NULL;
+    }
+    hub_log(HUB_INFO, "policy threads started", HUB_LI("threads", pool->n_threads));
+    return pool;
+
+fail_cond:
+    uv_cond_destroy(&pool->cond);
+fail_done_mu:
+    uv_mutex_destroy(&pool->done_mu);
+fail_mu:
+    uv_mutex_destroy(&pool->mu);
+fail_threads:
+    free(pool->threads);
+    free(pool);
+    hub_log(HUB_ERROR, "policy threads: cannot make their queue (out of memory)");
+    return NULL;
+}
+
+int policy_pool_bury(struct policy_pool *pool, struct hub_policy *p) {
+    uv_mutex_lock(&pool->mu);
+    if (pool->stopping) {
+        uv_mutex_unlock(&pool->mu);
+        return 0;
+    }
+    p->grave_next = pool->graves;
+    pool->graves = p;
+    if (pool->idle_threads > 0) {
+        uv_cond_signal(&pool->cond);
+    }
+    uv_mutex_unlock(&pool->mu);
+    return 1;
+}
+
+static void pool_async_closed(uv_handle_t *h) {
+    policy_pool_unref(h->data);
+}
+
+void policy_pool_stop(struct policy_pool *pool) {
+    uv_mutex_lock(&pool->mu);
+    pool->stopping = 1;
+    uv_cond_broadcast(&pool->cond);
+    uv_mutex_unlock(&pool->mu);
+    for (int i = 0; i < pool->n_threads; i++) {
+        uv_thread_join(&pool->threads[i]);
+    }
+    /* every caller is gone (policy.h): nothing is queued, and a call that
+     * finished after the loop's last look at the done list has nobody to
+     * hear of it */
+    uv_close((uv_handle_t *)&pool->async, pool_async_closed);
+}
