@@ -19,8 +19,10 @@
 #     raises fails the attempt with policy_error, and after fixing the file
 #     and POST /admin/policies/reload the retry delivers the shaped body.
 #   - sandbox and limits: no io/require/os.execute/load/debug inside; an
-#     infinite loop is stopped (kind timeout), a memory bomb too (nomem), the
-#     hub stays healthy and another subscription's deliveries continue.
+#     infinite loop is stopped (kind timeout) until it trips (its later calls
+#     answered without running, kind tripped), a memory bomb too (nomem),
+#     the hub stays healthy and another subscription's deliveries continue
+#     (test_policy_isolation.sh measures by how much).
 #   - reload: a syntax error keeps the good version (last_error names file
 #     and line, hash and generation unchanged, deliveries still use it);
 #     SIGHUP reloads; reload metrics; a deleted file is gone; unknown or
@@ -521,7 +523,7 @@ scenario_a_non_utf8_policy_error_is_recorded() {
 # ---------------------------------------------------------------------------
 
 scenario_a_loop_and_a_memory_bomb_are_stopped() {
-    local nb_pid slowest r
+    local nb_pid slowest r to tr
     own_client
     mk loop "$(own_path loop)" shape.loop ",\"policy\":\"shape_loop\",\"retry_schedule\":$FAST"
     mk nomem "$(own_path nomem)" shape.nomem ',"policy":"shape_nomem","retry_schedule":["100ms"]'
@@ -544,8 +546,17 @@ scenario_a_loop_and_a_memory_bomb_are_stopped() {
     wait "$nb_pid" || fail "produce neighbour.tick failed"
     assert_eq "exhausted|13" "$(psql_q "SELECT DISTINCT reason || '|' || attempt_count FROM delivery_jobs WHERE subscription_id = '${SUB[loop]}'")" \
         "loop: each job stopped on every one of its 13 attempts, then dead"
-    assert_eq 39 "$(perr shape_loop shape timeout)" \
-        'streaming_hub_policy_errors_total{policy="shape_loop",function="shape",kind="timeout"} = 39 (every attempt)'
+    # 5 timeouts (STREAMING_HUB_POLICY_TRIP_FAILURES) trip it: the calls
+    # after those (and any that were running then) are answered without running
+    to=$(perr shape_loop shape timeout)
+    tr=$(perr shape_loop shape tripped)
+    assert_ge "$to" 5 "loop: the 5 timeouts that trip it (kind timeout: $to)"
+    assert_le "$to" 8 "loop: once tripped its calls are not run (at most the 3 running then finish)"
+    assert_eq 39 "$((to + tr))" \
+        'streaming_hub_policy_errors_total{policy="shape_loop",function="shape",kind="timeout"|"tripped"} = 39 (every attempt)'
+    assert_eq 1 "$(metric 'streaming_hub_policy_trips_total{policy="shape_loop"}')" "loop: tripped once"
+    assert_eq tripped "$(admin_curl GET /admin/policies | jq -r '.policies[] | select(.name == "shape_loop") | .state')" \
+        "loop: GET /admin/policies shows it tripped"
     assert_eq 39 "$(attempts_of loop | grep -c '||policy_error$')" "loop: all 39 attempts failed with policy_error"
     assert_contains "$(psql_q "SELECT a.response_excerpt FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id WHERE j.subscription_id = '${SUB[loop]}' LIMIT 1")" \
         "deadline" "loop: the excerpt says the call ran past its deadline"
