@@ -24,9 +24,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "policy_int.h"
@@ -35,7 +32,6 @@
 #define POOL_BUCKETS 256 /* hash buckets of the keys with calls waiting */
 #define POOL_KEY_MAX 64  /* longer keys are cut (subscription ids are 36) */
 #define POOL_STACK_BYTES (8u << 20)
-#define POOL_NICE 10
 
 /* The calls of one key waiting for a thread. */
 struct pool_key {
@@ -202,7 +198,6 @@ static void pool_thread(void *arg) {
     struct policy_pool *pool = arg;
 
     pthread_setname_np(pthread_self(), "hub-policy");
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), POOL_NICE);
     uv_mutex_lock(&pool->mu);
     for (;;) {
         if (pool->graves != NULL) {
