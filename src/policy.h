@@ -26,7 +26,9 @@
  *   policy.c          directory scans, generations, the registry, reload,
  *                     tripping, GET /admin/policies, metrics
  *
- * States and threads: the loop never runs Lua.  Dispatch hands a call to
+ * States and threads: the loop never runs Lua (generation 1 is compiled by
+ * hub_policies_new(), before the loop runs; reloads compile on the libuv
+ * threadpool).  Dispatch hands a call to
  * hub_policies_submit(); one of STREAMING_HUB_POLICY_THREADS threads runs
  * it on a state of the version (a state is used by one call at a time;
  * a version compiles more states, lazily, when calls of it run on several
@@ -262,7 +264,8 @@ struct hub_policy_gen *hub_policies_acquire(struct hub_policies *ps);
  * after it (the files may have changed after it read them).  cb, when not
  * NULL, is called on the loop once a reload that started after this call
  * has been published, with the new generation's admin JSON (borrowed for
- * the call; NULL when the reload could not run) and its duration.
+ * the call; NULL when the reload could not run) and its duration.  Every
+ * policy of the new generation starts untripped.
  */
 void hub_policies_reload(struct hub_policies *ps,
                          void (*cb)(void *arg, const char *json, double seconds), void *arg);
@@ -273,7 +276,9 @@ void hub_policies_reload(struct hub_policies *ps,
  */
 int hub_policies_usable(struct hub_policies *ps, const char *name, const char **why);
 
-/* GET /admin/policies: {"generation", "loaded_at", "dir", "policies": [...]}, malloc'd. */
+/* GET /admin/policies: {"generation", "loaded_at", "dir", "policies": [...]}, malloc'd.
+ * Each loaded policy has its trip record: "state" ("ok" or "tripped"),
+ * "tripped_until" (or null), "trips" and "last_call_error" (or null). */
 char *hub_policies_json(struct hub_policies *ps);
 
 /* Counts one failed or stopped call (streaming_hub_policy_errors_total). */

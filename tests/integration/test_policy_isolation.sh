@@ -37,6 +37,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
 TOPIC=lerian.streaming.isolation
+# The number the issue sets; the sanitizer pass (ASan+UBSan cost every
+# process of the hub 2-4x its CPU) checks a quarter of the speed, and that
+# nothing stalls for seconds.
 P99_MAX_MS=${P99_MAX_MS:-50}
 
 put_policy() {
@@ -89,6 +92,10 @@ EOF
 }
 
 setup() {
+    if ldd "$HUB_BIN" 2>/dev/null | grep -q libasan; then
+        P99_MAX_MS=$((4 * P99_MAX_MS))
+        log "sanitizer build: latency bound ${P99_MAX_MS} ms"
+    fi
     POL=$WORK/pol
     mkdir -p "$POL"
     write_policies
