@@ -570,9 +570,16 @@ static const char COUNT[] = "return { match = function(ev)\n"
                             "  return true\n"
                             "end }\n";
 
-/* A call that needs a third of its deadline in CPU time succeeds on a
- * thread that shares its core with two spinning threads (so it takes about
- * the deadline, or longer, on the clock): the deadline counts CPU time. */
+/*
+ * A call that needs about a third of its deadline in CPU time succeeds on a
+ * thread that shares its core with two spinning threads, so that it takes
+ * longer than the deadline on the clock: the deadline counts CPU time.
+ * A run proves it only when the call took longer than its deadline on the
+ * clock and less than the wall-clock backstop (4 deadlines): stopped there,
+ * the deadline counted wall time, and the test fails.  A run outside that
+ * window (the machine's own load can starve the core past the backstop)
+ * says nothing either way and is tried again, a few times, then skipped.
+ */
 static void test_deadline_counts_cpu_time(void **state) {
     (void)state;
     struct hub_policy_limits lim = {.timeout_ms = 20, .memory_bytes = 16 * MIB};
@@ -580,10 +587,11 @@ static void test_deadline_counts_cpu_time(void **state) {
     struct hub_policy *p =
         hub_policy_compile("count", COUNT, strlen(COUNT), &lim, err, sizeof(err));
     struct hub_policy_event ev = {.id = id, .body = "{}", .body_len = 2};
+    double deadline = (double)lim.timeout_ms, backstop = 4.0 * deadline;
     struct busy b[2];
     cpu_set_t saved;
     double c0, t0, cpu, wall, per_iter;
-    int matched = 0;
+    int matched = 0, proved = 0;
     enum hub_policy_status st;
 
     assert_non_null(p);
@@ -592,24 +600,35 @@ static void test_deadline_counts_cpu_time(void **state) {
     c0 = thread_cpu_ms();
     assert_int_equal(hub_policy_match(p, &ev, &matched, err, sizeof(err)), HUB_POLICY_OK);
     per_iter = (thread_cpu_ms() - c0) / 200000.0;
-    /* ~7 ms of CPU: about 20 ms on the clock with a third of the core, and
-     * well inside the 80 ms backstop with less */
+    /* ~7 ms of CPU: about 20 ms on the clock with a third of the core */
     snprintf(id, sizeof(id), "%.0f", 7.0 / per_iter);
 
-    crowd_cpu0(b, 2, &saved);
-    t0 = now_ms();
-    c0 = thread_cpu_ms();
-    st = hub_policy_match(p, &ev, &matched, err, sizeof(err));
-    cpu = thread_cpu_ms() - c0;
-    wall = now_ms() - t0;
-    uncrowd(b, 2, &saved);
-    printf("policy: a call of %.1f ms CPU took %.1f ms on a core shared with 2 spinning threads "
-           "(deadline %lld ms): %s\n",
-           cpu, wall, (long long)lim.timeout_ms, hub_policy_status_str(st));
-    if (st != HUB_POLICY_OK) {
-        fail_msg("a %.1f ms CPU call over %.1f ms of wall time was stopped: %s", cpu, wall, err);
+    for (int run = 0; run < 8 && !proved; run++) {
+        crowd_cpu0(b, 2, &saved);
+        t0 = now_ms();
+        c0 = thread_cpu_ms();
+        st = hub_policy_match(p, &ev, &matched, err, sizeof(err));
+        cpu = thread_cpu_ms() - c0;
+        wall = now_ms() - t0;
+        uncrowd(b, 2, &saved);
+        printf("policy: a call of %.1f ms CPU took %.1f ms on a core shared with 2 spinning "
+               "threads (deadline %.0f ms, backstop %.0f ms): %s\n",
+               cpu, wall, deadline, backstop, hub_policy_status_str(st));
+        if (wall <= deadline || wall >= backstop) {
+            continue; /* no proof either way */
+        }
+        if (st != HUB_POLICY_OK) {
+            fail_msg("a %.1f ms CPU call over %.1f ms of wall time was stopped: %s", cpu, wall,
+                     err);
+        }
+        proved = 1;
     }
     hub_policy_unref(p);
+    if (!proved) {
+        printf("policy: the machine never gave the call a run between its deadline and the "
+               "backstop on the clock: not proved here\n");
+        skip();
+    }
 }
 
 /* A call that gets almost no CPU (eight spinning threads on its core) is
