@@ -49,44 +49,12 @@ static const struct hub_policy_limits LIM = {.timeout_ms = 20, .memory_bytes = 1
 static const struct hub_policy_limits LIM_MEM = {.timeout_ms = 3000, .memory_bytes = 16 * MIB};
 
 #define WATCHDOG_S 15 /* per test; ctest's own timeout is 60 s for the file */
-#define CHILD_S 2     /* a call that should stop in 20 ms gets this long */
+#define WATCHDOG_MSG "test_policy: watchdog: a test ran past 15 s (a policy call hung)\n"
+#define CHILD_S 2 /* a call that should stop in 20 ms gets this long */
+
+#include "policy_test.h"
 
 /* -------------------------------------------------------------- helpers -- */
-
-static void watchdog_fired(int sig) {
-    static const char msg[] = "test_policy: watchdog: a test ran past 15 s (a policy call hung)\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
-        /* nothing more to do: the exit status says it */
-    }
-    _exit(3);
-}
-
-static int watchdog_arm(void **state) {
-    (void)state;
-    signal(SIGALRM, watchdog_fired);
-    alarm(WATCHDOG_S);
-    return 0;
-}
-
-static int watchdog_disarm(void **state) {
-    (void)state;
-    alarm(0);
-    return 0;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* CPU time of the calling thread: what a policy's deadline counts. */
-static double thread_cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static struct hub_policy *compile_lim(const char *name, const char *src,
                                       const struct hub_policy_limits *lim) {
@@ -1681,16 +1649,6 @@ static void collect_report(void *arg, const char *file, const char *message) {
         snprintf(r->message[r->n], sizeof(r->message[r->n]), "%s", message);
     }
     r->n++;
-}
-
-static void write_file(const char *dir, const char *name, const char *text) {
-    char path[512];
-    FILE *f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    assert_int_equal(fputs(text, f) >= 0, 1);
-    fclose(f);
 }
 
 static void remove_file(const char *dir, const char *name) {

@@ -33,52 +33,11 @@
 
 #define MIB (1024 * 1024)
 #define WATCHDOG_S 30
+#define WATCHDOG_MSG "test_policy_pool: watchdog: a test ran past 30 s\n"
+
+#include "policy_test.h"
 
 /* -------------------------------------------------------------- helpers -- */
-
-static void watchdog_fired(int sig) {
-    static const char msg[] = "test_policy_pool: watchdog: a test ran past 30 s\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
-        /* the exit status says it */
-    }
-    _exit(3);
-}
-
-static int watchdog_arm(void **state) {
-    (void)state;
-    signal(SIGALRM, watchdog_fired);
-    alarm(WATCHDOG_S);
-    return 0;
-}
-
-static int watchdog_disarm(void **state) {
-    (void)state;
-    alarm(0);
-    return 0;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static double thread_cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void write_file(const char *dir, const char *name, const char *text) {
-    char path[512];
-    FILE *f;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    fclose(f);
-}
 
 static void remove_file(const char *dir, const char *name) {
     char path[512];
