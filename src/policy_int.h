@@ -53,10 +53,9 @@ struct policy_state {
     int64_t timeout_ns;
     /* The running call's clock (policy_sandbox.c: only the deadline
      * functions there read these). */
-    uint64_t start_ns;       /* monotonic at arm; 0 outside a call */
-    uint64_t anchor_ns;      /* monotonic at the first check, 0 before it */
-    uint64_t anchor_cpu_ns;  /* the thread's CPU clock at the same moment */
-    int64_t anchor_spent_ns; /* CPU time counted before the anchor */
+    uint64_t start_ns;     /* monotonic at arm; 0 outside a call */
+    uint64_t start_cpu_ns; /* the thread's CPU clock at arm */
+    int checked;           /* the deadline was checked during the call */
     enum policy_condemned condemned;
     struct hub_lbudget budget;        /* the library functions' view of the deadline */
     int policy_code;                  /* policy code runs: large blocks need time */
@@ -119,8 +118,8 @@ void policy_deadline_arm(struct policy_state *s);
 void policy_deadline_disarm(struct policy_state *s);
 
 /* The CPU time of the last call on s, on the calling thread, measured from
- * its start (the part before its first deadline check as wall time); 0 for
- * a call too short to have been checked.  Call right after the call. */
+ * its start; 0 for a call too short to have been checked.  Call right
+ * after the call. */
 int64_t policy_cpu_spent_ns(const struct policy_state *s);
 
 /* Copies Lua's message for the error on top of the stack into err,

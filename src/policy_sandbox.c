@@ -22,12 +22,15 @@
  * The deadline is in the calling thread's CPU time, so that a healthy call
  * on a thread the kernel preempted (busy cores) is not condemned for the
  * time it did not run; a wall-clock backstop of POLICY_WALL_BACKSTOP
- * deadlines still ends a call that gets its CPU too slowly.  Reading a
+ * deadlines still ends a call that gets its CPU too slowly, once it has
+ * used a fraction of its deadline (a short call is never stopped for one
+ * long preemption).  Reading a
  * thread's CPU clock is a system call (~0.5 us, against ~20 ns for the
- * monotonic clock), so policy_left_ns() reads the monotonic clock first: a
- * call cannot have used more CPU than the wall time since it started, and
- * only when that wall time nears the deadline is the CPU clock asked.
- * policy_left_ns() is the one place that reads the deadline.
+ * monotonic clock): it is read once when a call starts, and afterwards
+ * policy_left_ns() reads the monotonic clock first (a call cannot have used
+ * more CPU than the wall time since it started) and asks the CPU clock
+ * only when that wall time nears the deadline.  policy_left_ns() is the one
+ * place that reads the deadline.
  */
 #include <lauxlib.h>
 #include <luajit.h>
@@ -53,8 +56,9 @@
  * filled before the deadline (HUB_LBUDGET_NS_PER_BYTE); smaller blocks are
  * cheap next to the hook's period. */
 #define POLICY_BIG_ALLOC (1 << 20)
-/* The wall-clock backstop, in deadlines: a call that has run this long,
- * whatever CPU time it was given, is stopped. */
+/* The wall-clock backstop, in deadlines: a call that has run this long on
+ * the clock, and used at least 1/POLICY_WALL_BACKSTOP of its deadline in
+ * CPU time, is stopped. */
 #define POLICY_WALL_BACKSTOP 4
 
 extern const char hub_lua_sandbox[];
@@ -69,8 +73,12 @@ static uint64_t thread_cpu_ns(void) {
 }
 
 void policy_deadline_arm(struct policy_state *s) {
+    /* the CPU clock is read here, not at the first check: a thread
+     * preempted before its first check (busy cores) would otherwise have
+     * that wait counted as CPU time, and a healthy call condemned for it */
+    s->start_cpu_ns = thread_cpu_ns();
     s->start_ns = hub_now_ns();
-    s->anchor_ns = 0;
+    s->checked = 0;
 }
 
 void policy_deadline_disarm(struct policy_state *s) {
@@ -78,10 +86,10 @@ void policy_deadline_disarm(struct policy_state *s) {
 }
 
 int64_t policy_cpu_spent_ns(const struct policy_state *s) {
-    if (s->anchor_ns == 0) {
+    if (!s->checked) {
         return 0;
     }
-    return s->anchor_spent_ns + (int64_t)(thread_cpu_ns() - s->anchor_cpu_ns);
+    return (int64_t)(thread_cpu_ns() - s->start_cpu_ns);
 }
 
 /*
@@ -92,10 +100,8 @@ int64_t policy_cpu_spent_ns(const struct policy_state *s) {
  * wall time left.  INT64_MAX outside a call.  The only reader of the
  * deadline: the hook, the allocator and the library budget all ask here.
  *
- * The CPU clock is first read at the first check (a few microseconds into
- * a call that runs long enough to be checked at all, so that short calls
- * never pay for the system call); what ran before it counts as its wall
- * time, which can only overstate it.
+ * The CPU clock is read again only when the wall time leaves too little:
+ * calls far from their deadline never pay for a second system call.
  */
 static int64_t policy_left_ns(struct policy_state *s, int64_t need_ns) {
     uint64_t now;
@@ -106,16 +112,19 @@ static int64_t policy_left_ns(struct policy_state *s, int64_t need_ns) {
     }
     now = hub_now_ns();
     wall = (int64_t)(now - s->start_ns);
-    if (s->anchor_ns == 0) {
-        s->anchor_ns = now;
-        s->anchor_cpu_ns = thread_cpu_ns();
-        s->anchor_spent_ns = wall;
-    }
+    s->checked = 1;
     if (s->timeout_ns - wall > need_ns) {
         return s->timeout_ns - wall;
     }
+    cpu = (int64_t)(thread_cpu_ns() - s->start_cpu_ns);
+    /* A call that has used little CPU is not stopped on the clock: on
+     * saturated cores one preemption can outlast the backstop, and a short
+     * healthy call caught by it would be condemned (and count toward
+     * tripping its policy) for the machine's load. */
+    if (cpu < s->timeout_ns / POLICY_WALL_BACKSTOP) {
+        return s->timeout_ns - cpu;
+    }
     backstop_left = s->timeout_ns * POLICY_WALL_BACKSTOP - wall;
-    cpu = s->anchor_spent_ns + (int64_t)(thread_cpu_ns() - s->anchor_cpu_ns);
     return s->timeout_ns - cpu < backstop_left ? s->timeout_ns - cpu : backstop_left;
 }
 
