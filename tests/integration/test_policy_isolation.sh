@@ -297,6 +297,7 @@ scenario_misbehaving_policies_do_not_delay_their_neighbours() {
     wait_delivered "${P[plain]}" 100 30 || fail "plain: $(delivered "${P[plain]}") of 100"
     wait_delivered "${P[plain2]}" 100 30 || fail "plain2: $(delivered "${P[plain2]}") of 100"
     latency_report "plain (2 subscriptions beside a loop, a memory bomb and escape attempts)" "/ok/$t-plain"
+    stages "${S[plain]}"
     assert_le "$P99" "$P99_MAX_MS" "the plain subscriptions' p99 is at most $P99_MAX_MS ms ($P99 ms)"
     wait_delivered "${P[truthy]}" 100 10 || fail "truthy: $(delivered "${P[truthy]}") of 100"
     latency_report "truthy (a match that returns true at once)" "${P[truthy]}"
@@ -339,13 +340,13 @@ scenario_misbehaving_policies_do_not_delay_their_neighbours() {
 # ---------------------------------------------------------------------------
 
 scenario_a_1mib_adversarial_body_is_stopped_in_time() {
-    local key t n pb sub_b sub_n limit lines cpu run
+    local key t n pb sub_b sub_n sub_p limit lines cpu run
     key=$(own_tenant_key)
     t=$(own_id)
     pb="/ok/$t-plain/"
     sub_b=$(sub_at "$key" "/ok/$t-balanced/" adv.balanced balanced)
     sub_n=$(sub_at "$key" "/ok/$t-nested/" adv.nested nested)
-    sub_at "$key" "$pb" adv.plain >/dev/null
+    sub_p=$(sub_at "$key" "$pb" adv.plain)
     head -c 1048576 /dev/zero | tr '\0' '{' >"$WORK/braces.body"
     head -c 1048576 /dev/zero | tr '\0' 'a' >"$WORK/as.body"
     # the plain stream runs while the adversarial calls do
@@ -375,6 +376,7 @@ scenario_a_1mib_adversarial_body_is_stopped_in_time() {
     done
     wait_delivered "$pb" 200 20 || fail "plain: $(delivered "$pb") of 200"
     latency_report "plain (beside 1 MiB adversarial bodies)" "$pb"
+    stages "$sub_p"
     assert_le "$P99" "$P99_MAX_MS" "nothing else waits on them: the plain subscription's p99 is $P99 ms"
 }
 
