@@ -500,6 +500,8 @@ static struct policy_stat *stat_of(struct hub_policies *ps, const char *policy) 
     return s;
 }
 
+/* The end of p's cool-down (Unix ms); 0 when it never tripped or a reload
+ * cleared it.  Written on the loop; pool_run() reads the field itself. */
 static int64_t tripped_until(const struct hub_policy *p) {
     return atomic_load_explicit(&((struct hub_policy *)p)->tripped_until_ms, memory_order_relaxed);
 }
@@ -618,6 +620,8 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     if (!runs) {
         return 1;
     }
+    /* a tripped policy's calls never reach the queue: they would wait
+     * their turn only to be answered the same way */
     if (trip_active(c->policy, now_unix_ms())) {
         c->status = HUB_POLICY_TRIPPED;
         trip_message(ps, c);

@@ -110,6 +110,8 @@ static void key_drop(struct policy_pool *pool, struct pool_key *pk) {
     free(pk);
 }
 
+/* Puts pk at the tail of the ring of keys with calls waiting: its next
+ * turn comes after every key already there.  Under mu. */
 static void ring_push(struct policy_pool *pool, struct pool_key *pk) {
     pk->rnext = NULL;
     if (pool->ring_tail != NULL) {
@@ -194,6 +196,13 @@ static void pool_run(struct hub_policy_call *c) {
     c->ended_ns = hub_now_ns();
 }
 
+/*
+ * A policy thread, until policy_pool_stop(): destroys the versions buried
+ * meanwhile first (each holds Lua states, possibly large ones), else runs
+ * the next call in turn and hands it to the loop through the done list,
+ * else waits on cond.  It leaves only once the queue is empty, so no call
+ * submitted before the stop is dropped.
+ */
 static void pool_thread(void *arg) {
     struct policy_pool *pool = arg;
 
