@@ -26,9 +26,10 @@
 #     attempts, each dead after one; the loop and the bomb trip, shown in
 #     GET /admin/policies and counted, logged once; a reload clears it.
 #   - a 1 MiB adversarial body against a `%b{}` and a nested-quantifier
-#     policy: each call stopped within 2x its deadline (the run time the
+#     policy: each call stopped within 2x its deadline (the CPU time the
 #     failure log line reports), while a plain subscription's events, sent
-#     at the same time, arrive within 50 ms p99.
+#     at the same time, arrive with a p99 at most 25 ms over a control run
+#     of the same bodies against a policy that returns true at once.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -339,30 +340,55 @@ scenario_misbehaving_policies_do_not_delay_their_neighbours() {
 # a 1 MiB adversarial body
 # ---------------------------------------------------------------------------
 
-scenario_a_1mib_adversarial_body_is_stopped_in_time() {
-    local key t n pb sub_b sub_n sub_p limit lines cpu run
-    key=$(own_tenant_key)
-    t=$(own_id)
-    pb="/ok/$t-plain/"
-    sub_b=$(sub_at "$key" "/ok/$t-balanced/" adv.balanced balanced)
-    sub_n=$(sub_at "$key" "/ok/$t-nested/" adv.nested nested)
-    sub_p=$(sub_at "$key" "$pb" adv.plain)
-    head -c 1048576 /dev/zero | tr '\0' '{' >"$WORK/braces.body"
-    head -c 1048576 /dev/zero | tr '\0' 'a' >"$WORK/as.body"
-    # the plain stream runs while the adversarial calls do
+# adv_phase KEY TENANT LABEL SUFFIX: 200 plain events at 100/s to the subscription of
+# type adv.plainSUFFIX (at /ok/<id>-plainSUFFIX/) while three 1 MiB bodies go
+# to each of the types adv.bSUFFIX ('{' * 1 MiB) and adv.nSUFFIX ('a' * 1 MiB)
+# over HTTP (1 MiB is over what a Kafka record may carry here); waits for
+# the plain ones and sets P99 to their p99
+adv_phase() {
+    local key=$1 t=$2 n pb sub_p
+    shift 2
+    pb="/ok/$t-plain$2/"
+    sub_p=$(sub_at "$key" "$pb" "adv.plain$2")
     HUB_PRODUCE_LINGER_MS=0 "$HUB_PRODUCE" --bootstrap "$STREAMING_HUB_KAFKA_BROKERS" --quiet \
-        --topic "$TOPIC" --tenant "$t" --count 200 --rate 100 --id-prefix "$t-plain-" \
-        --type studio.lerian.adv.plain --payload-bytes 200 --partitions 4 >/dev/null &
+        --topic "$TOPIC" --tenant "$t" --count 200 --rate 100 --id-prefix "$t-plain$2-" \
+        --type "studio.lerian.adv.plain$2" --payload-bytes 200 --partitions 4 >/dev/null &
     track_pid $!
-    # 1 MiB is over what a Kafka record may carry here (message.max.bytes):
-    # these come over HTTP
     for n in 0 1 2; do
-        post_body "$key" "$t-b-$n" studio.lerian.adv.balanced "$WORK/braces.body"
-        post_body "$key" "$t-n-$n" studio.lerian.adv.nested "$WORK/as.body"
+        post_body "$key" "$t-b$2-$n" "studio.lerian.adv.b$2" "$WORK/braces.body"
+        post_body "$key" "$t-n$2-$n" "studio.lerian.adv.n$2" "$WORK/as.body"
     done
     wait
-    wait_jobs "$sub_b" succeeded 3 30 || fail "balanced: $(job_states "$sub_b")"
-    wait_jobs "$sub_n" succeeded 3 30 || fail "nested: $(job_states "$sub_n")"
+    wait_delivered "$pb" 200 20 || fail "plain$2: $(delivered "$pb") of 200"
+    latency_report "plain ($1)" "$pb"
+    stages "$sub_p"
+}
+
+# The 1 MiB bodies cost the loop and the sink something of their own
+# (storing, signing, sending, recording): a control phase sends the same
+# bodies to a policy that returns true at once, and the adversarial one may
+# add at most half the latency bound to the plain stream's p99.  (Policy
+# calls on the loop would add their 6 x 10 ms and more, in one run.)
+scenario_a_1mib_adversarial_body_is_stopped_in_time() {
+    local key t n sub limit lines cpu run p99_ctl
+    declare -A S
+    key=$(own_tenant_key)
+    t=$(own_id)
+    head -c 1048576 /dev/zero | tr '\0' '{' >"$WORK/braces.body"
+    head -c 1048576 /dev/zero | tr '\0' 'a' >"$WORK/as.body"
+    S[ctl_b]=$(sub_at "$key" "/ok/$t-ctl-b/" adv.b_ctl truthy)
+    S[ctl_n]=$(sub_at "$key" "/ok/$t-ctl-n/" adv.n_ctl truthy)
+    S[balanced]=$(sub_at "$key" "/ok/$t-balanced/" adv.b balanced)
+    S[nested]=$(sub_at "$key" "/ok/$t-nested/" adv.n nested)
+    adv_phase "$key" "$t" "beside 1 MiB bodies, a policy that returns true at once" _ctl
+    p99_ctl=$P99
+    for sub in "${S[ctl_b]}" "${S[ctl_n]}"; do
+        wait_jobs "$sub" succeeded 3 30 || fail "control: $(job_states "$sub")"
+    done
+    adv_phase "$key" "$t" "beside 1 MiB adversarial bodies" ""
+    for n in balanced nested; do
+        wait_jobs "${S[$n]}" succeeded 3 30 || fail "$n: $(job_states "${S[$n]}")"
+    done
     limit=$((2 * 10 * 1000)) # 2x the default 10 ms deadline, in µs
     for n in balanced nested; do
         lines=$(grep '"policy call failed"' "$HUB_LOG" | grep "\"policy\":\"$n\"" | grep '"kind":"timeout"')
@@ -374,10 +400,8 @@ scenario_a_1mib_adversarial_body_is_stopped_in_time() {
         echo "# $n over a 1 MiB body: stopped after at most $cpu µs of CPU, $run µs on the clock (deadline 10 ms)"
         assert_le "$cpu" "$limit" "$n: each call over the 1 MiB body stopped within 2x its deadline ($cpu µs of CPU)"
     done
-    wait_delivered "$pb" 200 20 || fail "plain: $(delivered "$pb") of 200"
-    latency_report "plain (beside 1 MiB adversarial bodies)" "$pb"
-    stages "$sub_p"
-    assert_le "$P99" "$P99_MAX_MS" "nothing else waits on them: the plain subscription's p99 is $P99 ms"
+    assert_le "$P99" "$(awk -v a="$p99_ctl" -v b="$P99_MAX_MS" 'BEGIN { print a + b / 2 }')" \
+        "nothing else waits on them: the plain p99 is $P99 ms beside the adversarial calls, $p99_ctl ms beside the same bodies without them"
 }
 
 scenarios_main "$@"
