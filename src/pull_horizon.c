@@ -50,6 +50,7 @@ struct round {
     uint64_t taken_ns;   /* when the snapshot came back */
     struct waiter *wait; /* the pulls it answers */
     struct round *next;  /* a newer round */
+    uint64_t serial;     /* order of creation (poll_done) */
 };
 
 struct hub_pull_horizon {
@@ -62,6 +63,8 @@ struct hub_pull_horizon {
     struct waiter *sent;     /* waits of the snapshot in flight */
     int snapshot_inflight;   /* a snapshot transaction is out */
     int poll_inflight;       /* a poll transaction is out */
+    uint64_t serials;        /* rounds made so far */
+    uint64_t poll_serial;    /* the newest round the poll in flight asked about */
     struct round *rounds;    /* oldest first */
     struct round *last;
     size_t n_rounds;
@@ -289,7 +292,10 @@ static void poll_done(void *arg, const struct hub_pg_outcome *out) {
         return;
     }
     const char *still = PQgetvalue(r, 0, HUB_PULL_STILL_COL_VXIDS);
-    for (struct round *rd = z->rounds; rd != NULL; rd = rd->next) {
+    /* Only the rounds the poll asked about: a round made while it was out
+     * (its snapshot queued ahead of it on the connection) has holders the
+     * poll never looked for, and their absence from `still` says nothing. */
+    for (struct round *rd = z->rounds; rd != NULL && rd->serial <= z->poll_serial; rd = rd->next) {
         int held = 0;
         for (size_t i = 0; i < rd->n_vx && !held; i++) {
             held = vxid_in(still, rd->vx[i]);
@@ -341,6 +347,7 @@ static void poll_send(struct hub_pull_horizon *z) {
     hub_pg_txn_add(txn, &hub_sql_pull_still, HUB_SQL_PULL_STILL_NPARAMS, params, NULL, NULL);
     free(list); /* copied by the transaction */
     z->poll_inflight = 1;
+    z->poll_serial = z->serials;
     hub_pg_txn_submit(txn);
 }
 
@@ -380,6 +387,7 @@ static void snapshot_done(void *arg, const struct hub_pg_outcome *out) {
         return;
     }
     r->n_vx = (size_t)n;
+    r->serial = ++z->serials;
     r->seq = strtoll(PQgetvalue(rs, 0, HUB_PULL_SEQ_COL_LAST), NULL, 10);
     r->taken_ns = hub_now_ns();
     r->wait = w;
