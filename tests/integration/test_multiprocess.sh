@@ -16,6 +16,10 @@
 # partitions store again and A's leased jobs are delivered by the survivors,
 # each within TAKEOVER_MAX_S of the kill; each pull consumer saw exactly the
 # tenant's stored sequences, once each, in order.
+#
+# Then A comes back, and a tenant's ingest quota holds over the three
+# processes together (the cluster-wide limits, README "Limits across
+# processes"), its neighbour untouched.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -327,6 +331,74 @@ scenario_three_processes_one_sigkilled_deliver_every_event() {
     log "figures: events $n_total, requests $requests ($ratio per event, $dups duplicates)," \
         "A's leases $orphans, partitions to B ${assigned_ms:-?} ms, A's partitions storing again" \
         "$ingest_ms ms, A's leased jobs delivered $lease_ms ms after the kill"
+}
+
+# mp_count_all N: each of the three processes counts N live processes
+# (streaming_hub_cluster_processes: the split of the cluster-wide limits).
+mp_count_all() {
+    local p
+    for p in A B C; do
+        [[ $(mp_metric "$p" streaming_hub_cluster_processes) == "$1" ]] || return 1
+    done
+}
+
+# round_robin FILE N KEY PREFIX: a curl config of N POST /v1/events of KEY's
+# tenant (ce-ids PREFIX0..), spread over A, B and C in turn; run with
+# `curl --rate R/s -K FILE`, it prints one status code a line.
+round_robin() {
+    local file=$1 n=$2 key=$3 prefix=$4 i urls
+    urls=("$(mp_url A)" "$(mp_url B)" "$(mp_url C)")
+    for ((i = 0; i < n; i++)); do
+        printf '%s\n' "url = \"${urls[i % 3]}/v1/events\"" 'request = "POST"' \
+            "header = \"Authorization: Bearer $key\"" 'header = "Content-Type: application/json"' \
+            'header = "ce-specversion: 1.0"' "header = \"ce-id: $prefix$i\"" \
+            'header = "ce-source: /multiprocess"' 'header = "ce-type: studio.lerian.quota.tested"' \
+            'header = "ce-time: 2026-01-01T00:00:00Z"' 'data-binary = "{}"' 'output = "/dev/null"' \
+            'write-out = "%{http_code}\n"'
+        ((i + 1 < n)) && echo next
+    done >"$file"
+}
+
+# After the crash A comes back: the cluster-wide ingest quota (quotas.
+# ingest_rate, split by the live processes) holds over the three again once
+# A's dead row aged out and the new A joined.  60 events/s round-robin for
+# 5 s against 20/s with a burst of 10: the tenant gets 20/s over the run's
+# measured length, within 10%, plus one burst; a neighbour with the same
+# quota at 6/s is never refused.
+scenario_ingest_quota_holds_across_the_processes_after_the_crash() {
+    local rate=20 burst=10 secs=5 t other other_pid ok limited t0 ms want
+    own_client
+    other=$(own_tenant_key other)
+    mp_alive A || mp_start A all
+    HUB_URL=$(mp_url B)
+    for t in "$TENANT" "$(own_id other)"; do
+        admin_curl PATCH "/admin/tenants/$t" "{\"quotas\":{\"ingest_rate\":$rate,\"ingest_burst\":$burst}}" >/dev/null
+        assert_eq 200 "$(http_status)" "$t's quota: $rate events/s, burst $burst"
+    done
+    wait_until 15 "mp_count_all 3" ||
+        fail "not every process counts 3: $(for p in A B C; do mp_metric "$p" streaming_hub_cluster_processes; done | paste -sd ' ')"
+    round_robin "$WORK/mp/quota.cfg" $((60 * secs)) "$KEY" q-
+    round_robin "$WORK/mp/other.cfg" $((6 * secs)) "$other" o-
+    curl -s --rate 6/s -K "$WORK/mp/other.cfg" >"$WORK/mp/other.codes" 2>/dev/null &
+    other_pid=$!
+    t0=$(date +%s%3N)
+    curl -s --rate 60/s -K "$WORK/mp/quota.cfg" >"$WORK/mp/quota.codes" 2>/dev/null
+    ms=$(($(date +%s%3N) - t0))
+    wait "$other_pid"
+    ok=$(grep -c '^202$' "$WORK/mp/quota.codes")
+    limited=$(grep -c '^429$' "$WORK/mp/quota.codes")
+    assert_eq $((60 * secs)) $((ok + limited)) "every event answered 202 or 429"
+    # the buckets refill for as long as the run lasts: the rate is owed
+    # over the measured time, not the nominal one
+    want=$((rate * ms / 1000))
+    log "figures: $ok of $((60 * secs)) events admitted in $ms ms round-robin over 3 processes" \
+        "(ingest_rate $rate, burst $burst: want $want, +10%, + burst)"
+    assert_ge "$ok" $((want * 9 / 10)) "$ok admitted in $ms ms: at least 90% of $want"
+    assert_le "$ok" $((want * 11 / 10 + burst)) "$ok admitted: at most 110% of $want plus one burst ($burst)"
+    assert_eq "$ok" "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT'")" \
+        "exactly the admitted events are stored"
+    assert_eq 0 "$(grep -vc '^202$' "$WORK/mp/other.codes")" \
+        "a neighbour with the same quota at 6/s meanwhile: every event 202"
 }
 
 teardown() {
