@@ -63,7 +63,7 @@ static uint64_t key_hash(const char *tenant, size_t tlen, const char *origin, si
 }
 
 /* The chain slot of a hash. */
-static struct breaker **slot_of(struct hub_breakers *b, uint64_t hash) {
+static struct breaker **slot_of(const struct hub_breakers *b, uint64_t hash) {
     /* fold the high bits in: FNV's low bits alone mix poorly */
     return &b->slots[(hash ^ (hash >> 32)) & (b->nslots - 1)];
 }
@@ -136,7 +136,7 @@ static int should_trip(const struct hub_breakers *b, const struct breaker *e) {
 }
 
 /* The pair's breaker, or NULL.  Both strings are borrowed for the call. */
-static struct breaker *find(struct hub_breakers *b, const char *tenant, const char *origin) {
+static struct breaker *find(const struct hub_breakers *b, const char *tenant, const char *origin) {
     size_t tlen = strlen(tenant), olen = strlen(origin);
     uint64_t h = key_hash(tenant, tlen, origin, olen);
 
@@ -355,6 +355,18 @@ done:
         *retry_at_ms = at;
     }
     return v;
+}
+
+int hub_breaker_sheds(const struct hub_breakers *b, const char *tenant, const char *origin,
+                      int64_t now_ms) {
+    const struct breaker *e;
+
+    if (b == NULL || tenant == NULL || origin == NULL || (e = find(b, tenant, origin)) == NULL) {
+        return 0;
+    }
+    /* the cases of hub_breaker_check that answer SHED */
+    return (e->state == ST_OPEN && now_ms < e->retry_at_ms) ||
+           (e->state == ST_HALF_OPEN && now_ms - e->probe_at_ms < b->cfg.open_max_ms);
 }
 
 void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *origin, int success,

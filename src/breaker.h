@@ -94,6 +94,14 @@ enum hub_breaker_verdict hub_breaker_check(struct hub_breakers *b, const char *t
                                            int64_t *retry_at_ms);
 
 /*
+ * 1 when hub_breaker_check() at now_ms would answer SHED, without its side
+ * effects (a probe due is not handed out): the claim asks it of a lane it
+ * may take more jobs of than its cap allows, since shed jobs hold no slot.
+ */
+int hub_breaker_sheds(const struct hub_breakers *b, const char *tenant, const char *origin,
+                      int64_t now_ms);
+
+/*
  * Records the outcome (success non-zero) of an attempt to (tenant, origin)
  * made under ALLOW or PROBE.  Borrowed strings are copied when the pair is
  * new.  While closed this may trip the breaker; while half-open it is taken

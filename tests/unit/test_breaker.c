@@ -476,8 +476,30 @@ static void test_config_validation(void **state) {
     hub_breakers_free(b);
 }
 
+/* hub_breaker_sheds answers what a check would, without handing out the
+ * probe: closed and unknown pairs do not shed, an open one does until its
+ * probe is due, a half-open one while its probe is out. */
+static void test_sheds_is_a_question(void **state) {
+    (void)state;
+    struct hub_breakers *b = new_default();
+
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0), 0);
+    trip_at(b, T0);
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 1), 1);
+    assert_int_equal(hub_breaker_sheds(b, "other", ORIGIN, T0 + 1), 0);
+    /* the probe is due: not shed, and asking twice does not take it */
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 30 * SEC), 0);
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 30 * SEC), 0);
+    assert_int_equal(check(b, "acme", T0 + 30 * SEC, NULL), HUB_BREAKER_PROBE);
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 31 * SEC), 1);
+    hub_breaker_report(b, "acme", ORIGIN, 1, T0 + 32 * SEC);
+    assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 33 * SEC), 0);
+    hub_breakers_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sheds_is_a_question),
         cmocka_unit_test(test_consecutive_failures),
         cmocka_unit_test(test_ratio_trips_at_min_attempts),
         cmocka_unit_test(test_ratio_threshold),
