@@ -198,3 +198,22 @@ void hub_histogram_render(FILE *out, const char *name, const char *help,
                           const struct hub_histogram *h) {
     render_histogram(out, name, help, h);
 }
+
+/* Per-destination concurrency (dispatch_caps.c).  The +Inf bucket is the
+ * last of counts[], so one pass writes every bucket line. */
+void hub_histogram_render_series(FILE *out, const char *name, const char *labels,
+                                 const struct hub_histogram *h) {
+    unsigned long long below = 0;
+    char le[32];
+
+    for (int i = 0; i <= HUB_HIST_BUCKETS; i++) {
+        below += h->counts[i];
+        if (i < HUB_HIST_BUCKETS) {
+            snprintf(le, sizeof(le), "%g", hist_bounds[i]);
+        }
+        fprintf(out, "%s_bucket{%s,le=\"%s\"} %llu\n", name, labels,
+                i < HUB_HIST_BUCKETS ? le : "+Inf", below);
+    }
+    fprintf(out, "%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
+            (unsigned long long)h->count);
+}

@@ -125,4 +125,10 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
 void hub_histogram_render(FILE *out, const char *name, const char *help,
                           const struct hub_histogram *h);
 
+/* Per-destination concurrency (dispatch_caps.c): one labelled series of a
+ * histogram, its _bucket, _sum and _count lines without HELP and TYPE;
+ * labels is the label text without braces (`origin="..."`, escaped). */
+void hub_histogram_render_series(FILE *out, const char *name, const char *labels,
+                                 const struct hub_histogram *h);
+
 #endif

@@ -1,0 +1,153 @@
+/*
+ * dispatch_caps — attempts in flight per destination (SPEC §7.1): a cap per
+ * destination origin (scheme://host:port) across all tenants, and an
+ * adaptive cap per (tenant, origin) lane that follows what the destination
+ * sustains for that tenant.
+ *
+ * Slots are counted from the claim on: a claimed job holds a slot of its
+ * lane and of its origin until it ends (attempted or not), so the local
+ * queue never holds a job that waits for its destination — only for a
+ * worker.  The claim asks how much room each lane has (hub_caps_offer) and
+ * offers the database only the lanes with room; a lane at its cap is not
+ * offered and its backlog is not read.
+ *
+ * The limit of a lane (AIMD, like a TCP congestion window):
+ *
+ *   start      a new lane (or one forgotten after idling) starts at
+ *              `start`, and grows by one slot per success while its slots
+ *              are in use (slow start: doubling per round trip) up to
+ *              `tenant_origin_max`;
+ *   overload   a timeout, a refused or reset connection, a 429 or a 5xx
+ *              halves it (not below 1), and from then on it grows by one
+ *              slot per round trip only;
+ *   slow       an answer that took `slow_ms` or longer (on its way to a
+ *              timeout) takes a tenth off;
+ *   neutral    DNS, TLS, a blocked address, a garbled response: nothing
+ *              about load.
+ *
+ * A decrease counts once per round trip: only an attempt that started
+ * after the last decrease can cause the next one, so a burst of failures
+ * from one overload halves the limit once.
+ *
+ * The limit is per lane, not per origin: one origin serves many paths
+ * (several tenants' webhooks on one host), and one tenant's failing or slow
+ * webhook there must not throttle another tenant's deliveries to the same
+ * host; an overloaded host makes every tenant's lane back off by itself.
+ * Latency is judged against an absolute bound for the same reason: a slow
+ * path beside a fast one is not a destination slowing down.  The origin's
+ * cap (`origin_max`) is fixed: it bounds what one endpoint takes of the
+ * process whatever its tenants.
+ *
+ * Everything is per process (SPEC §7.6 keeps breakers per process too):
+ * with N hubs a destination sees up to N times the caps.
+ *
+ * Pure code: the caller passes the time; no I/O, no global state, one
+ * thread.  Memory: an entry per origin and per lane in use, forgotten once
+ * idle (hub_caps_sweep).
+ */
+#ifndef HUB_DISPATCH_CAPS_H
+#define HUB_DISPATCH_CAPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Origins shown by name in the metrics; the rest are summed as "other". */
+#define HUB_CAPS_NAMED 10
+/* The longest origin name kept ("scheme://host:port", as hub_url.origin). */
+#define HUB_CAPS_NAME_MAX 300
+
+struct hub_caps_cfg {
+    int origin_max;        /* STREAMING_HUB_DISPATCH_ORIGIN_MAX (>= 1) */
+    int tenant_origin_max; /* STREAMING_HUB_DISPATCH_TENANT_ORIGIN_MAX (>= 1) */
+    int start;             /* STREAMING_HUB_DISPATCH_TENANT_ORIGIN_START (1 .. tenant_origin_max) */
+    int64_t slow_ms;       /* STREAMING_HUB_DISPATCH_SLOW_ANSWER; 0: latency ignored */
+};
+
+/* What an attempt's result says about its destination's load. */
+enum hub_caps_signal {
+    HUB_CAPS_OK,       /* an answer that is not an overload (2xx, 4xx but 429, ...) */
+    HUB_CAPS_OVERLOAD, /* timeout, connection refused or reset, 429, 5xx */
+    HUB_CAPS_NEUTRAL,  /* nothing about load (DNS, TLS, blocked, protocol, closing) */
+};
+
+struct hub_caps;
+/* A (tenant, origin) lane: a held slot points to it until released. */
+struct hub_cap_lane;
+
+/* Creates an empty table (cfg copied, NULL fields clamped into range).
+ * Returns it owned, or NULL when out of memory. */
+struct hub_caps *hub_caps_new(const struct hub_caps_cfg *cfg);
+
+/* Frees the table; slots still held are dropped with it.  NULL is fine. */
+void hub_caps_free(struct hub_caps *c);
+
+/*
+ * Books up to `want` slots for the lane in the claim numbered `serial`:
+ * returns how many the lane may still take, after what it holds and what
+ * this claim booked for it and for its origin's other lanes (0 when the lane
+ * or its origin is at its cap).  shed: the lane's jobs are shed without an
+ * attempt (its breaker is open), so they hold no slot for long: `want` is
+ * granted and nothing booked.  Out of memory, `want` is granted.  A new
+ * serial forgets the bookings of the last one.
+ */
+int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int want,
+                   uint64_t serial, int shed, int64_t now_ms);
+
+/* 1 when the lane (or its origin) has no room left, bookings of `serial`
+ * included; unknown lanes have room. */
+int hub_caps_full(struct hub_caps *c, const char *tenant, int64_t origin, uint64_t serial);
+
+/* Calls cb for every origin with no room left for tenant (the origin at its
+ * cap, or the tenant's lane to it), bookings of serial included. */
+void hub_caps_each_full(struct hub_caps *c, const char *tenant, uint64_t serial,
+                        void (*cb)(void *arg, int64_t origin), void *arg);
+
+/* A claimed job of the lane holds a slot (until hub_caps_release).  Returns
+ * the lane, or NULL when out of memory (the job is then not counted). */
+struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64_t origin,
+                                   int64_t now_ms);
+
+/*
+ * The held slot's job is about to start (due_unix_ms: since when it was due,
+ * for the wait histogram).  Returns 0, or -1 when the lane's in-flight
+ * attempts already fill its cap (the limit fell since the claim): the job
+ * is then to be given back, its slot released without starting.  shed:
+ * the job will be shed (no HTTP), it starts whatever the cap.  *epoch is
+ * set for hub_caps_report.
+ */
+int hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_ms, int shed,
+                   int64_t now_unix_ms, uint32_t *epoch);
+
+/* The attempt that started under epoch ended with signal after latency_ms.
+ * Moves the lane's limit (see above).  Does not release the slot. */
+void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
+                     enum hub_caps_signal signal, int64_t latency_ms, int64_t now_ms);
+
+/* Names the lane's origin ("scheme://host:port", as hub_url.origin; copied)
+ * for the metrics and the breakers. */
+void hub_caps_name(struct hub_caps *c, struct hub_cap_lane *l, const char *name);
+
+/* Gives the slot back (started: it had started).  l may be NULL. */
+void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, int64_t now_ms);
+
+/* The name of the lane's origin, "" until hub_caps_name gave it one. */
+const char *hub_caps_lane_name(const struct hub_cap_lane *l);
+
+/* The name of an origin by id (NULL when unknown or not named yet). */
+const char *hub_caps_origin_name(struct hub_caps *c, int64_t origin);
+
+/* Current limit of a lane (the start value when unknown). */
+double hub_caps_limit(struct hub_caps *c, const char *tenant, int64_t origin);
+
+/* Attempts started and not released, and slots held, of an origin. */
+void hub_caps_counts(struct hub_caps *c, int64_t origin, int *inflight, int *held);
+
+/* Housekeeping, every few seconds: forgets lanes and origins idle and
+ * holding nothing, and picks the origins the metrics show by name. */
+void hub_caps_sweep(struct hub_caps *c, int64_t now_ms);
+
+/* Writes the per-origin metrics (in flight, limit, wait histogram). */
+void hub_caps_metrics_render(const struct hub_caps *c, FILE *out);
+
+#endif

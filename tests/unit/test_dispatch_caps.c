@@ -1,0 +1,260 @@
+/*
+ * Unit tests of the per-destination slots (dispatch_caps.h, SPEC §7.1):
+ * the caps per (tenant, origin) lane and per origin across tenants as a
+ * claim books them, slots held from the claim to the job's end, the lanes'
+ * adaptive limits (slow start, halving on overload once per round trip, a
+ * tenth off on a slow answer, growth only while the slots are in use, one
+ * tenant's overload leaving another's lane to the same origin alone), a job
+ * given back when the limit fell under it, shed jobs passing the cap,
+ * forgetting idle entries, and the metrics' names.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dispatch_caps.h"
+
+#define T0 1000000LL
+#define O1 111
+#define O2 222
+
+/* A table: caps per origin and per lane, a lane's start limit; answers of
+ * 1 s or more are slow. */
+static struct hub_caps *caps_new(int origin_max, int lane_max, int start) {
+    struct hub_caps_cfg cfg = {
+        .origin_max = origin_max, .tenant_origin_max = lane_max, .start = start, .slow_ms = 1000};
+    struct hub_caps *c = hub_caps_new(&cfg);
+    assert_non_null(c);
+    return c;
+}
+
+/* Holds and starts n slots of (tenant, origin); returns the lane. */
+static struct hub_cap_lane *run(struct hub_caps *c, const char *tenant, int64_t origin, int n,
+                                uint32_t *epoch) {
+    struct hub_cap_lane *l = NULL;
+    for (int i = 0; i < n; i++) {
+        l = hub_caps_hold(c, tenant, origin, T0);
+        assert_non_null(l);
+        assert_int_equal(hub_caps_start(c, l, T0, 0, T0, epoch), 0);
+    }
+    return l;
+}
+
+/* The lane's limit (3) and the origin's cap (4) bound what one claim books,
+ * across the origin's lanes; a new claim books again from what is held. */
+static void test_offer_books_lane_and_origin(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(4, 8, 3);
+
+    assert_int_equal(hub_caps_offer(c, "a", O1, 10, 1, 0, T0), 3);
+    assert_int_equal(hub_caps_offer(c, "a", O1, 10, 1, 0, T0), 0);
+    assert_int_equal(hub_caps_offer(c, "b", O1, 10, 1, 0, T0), 1); /* the origin's 4th */
+    assert_int_equal(hub_caps_full(c, "b", O1, 1), 1);
+    assert_int_equal(hub_caps_offer(c, "b", O2, 2, 1, 0, T0), 2); /* another origin */
+    /* claim 2: nothing held, everything free again */
+    assert_int_equal(hub_caps_full(c, "a", O1, 2), 0);
+    assert_int_equal(hub_caps_offer(c, "a", O1, 2, 2, 0, T0), 2);
+    /* held slots count: 3 held by a leave a 4th slot for b only */
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(hub_caps_hold(c, "a", O1, T0));
+    }
+    assert_int_equal(hub_caps_offer(c, "a", O1, 5, 3, 0, T0), 0);
+    assert_int_equal(hub_caps_offer(c, "b", O1, 5, 3, 0, T0), 1);
+    /* a shedding lane is offered whatever its cap, and books nothing */
+    assert_int_equal(hub_caps_offer(c, "a", O1, 5, 3, 1, T0), 5);
+    hub_caps_free(c);
+}
+
+/* hub_caps_each_full lists the origins a tenant's fifo heads must wait for:
+ * its own full lanes, and origins full for everyone. */
+static void collect(void *arg, int64_t origin) {
+    int64_t *out = arg;
+    out[out[0] + 1] = origin;
+    out[0]++;
+}
+
+static void test_each_full(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(4, 8, 3);
+    int64_t got[8] = {0};
+
+    for (int i = 0; i < 3; i++) {
+        hub_caps_hold(c, "a", O1, T0);
+    }
+    hub_caps_hold(c, "b", O2, T0);
+    hub_caps_each_full(c, "a", 1, collect, got);
+    assert_int_equal(got[0], 1);
+    assert_int_equal(got[1], O1);
+    memset(got, 0, sizeof(got));
+    hub_caps_each_full(c, "b", 1, collect, got);
+    assert_int_equal(got[0], 0); /* b's lane to O1 has room under the origin's 4 */
+    hub_caps_hold(c, "b", O1, T0);
+    hub_caps_each_full(c, "b", 1, collect, got);
+    assert_int_equal(got[0], 1);
+    assert_int_equal(got[1], O1);
+    hub_caps_free(c);
+}
+
+/* Successes while the lane's slots are in use grow its limit by one each
+ * (slow start) up to tenant_origin_max; with few in use it does not grow. */
+static void test_slow_start_while_in_use(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(100, 8, 4);
+    uint32_t e;
+    struct hub_cap_lane *l = run(c, "a", O1, 1, &e);
+
+    hub_caps_name(c, l, "http://x:80");
+    /* 1 of 4 held: not in use enough to grow */
+    hub_caps_report(c, l, e, HUB_CAPS_OK, 10, T0);
+    assert_true(hub_caps_limit(c, "a", O1) == 4);
+    run(c, "b", O1, 4, &e); /* another tenant's slots do not count */
+    hub_caps_report(c, l, e, HUB_CAPS_OK, 10, T0);
+    assert_true(hub_caps_limit(c, "a", O1) == 4);
+    run(c, "a", O1, 3, &e); /* 4 of 4 held */
+    for (int i = 0; i < 10; i++) {
+        hub_caps_report(c, l, e, HUB_CAPS_OK, 10, T0);
+    }
+    assert_true(hub_caps_limit(c, "a", O1) == 8); /* tenant_origin_max */
+    assert_string_equal(hub_caps_origin_name(c, O1), "http://x:80");
+    hub_caps_free(c);
+}
+
+/* An overload halves the lane's limit once for all the attempts that
+ * started before it; one started after it halves it again, and from then
+ * on the limit grows by one per round trip (1/limit per success).  Another
+ * tenant's lane to the same origin keeps its limit. */
+static void test_overload_halves_once_per_round_trip(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(100, 8, 4);
+    uint32_t e0, e1;
+    struct hub_cap_lane *l = run(c, "a", O1, 3, &e0);
+
+    hub_caps_report(c, l, e0, HUB_CAPS_OVERLOAD, 3000, T0);
+    assert_true(hub_caps_limit(c, "a", O1) == 2);
+    hub_caps_report(c, l, e0, HUB_CAPS_OVERLOAD, 3000, T0);
+    hub_caps_report(c, l, e0, HUB_CAPS_OVERLOAD, 3000, T0);
+    assert_true(hub_caps_limit(c, "a", O1) == 2);
+    assert_int_equal(hub_caps_offer(c, "b", O1, 10, 1, 0, T0), 4);
+    for (int i = 0; i < 3; i++) {
+        hub_caps_release(c, l, 1, T0);
+    }
+    run(c, "a", O1, 1, &e1);
+    assert_int_not_equal(e0, e1);
+    hub_caps_report(c, l, e1, HUB_CAPS_OVERLOAD, 3000, T0);
+    assert_true(hub_caps_limit(c, "a", O1) == 1);
+    hub_caps_report(c, l, e1, HUB_CAPS_OVERLOAD, 3000, T0 + 1);
+    assert_true(hub_caps_limit(c, "a", O1) == 1); /* this round trip counted already */
+    /* past ssthresh: one slot per round trip */
+    hub_caps_report(c, l, e1, HUB_CAPS_OK, 10, T0 + 2);
+    assert_true(hub_caps_limit(c, "a", O1) == 2);
+    hub_caps_report(c, l, e1, HUB_CAPS_OK, 10, T0 + 3);
+    assert_true(hub_caps_limit(c, "a", O1) == 2.5);
+    /* neutral results move nothing */
+    hub_caps_report(c, l, e1, HUB_CAPS_NEUTRAL, 10, T0 + 4);
+    assert_true(hub_caps_limit(c, "a", O1) == 2.5);
+    hub_caps_free(c);
+}
+
+/* An answer slower than slow_ms takes a tenth off (once per round trip);
+ * a slow but quick enough one does not. */
+static void test_slow_answer(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(100, 8, 4);
+    uint32_t e;
+    struct hub_cap_lane *l = run(c, "a", O1, 1, &e);
+
+    for (int i = 0; i < 20; i++) {
+        hub_caps_report(c, l, e, HUB_CAPS_OK, 300, T0 + i); /* steady 300 ms */
+    }
+    assert_true(hub_caps_limit(c, "a", O1) == 4);
+    hub_caps_report(c, l, e, HUB_CAPS_OK, 2000, T0 + 100);
+    hub_caps_report(c, l, e, HUB_CAPS_OK, 2000, T0 + 101);
+    assert_true(hub_caps_limit(c, "a", O1) > 3.5 && hub_caps_limit(c, "a", O1) < 3.7);
+    hub_caps_free(c);
+}
+
+/* A held job whose lane's attempts in flight fill the cap (the limit fell
+ * since its claim) does not start, unless it is to be shed. */
+static void test_start_over_the_cap(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(100, 8, 4);
+    uint32_t e;
+    struct hub_cap_lane *l = run(c, "a", O1, 3, &e);
+    struct hub_cap_lane *x;
+    int inflight, held;
+
+    hub_caps_report(c, l, e, HUB_CAPS_OVERLOAD, 3000, T0); /* limit 2 */
+    x = hub_caps_hold(c, "a", O1, T0);
+    assert_int_equal(hub_caps_start(c, x, T0, 0, T0, &e), -1);
+    hub_caps_counts(c, O1, &inflight, &held);
+    assert_int_equal(inflight, 3);
+    assert_int_equal(held, 4);
+    hub_caps_release(c, x, 0, T0); /* given back */
+    x = hub_caps_hold(c, "a", O1, T0);
+    assert_int_equal(hub_caps_start(c, x, T0, 1, T0, &e), 0); /* shed: passes */
+    hub_caps_release(c, x, 1, T0);
+    hub_caps_counts(c, O1, &inflight, &held);
+    assert_int_equal(inflight, 3);
+    assert_int_equal(held, 3);
+    /* the origin's cap too: b's lane has room, the origin none */
+    c = (hub_caps_free(c), caps_new(2, 8, 4));
+    run(c, "a", O2, 2, &e);
+    x = hub_caps_hold(c, "b", O2, T0);
+    assert_int_equal(hub_caps_start(c, x, T0, 0, T0, &e), -1);
+    hub_caps_free(c);
+}
+
+/* Idle entries holding nothing are forgotten (an origin's limit with it);
+ * the busiest named origins show by name in the metrics, the rest as
+ * other, with the wait histogram. */
+static void test_sweep_and_metrics(void **state) {
+    (void)state;
+    struct hub_caps *c = caps_new(100, 8, 4);
+    uint32_t e;
+    struct hub_cap_lane *l = run(c, "a", O1, 2, &e);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    hub_caps_report(c, l, e, HUB_CAPS_OVERLOAD, 3000, T0);
+    hub_caps_name(c, l, "http://busy:80");
+    run(c, "b", O2, 1, &e); /* never named */
+    hub_caps_sweep(c, T0 + 1);
+    f = open_memstream(&text, &len);
+    hub_caps_metrics_render(c, f);
+    fclose(f);
+    assert_non_null(
+        strstr(text, "streaming_hub_dispatch_origin_inflight{origin=\"http://busy:80\"} 2"));
+    assert_non_null(strstr(text, "streaming_hub_dispatch_origin_inflight{origin=\"other\"} 1"));
+    assert_non_null(
+        strstr(text, "streaming_hub_dispatch_origin_limit{origin=\"http://busy:80\"} 2"));
+    assert_non_null(
+        strstr(text, "streaming_hub_dispatch_slot_wait_seconds_count{origin=\"other\"} 3"));
+    free(text);
+    /* released and idle: forgotten, the limit back to the start */
+    hub_caps_release(c, l, 1, T0);
+    hub_caps_release(c, l, 1, T0);
+    hub_caps_sweep(c, T0 + 11 * 60000);
+    assert_true(hub_caps_limit(c, "a", O1) == 4);
+    assert_null(hub_caps_origin_name(c, O1));
+    hub_caps_free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offer_books_lane_and_origin),
+        cmocka_unit_test(test_each_full),
+        cmocka_unit_test(test_slow_start_while_in_use),
+        cmocka_unit_test(test_overload_halves_once_per_round_trip),
+        cmocka_unit_test(test_slow_answer),
+        cmocka_unit_test(test_start_over_the_cap),
+        cmocka_unit_test(test_sweep_and_metrics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
