@@ -78,8 +78,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"POLICY_DIR", CFG_STRING, "./policies", OFF(policy_dir), 0, 0, NULL, "Lua policy files"},
     {"POLICY_WATCH", CFG_BOOL, "true", OFF(policy_watch), 0, 0, NULL,
      "reload when files in POLICY_DIR change (incl. Kubernetes ConfigMap ..data swaps)"},
-    {"DISPATCH_WORKERS", CFG_INT, "8", OFF(dispatch_workers), 1, 4096, NULL,
-     "concurrent delivery attempts per process"},
+    {"DISPATCH_WORKERS", CFG_INT, "256", OFF(dispatch_workers), 1, 4096, NULL,
+     "concurrent delivery attempts per process (each destination's share is capped below)"},
     {"DISPATCH_CLAIM_BATCH", CFG_INT, "16", OFF(dispatch_claim_batch), 1, 1000, NULL,
      "jobs claimed per lease query"},
     {"DISPATCH_LEASE", CFG_DURATION, "60s", OFF(dispatch_lease_ms), 1000, BIG, NULL,
@@ -182,6 +182,21 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "window of POLICY_TRIP_FAILURES"},
     {"POLICY_TRIP_COOLDOWN", CFG_DURATION, "60s", OFF(policy_trip_cooldown_ms), 1, BIG, NULL,
      "how long a tripped policy's calls are not run (a reload of its file clears it sooner)"},
+    /* per-destination concurrency (src/dispatch_caps.h) */
+    {"DISPATCH_ORIGIN_MAX", CFG_INT, "128", OFF(dispatch_origin_max), 1, 4096, NULL,
+     "most delivery attempts in flight (and claimed) per destination origin "
+     "(scheme://host:port), all tenants together, per process"},
+    {"DISPATCH_TENANT_ORIGIN_MAX", CFG_INT, "64", OFF(dispatch_tenant_origin_max), 1, 4096, NULL,
+     "most delivery attempts in flight (and claimed) of one tenant to one origin, per process; "
+     "the pair's adaptive limit stays at or below it"},
+    {"DISPATCH_TENANT_ORIGIN_START", CFG_INT, "16", OFF(dispatch_tenant_origin_start), 1, 4096,
+     NULL,
+     "adaptive limit of a (tenant, origin) pair not seen recently: it grows while the "
+     "destination keeps up and the slots are in use, halves on a timeout, a refused "
+     "connection, 429 or 5xx"},
+    {"DISPATCH_SLOW_ANSWER", CFG_DURATION, "5s", OFF(dispatch_slow_answer_ms), 0, H10, NULL,
+     "an answer that takes this long lowers its (tenant, origin) pair's adaptive limit by a "
+     "tenth; 0: latency is not a signal"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -85,6 +85,11 @@ struct hub_config {
     int64_t policy_trip_failures;    /* timeouts/memory stops that trip a policy; 0 = never */
     int64_t policy_trip_window_ms;   /* ... within this window */
     int64_t policy_trip_cooldown_ms; /* calls of a tripped policy are not run this long */
+    /* per-destination concurrency (dispatch_caps.h) */
+    int64_t dispatch_origin_max;          /* slots per origin, all tenants */
+    int64_t dispatch_tenant_origin_max;   /* slots per (tenant, origin) */
+    int64_t dispatch_tenant_origin_start; /* adaptive limit of a new (tenant, origin) */
+    int64_t dispatch_slow_answer_ms;      /* an answer this slow lowers it */
 };
 
 /*

@@ -12,7 +12,8 @@
  * frees it, and answers the gauges.  The timers: the claim timer (the claim
  * part starts it, dispatch_claim_soon), the flush timer (the outcome part's
  * batching window), the reclaim timer (every lease / 4, at least 1 s) and the
- * due-jobs sample (every DISPATCH_DUE_SAMPLE_MS).
+ * due-jobs sample (every DISPATCH_DUE_SAMPLE_MS, which also sweeps the
+ * destination slots of dispatch_caps.h).
  *
  * Lab notes of the dispatcher (what each design choice was measured to
  * cost): docs/performance.md, "Notes moved out of the dispatcher's code
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "breaker.h"
+#include "dispatch_caps.h"
 #include "dispatch_int.h"
 #include "error.h"
 #include "hub.h"
@@ -56,6 +58,8 @@ static void sample_done(void *arg, const struct hub_pg_outcome *out) {
 static void sample_timer_cb(uv_timer_t *t) {
     struct hub_dispatch *d = t->data;
     struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, sample_done, d);
+
+    hub_caps_sweep(d->caps, dispatch_unix_ms());
     if (txn != NULL) {
         hub_pg_txn_add(txn, &hub_sql_dispatch_due_sample, 0, NULL, NULL, NULL);
         d->aux_inflight++;
@@ -100,6 +104,12 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     bcfg.open_ms = hub->cfg.breaker_open_ms;
     bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
     d->breakers = hub_breakers_new(&bcfg);
+    d->caps = hub_caps_new(&(struct hub_caps_cfg){
+        .origin_max = (int)hub->cfg.dispatch_origin_max,
+        .tenant_origin_max = (int)hub->cfg.dispatch_tenant_origin_max,
+        .start = (int)hub->cfg.dispatch_tenant_origin_start,
+        .slow_ms = hub->cfg.dispatch_slow_answer_ms,
+    });
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request.  A claim's
      * commit need not wait for the disk: should the database lose it in a
@@ -111,7 +121,8 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     d->pg_load = hub_pg_new(hub->loop, dsn, 1, "streaming-hub-load", HUB_DISPATCH_PG_OPTIONS);
     d->pg_out = hub_pg_new(hub->loop, dsn, DISPATCH_OUT_CONNECTIONS, "streaming-hub-outcomes",
                            HUB_DISPATCH_PG_OPTIONS);
-    if (d->breakers == NULL || d->pg_claim == NULL || d->pg_load == NULL || d->pg_out == NULL) {
+    if (d->breakers == NULL || d->caps == NULL || d->pg_claim == NULL || d->pg_load == NULL ||
+        d->pg_out == NULL) {
         if (d->pg_claim != NULL) {
             hub_pg_close(d->pg_claim, NULL, NULL);
         }
@@ -122,6 +133,7 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
             hub_pg_close(d->pg_out, NULL, NULL);
         }
         hub_breakers_free(d->breakers);
+        hub_caps_free(d->caps);
         free(d);
         goto fail;
     }
@@ -144,7 +156,9 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     }
     hub_log(HUB_INFO, "dispatcher started", HUB_LS("owner", d->owner),
             HUB_LI("workers", hub->cfg.dispatch_workers),
-            HUB_LI("claim_batch", hub->cfg.dispatch_claim_batch));
+            HUB_LI("claim_batch", hub->cfg.dispatch_claim_batch),
+            HUB_LI("origin_max", hub->cfg.dispatch_origin_max),
+            HUB_LI("tenant_origin_max", hub->cfg.dispatch_tenant_origin_max));
     *out = d;
     return HUB_OK;
 
@@ -166,6 +180,7 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     dispatch_attempt_free(d);
     dispatch_outcome_free(d);
     dispatch_claim_free(d);
+    hub_caps_free(d->caps); /* after the jobs that held its slots */
     free(d);
     if (cb) {
         cb(arg);
@@ -227,6 +242,12 @@ void hub_dispatch_kick(struct hub_dispatch *d) {
 
 size_t hub_dispatch_inflight(const struct hub_dispatch *d) {
     return d ? d->inflight : 0;
+}
+
+void hub_dispatch_metrics_render(const struct hub_dispatch *d, FILE *out) {
+    if (d != NULL) {
+        hub_caps_metrics_render(d->caps, out);
+    }
 }
 
 size_t hub_dispatch_breakers_open(struct hub_dispatch *d) {

@@ -14,6 +14,7 @@
 #define HUB_DISPATCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 struct hub;
 struct hub_dispatch;
@@ -45,5 +46,10 @@ char *hub_dispatch_breakers_json(struct hub_dispatch *d);
 
 /* Open and half-open breakers (gauge). */
 size_t hub_dispatch_breakers_open(struct hub_dispatch *d);
+
+/* Writes the per-destination metrics (attempts in flight, adaptive cap,
+ * time jobs waited for a slot; the busiest origins by name, the rest as
+ * "other") to out, for GET /metrics.  NULL (no dispatcher) writes nothing. */
+void hub_dispatch_metrics_render(const struct hub_dispatch *d, FILE *out);
 
 #endif

@@ -545,6 +545,7 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
         attempt_ctx_init(a, j);
     }
     dispatch_breaker_report(d, j, success);
+    dispatch_slot_report(d, j, res); /* the destination's adaptive limit (dispatch_caps.h) */
     if (hub_log_enabled(HUB_DEBUG)) {
         hub_log(HUB_DEBUG, "delivery attempt", HUB_LS("tenant", j->tenant),
                 HUB_LS("subscription", j->sub_id), HUB_LI("job", j->id),

@@ -2,12 +2,20 @@
  * dispatch_claim — claim scheduling (see dispatch_int.h for the parts).
  *
  * The cycle: a tenant sample (hub_sql_dispatch_due_tenants) lists the
- * tenants with due jobs; each claim offers a window of them in rotation
- * order, each from its floor, and leases a batch of their oldest due jobs.
- * A claim either reads what the attempts need itself (the lookup forms), or,
+ * tenants with due jobs, each with its lanes (the destination origins it
+ * has due jobs for); each claim offers a window of the tenants in rotation
+ * order, each tenant its share spread over its lanes with room under the
+ * destinations' caps (dispatch_caps.h), each lane from its floor, and
+ * leases a batch of their oldest due jobs.  A lane at its cap is not
+ * offered: its backlog is not read, and none of its jobs waits here.  A
+ * claim either reads what the attempts need itself (the lookup forms), or,
  * in a backlog, leaves that to a load on another connection while the next
  * claim runs.  The jobs it yields wait in a local queue, popped round-robin
  * across tenants by dispatch_pump() as workers free up.
+ *
+ * Each claimed job holds a slot of its lane from the claim's result on
+ * (claim_slots) until it is freed (dispatch_job_free), whatever happens in
+ * between: a row whose job is never made gives its slot back at once.
  *
  * Claims and tenant samples run one at a time on the claim connection
  * (d->claiming); d->claim_serial numbers the claims, and each job carries
@@ -21,9 +29,12 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "breaker.h"
+#include "dispatch_caps.h"
 #include "dispatch_int.h"
 #include "hub.h"
 #include "log.h"
+#include "netguard.h"
 #include "pg.h"
 #include "policy.h"
 #include "store.h"
@@ -41,33 +52,45 @@
  * with a share of at least two jobs each, that fills a batch even when most
  * of them ran dry since the sample. */
 #define DISPATCH_WINDOW_BATCHES 4
-/* Tenant floors (struct due_tenant): how far behind its oldest claimed job
- * a tenant's next claim starts, and how often every claim starts from the
+/* Lane floors (struct due_lane): how far behind its oldest claimed job a
+ * lane's next claim starts, and how often every claim starts from the
  * beginning again. */
 #define DISPATCH_FLOOR_MARGIN_US 100000
 #define DISPATCH_FLOOR_RESET_MS 1000
 
 /*
- * A tenant of the claim's rotation.  Its floor is where the claim starts
- * reading its due jobs: a claim takes the oldest due jobs first, so none
- * older than the ones it took is left, except jobs another dispatcher had
- * locked (its transaction may roll back) and jobs committed after the
- * claim's snapshot with an older next_attempt_at (transactions that took
- * now() earlier, or a subscription enabled again).  The floor stays
- * DISPATCH_FLOOR_MARGIN_US behind the oldest job claimed, which covers the
- * latter for any transaction shorter than that, and all floors are cleared
- * every DISPATCH_FLOOR_RESET_MS, which bounds how long any such job waits.
+ * A (tenant, origin) lane of a tenant of the claim's rotation.  Its floor
+ * is where the claim starts reading its due jobs: a claim takes the oldest
+ * due jobs first, so none older than the ones it took is left, except jobs
+ * another dispatcher had locked (its transaction may roll back) and jobs
+ * committed after the claim's snapshot with an older next_attempt_at
+ * (transactions that took now() earlier, a subscription enabled again).
+ * The floor stays DISPATCH_FLOOR_MARGIN_US behind the
+ * oldest job claimed, which covers the latter for any transaction shorter
+ * than that, and all floors are cleared every DISPATCH_FLOOR_RESET_MS,
+ * which bounds how long any such job waits.
  */
-struct due_tenant {
-    char *id;
-    int fifo;          /* had open fifo jobs at the sample */
+struct due_lane {
+    int64_t origin;    /* origin id (delivery_jobs.origin_id) */
     int64_t floor_us;  /* 0: none (the claim passes -infinity) */
     int64_t oldest_us; /* scratch of claim_floors */
+};
+
+/* A tenant of the claim's rotation: its lanes (by origin id) and whether it
+ * had open fifo jobs at the sample. */
+struct due_tenant {
+    char *id;
+    int fifo;
+    struct due_lane *lanes;
+    size_t n_lanes;
+    size_t lane_next; /* the tenant's lanes take turns: the first one offered next */
 };
 
 static void dispatch_claim(struct hub_dispatch *d);
 
 void dispatch_job_free(struct job *j) {
+    /* every job ends here, attempted or not: its slot goes back */
+    hub_caps_release(j->d->caps, j->slot, j->slot_started, dispatch_unix_ms());
     free(j->shaped_body);
     free(j->local_excerpt);
     hub_policy_gen_release(j->gen);
@@ -146,10 +169,60 @@ static int64_t dispatch_start_budget_ms(const struct hub_config *cfg) {
 }
 
 /*
+ * The job's held slot turns into an attempt in flight.  Returns 0, or -1
+ * when its lane's or origin's attempts in flight already fill their cap
+ * (the origin's limit fell since the claim booked the slot).  A job its
+ * breaker will shed starts whatever the cap: it makes no request.
+ */
+static int slot_start(struct hub_dispatch *d, struct job *j) {
+    int64_t now = dispatch_unix_ms();
+    const char *name;
+    int shed;
+
+    if (j->slot == NULL) {
+        return 0; /* not counted (out of memory at the claim) */
+    }
+    name = hub_caps_lane_name(j->slot);
+    if (name[0] == '\0') {
+        /* the origin's first job: its name, for the metrics and to ask its
+         * breakers (keyed by the name) */
+        struct hub_url u;
+        if (hub_url_parse(j->url, &u) == 0) {
+            hub_caps_name(d->caps, j->slot, u.origin);
+        }
+    }
+    shed = name[0] != '\0' && hub_breaker_sheds(d->breakers, j->tenant, name, now);
+    if (hub_caps_start(d->caps, j->slot, j->due_unix_ms, shed, now, &j->slot_epoch) != 0) {
+        return -1;
+    }
+    j->slot_started = 1;
+    return 0;
+}
+
+void dispatch_slot_report(struct hub_dispatch *d, const struct job *j,
+                          const struct hub_httpc_response *res) {
+    enum hub_caps_signal signal = HUB_CAPS_NEUTRAL;
+
+    if (j->slot == NULL || !j->slot_started) {
+        return;
+    }
+    /* an answer is an overload when it says so (429, 5xx); no answer in
+     * time, or a connection refused or reset, is one too; the rest (DNS,
+     * TLS, a blocked address, a garbled answer) says nothing about load */
+    if (res->error == HUB_HTTPC_OK) {
+        signal = res->status == 429 || res->status >= 500 ? HUB_CAPS_OVERLOAD : HUB_CAPS_OK;
+    } else if (res->error == HUB_HTTPC_TIMEOUT || res->error == HUB_HTTPC_CONNECT) {
+        signal = HUB_CAPS_OVERLOAD;
+    }
+    hub_caps_report(d->caps, j->slot, j->slot_epoch, signal, res->duration_ms, dispatch_unix_ms());
+}
+
+/*
  * A job that waited in the queue past dispatch_start_budget_ms() is given
  * back rather than started: its lease must not run out during the attempt
  * (another dispatcher would take it, and the expiry would count as a
- * reclaim).
+ * reclaim).  So is one whose destination has no room for it any more
+ * (slot_start): it never waits here for its destination, only for a worker.
  */
 void dispatch_pump(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
@@ -164,7 +237,7 @@ void dispatch_pump(struct hub_dispatch *d) {
     }
     while (!d->stopping && d->inflight < workers && d->n_queue > 0) {
         struct job *j = queue_pop(d);
-        if (dispatch_unix_ms() - j->claim.ms > stale_ms) {
+        if (dispatch_unix_ms() - j->claim.ms > stale_ms || slot_start(d, j) != 0) {
             job_release(d, j);
             continue;
         }
@@ -269,23 +342,47 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
     j->max_rate = (v = rows_value(x, ROWS_SUB, HUB_LOAD_SUB_MAX_RATE, &len)) != NULL ? atof(v) : 0;
     j->schema_major =
         (v = rows_value(x, ROWS_EVENT, HUB_LOAD_EVENT_SCHEMA_MAJOR, &len)) != NULL ? atoi(v) : 0;
+    j->origin_id = (v = rows_value(x, ROWS_CLAIM, HUB_CLAIM_ORIGIN, &len)) != NULL ? atoll(v) : 0;
+    j->due_unix_ms = (v = rows_value(x, ROWS_CLAIM, HUB_CLAIM_DUE_US, &len)) != NULL
+                         ? atoll(v) / 1000
+                         : claim.ms;
     j->claim = claim;
     return j;
 }
 
-/* Makes a job of x and queues it (out of memory, the lease expires and the
- * job is reclaimed later). */
-static void queue_job(struct hub_dispatch *d, const struct job_rows *x, struct claim_stamp claim) {
+/* Makes a job of x and queues it, the job taking the slot *slot held for
+ * its claim row (*slot is then NULL).  Out of memory, the lease expires and
+ * the job is reclaimed later, and *slot is left to the caller. */
+static void queue_job(struct hub_dispatch *d, const struct job_rows *x, struct claim_stamp claim,
+                      struct hub_cap_lane **slot) {
     struct job *j = job_from_rows(d, x, claim);
-    if (j != NULL && queue_push(d, j) != 0) {
-        dispatch_job_free(j);
+
+    if (j == NULL) {
+        return;
+    }
+    j->slot = *slot;
+    *slot = NULL;
+    if (queue_push(d, j) != 0) {
+        dispatch_job_free(j); /* releases the slot */
     }
 }
 
-/* Queues the jobs of a claim that looked up what their attempts need. */
-static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
+/* Releases the slots of a claim's rows that did not become jobs (rows
+ * entries of slots, NULL where a job took its slot), and frees slots. */
+static void slots_release(struct hub_dispatch *d, struct hub_cap_lane **slots, int rows) {
+    for (int i = 0; slots != NULL && i < rows; i++) {
+        hub_caps_release(d->caps, slots[i], 0, dispatch_unix_ms());
+    }
+    free(slots);
+}
+
+/* Queues the jobs of a claim that looked up what their attempts need; the
+ * rows' slots go to their jobs (what is left is the caller's). */
+static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp,
+                       struct hub_cap_lane **slots) {
     for (int i = 0; i < rows; i++) {
         struct job_rows x = {{r, r, r}, {i, i, i}, {0, HUB_CLAIM_SUB, HUB_CLAIM_EVENT}};
+        struct hub_cap_lane *none = NULL;
         size_t len;
         /* a job whose event is gone (its partition dropped) stays leased: it
          * is reclaimed, and dead as poison in the end */
@@ -293,7 +390,7 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct cla
             rows_value(&x, ROWS_SUB, HUB_LOAD_SUB_ID, &len) == NULL) {
             continue;
         }
-        queue_job(d, &x, stamp);
+        queue_job(d, &x, stamp, slots != NULL ? &slots[i] : &none);
     }
 }
 
@@ -303,7 +400,8 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct cla
  * claim's result until the load lands (load_done frees both). */
 struct load {
     struct hub_dispatch *d;
-    PGresult *claim; /* a copy of the claim's result */
+    PGresult *claim;             /* a copy of the claim's result */
+    struct hub_cap_lane **slots; /* the slot of each claim row, until a job takes it */
     struct claim_stamp stamp;
     int days; /* event statements: one per day of the batch */
 };
@@ -347,6 +445,7 @@ static void load_release(struct hub_dispatch *d, PGresult *claim, uint64_t seria
 static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *subs,
                         const struct sub_row *by_id, PGresult *evs) {
     int rows = PQntuples(l->claim);
+    struct hub_cap_lane *none;
 
     for (int e = 0; evs != NULL && e < PQntuples(evs); e++) {
         struct job_rows x = {{l->claim, subs, evs},
@@ -362,7 +461,8 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
             continue;
         }
         x.i[ROWS_SUB] = s->row;
-        queue_job(d, &x, l->stamp);
+        none = NULL;
+        queue_job(d, &x, l->stamp, l->slots != NULL ? &l->slots[x.i[ROWS_CLAIM]] : &none);
     }
 }
 
@@ -391,6 +491,9 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     free(by_id);
+    /* the rows that made no job (given back, or left leased for the
+     * reclaim): their slots */
+    slots_release(d, l->slots, rows);
     PQclear(l->claim);
     free(l);
     dispatch_pump(d); /* stopping: the loaded jobs go back at once */
@@ -434,10 +537,12 @@ static int load_add_day(struct hub_pg_txn *txn, PGresult *r, const int *row_day,
  * on the load connection, for a claim r of rows jobs that did not look it
  * up.  The claim connection is free for the next claim meanwhile: the claim
  * is the one step of the cycle that runs one at a time, and the lookups
- * were a large part of it.  Borrows r (copies it); the jobs are queued, or
- * given back, when the load lands.
+ * were a large part of it.  Borrows r (copies it) and takes slots (the
+ * slot of each row); the jobs are queued, or given back, when the load
+ * lands.
  */
-static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp) {
+static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct claim_stamp stamp,
+                          struct hub_cap_lane **slots) {
     static const int formats[1] = {1};
     struct load *l = calloc(1, sizeof(*l));
     struct sub_row *by_id = sub_rows_sorted(r, HUB_CLAIM_SUB_ID);
@@ -452,6 +557,7 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct 
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", "out of memory"), HUB_LI("jobs", rows));
         load_release(d, r, stamp.serial);
+        slots_release(d, slots, rows);
         free(l);
         free(by_id);
         free(row_day);
@@ -459,6 +565,7 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct 
     }
     l->d = d;
     l->stamp = stamp;
+    l->slots = slots;
     hub_pgarr_init(&subs, HUB_OID_TEXT);
     for (int i = 0; i < rows; i++) {
         if (i == 0 || strcmp(by_id[i].id, by_id[i - 1].id) != 0) {
@@ -487,6 +594,7 @@ static void dispatch_load(struct hub_dispatch *d, PGresult *r, int rows, struct 
     free(row_day);
     if (txn == NULL) {
         load_release(d, l->claim, l->stamp.serial);
+        slots_release(d, l->slots, rows);
         PQclear(l->claim);
         free(l);
         return;
@@ -513,34 +621,65 @@ static int due_tenant_cmp(const void *key, const void *elem) {
     return strcmp(key, ((const struct due_tenant *)elem)->id);
 }
 
-/* Raises each tenant's floor to DISPATCH_FLOOR_MARGIN_US behind the oldest
+static int due_lane_cmp(const void *key, const void *elem) {
+    int64_t a = *(const int64_t *)key, b = ((const struct due_lane *)elem)->origin;
+    return (a > b) - (a < b);
+}
+
+/* The sampled lane of claim row i (NULL: not sampled, or a fifo head). */
+static struct due_lane *claim_row_lane(struct hub_dispatch *d, PGresult *r, int i) {
+    struct due_tenant *t;
+    int64_t origin;
+
+    if (PQgetvalue(r, i, HUB_CLAIM_FIFO)[0] == 't' || PQgetisnull(r, i, HUB_CLAIM_DUE_US) ||
+        PQgetisnull(r, i, HUB_CLAIM_ORIGIN)) {
+        return NULL;
+    }
+    t = bsearch(PQgetvalue(r, i, HUB_CLAIM_TENANT), d->tenants, d->n_tenants, sizeof(*d->tenants),
+                due_tenant_cmp);
+    origin = atoll(PQgetvalue(r, i, HUB_CLAIM_ORIGIN));
+    return t != NULL ? bsearch(&origin, t->lanes, t->n_lanes, sizeof(*t->lanes), due_lane_cmp)
+                     : NULL;
+}
+
+/* Raises each lane's floor to DISPATCH_FLOOR_MARGIN_US behind the oldest
  * unordered job this claim took from it (fifo heads come from their own
  * index and are not read from a floor). */
 static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
-    /* pass 0 resets the tenants' scratch, 1 finds their oldest job, 2 moves
+    /* pass 0 resets the lanes' scratch, 1 finds their oldest job, 2 moves
      * their floors */
     for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < rows; i++) {
-            struct due_tenant *t;
+            struct due_lane *l = claim_row_lane(d, r, i);
             int64_t at;
-            if (PQgetvalue(r, i, HUB_CLAIM_FIFO)[0] == 't' || PQgetisnull(r, i, HUB_CLAIM_DUE_US)) {
-                continue;
-            }
-            t = bsearch(PQgetvalue(r, i, HUB_CLAIM_TENANT), d->tenants, d->n_tenants,
-                        sizeof(*d->tenants), due_tenant_cmp);
-            if (t == NULL) {
+            if (l == NULL) {
                 continue;
             }
             at = atoll(PQgetvalue(r, i, HUB_CLAIM_DUE_US));
             if (pass == 0) {
-                t->oldest_us = INT64_MAX;
+                l->oldest_us = INT64_MAX;
             } else if (pass == 1) {
-                t->oldest_us = at < t->oldest_us ? at : t->oldest_us;
-            } else if (t->oldest_us - DISPATCH_FLOOR_MARGIN_US > t->floor_us) {
-                t->floor_us = t->oldest_us - DISPATCH_FLOOR_MARGIN_US;
+                l->oldest_us = at < l->oldest_us ? at : l->oldest_us;
+            } else if (l->oldest_us - DISPATCH_FLOOR_MARGIN_US > l->floor_us) {
+                l->floor_us = l->oldest_us - DISPATCH_FLOOR_MARGIN_US;
             }
         }
     }
+}
+
+/* A slot for each claimed job, held from now on (hub_caps_hold): rows
+ * entries, NULL where none could be made.  Returns the array owned, or NULL
+ * when out of memory (the jobs are then not counted). */
+static struct hub_cap_lane **claim_slots(struct hub_dispatch *d, PGresult *r, int rows) {
+    struct hub_cap_lane **slots = calloc((size_t)(rows > 0 ? rows : 1), sizeof(*slots));
+    int64_t now = dispatch_unix_ms();
+
+    for (int i = 0; slots != NULL && i < rows; i++) {
+        const char *origin =
+            PQgetisnull(r, i, HUB_CLAIM_ORIGIN) ? "0" : PQgetvalue(r, i, HUB_CLAIM_ORIGIN);
+        slots[i] = hub_caps_hold(d->caps, PQgetvalue(r, i, HUB_CLAIM_TENANT), atoll(origin), now);
+    }
+    return slots;
 }
 
 /* A claim's transaction ended: moves the rotation and the floors, queues
@@ -553,8 +692,8 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     struct claim_stamp stamp = {dispatch_unix_ms(), d->claim_serial};
 
     d->claiming = 0;
-    if ((size_t)rows < d->claim_asked) {
-        d->tenants_dirty = 1; /* some tenant ran dry (or one is missing) */
+    if ((size_t)rows < d->claim_offered) {
+        d->tenants_dirty = 1; /* some lane ran dry (or one is missing) */
     }
     if (out->status != HUB_PG_OK) {
         claim_failed(d, "claim failed", out->error);
@@ -574,7 +713,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
                 best = t;
             }
         }
-        if ((size_t)rows < d->claim_asked && d->window_last[0] != '\0') {
+        if ((size_t)rows < d->claim_offered && d->window_last[0] != '\0') {
             /* the batch did not fill: every tenant of the window had its
              * turn, the next claim offers the next window */
             best = d->window_last;
@@ -584,14 +723,19 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     claim_floors(d, r, rows);
-    if (rows > 0 && !d->claim_full) { /* this claim did the lookups itself */
-        claim_jobs(d, r, rows, stamp);
-    } else if (rows > 0) {
-        dispatch_load(d, r, rows, stamp);
+    if (rows > 0) {
+        struct hub_cap_lane **slots = claim_slots(d, r, rows);
+        if (!d->claim_full) { /* this claim did the lookups itself */
+            claim_jobs(d, r, rows, stamp, slots);
+            slots_release(d, slots, rows);
+        } else {
+            dispatch_load(d, r, rows, stamp, slots);
+        }
     }
     /* a full batch means a backlog: the next claim leaves the lookups to
      * the load, so that claims follow each other sooner; a short one means
-     * the dispatcher keeps up, and one round trip is the latency */
+     * the dispatcher keeps up, and one round trip is the latency.  A batch
+     * its lanes' caps made small is not a backlog the claim can take. */
     d->claim_full = (size_t)rows >= d->claim_asked;
     dispatch_pump(d);
     /* rows (or a kick) mean more may be due: claim again at once */
@@ -602,62 +746,122 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     dispatch_maybe_done(d);
 }
 
-static void tenants_free(struct hub_dispatch *d) {
-    for (size_t i = 0; i < d->n_tenants; i++) {
-        free(d->tenants[i].id);
+/* Frees the tenants of a sample and their lanes. */
+static void tenants_free_array(struct due_tenant *t, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(t[i].id);
+        free(t[i].lanes);
     }
-    free(d->tenants);
+    free(t);
+}
+
+static void tenants_free(struct hub_dispatch *d) {
+    tenants_free_array(d->tenants, d->n_tenants);
     d->tenants = NULL;
     d->n_tenants = 0;
 }
 
-static int tenant_cmp(const void *a, const void *b) {
-    return strcmp(((const struct due_tenant *)a)->id, ((const struct due_tenant *)b)->id);
+/* A row of the lane sample, borrowed from its result. */
+struct sample_row {
+    const char *tenant;
+    int64_t origin;
+    int lane; /* 0: the tenant's fifo row */
+};
+
+/* strcmp order of the tenants, whatever the database's collation
+ * (claim_done moves the rotation point by strcmp), then origin order. */
+static int sample_row_cmp(const void *a, const void *b) {
+    const struct sample_row *x = a, *y = b;
+    int c = strcmp(x->tenant, y->tenant);
+    return c != 0 ? c : (x->origin > y->origin) - (x->origin < y->origin);
 }
 
-/* A tenant sample ended: replaces the rotation's tenants (keeping the floors
- * of those still there) and schedules the claim. */
+/* Carries a tenant's floors and lane turn from its last sample to this one
+ * (both lane lists in origin order). */
+static void tenant_keep(struct due_tenant *t, const struct due_tenant *old) {
+    for (size_t i = 0, k = 0; i < t->n_lanes && k < old->n_lanes;) {
+        int64_t a = t->lanes[i].origin, b = old->lanes[k].origin;
+        if (a == b) {
+            t->lanes[i].floor_us = old->lanes[k].floor_us;
+        }
+        i += a <= b;
+        k += a >= b;
+    }
+    t->lane_next = t->n_lanes > 0 ? old->lane_next % t->n_lanes : 0;
+}
+
+/* The sample's rows as tenants with their lanes, in strcmp order; *n set.
+ * NULL when there are none or memory runs out. */
+static struct due_tenant *tenants_from_rows(PGresult *r, int rows, size_t *n) {
+    struct sample_row *x = malloc(sizeof(*x) * (size_t)(rows > 0 ? rows : 1));
+    struct due_tenant *t = calloc((size_t)(rows > 0 ? rows : 1), sizeof(*t));
+    size_t nt = 0;
+
+    *n = 0;
+    if (x == NULL || t == NULL || rows == 0) {
+        free(x);
+        free(t);
+        return NULL;
+    }
+    for (int i = 0; i < rows; i++) {
+        x[i].tenant = PQgetvalue(r, i, HUB_DUE_TENANTS_ID);
+        x[i].lane = PQgetvalue(r, i, HUB_DUE_TENANTS_FIFO)[0] != 't' &&
+                    !PQgetisnull(r, i, HUB_DUE_TENANTS_ORIGIN);
+        x[i].origin = x[i].lane ? atoll(PQgetvalue(r, i, HUB_DUE_TENANTS_ORIGIN)) : INT64_MIN;
+    }
+    qsort(x, (size_t)rows, sizeof(*x), sample_row_cmp);
+    for (int i = 0, k; i < rows; i = k) {
+        struct due_tenant *u = &t[nt];
+        for (k = i; k < rows && strcmp(x[k].tenant, x[i].tenant) == 0; k++) {
+            u->fifo |= !x[k].lane;
+            u->n_lanes += (size_t)x[k].lane;
+        }
+        u->id = strdup(x[i].tenant);
+        u->lanes = calloc(u->n_lanes > 0 ? u->n_lanes : 1, sizeof(*u->lanes));
+        if (u->id == NULL || u->lanes == NULL) {
+            free(u->id);
+            free(u->lanes);
+            memset(u, 0, sizeof(*u));
+            continue; /* out of memory: this tenant waits for the next sample */
+        }
+        u->n_lanes = 0;
+        for (int m = i; m < k; m++) {
+            if (x[m].lane) {
+                u->lanes[u->n_lanes++].origin = x[m].origin;
+            }
+        }
+        nt++;
+    }
+    free(x);
+    *n = nt;
+    return t;
+}
+
+/* A tenant sample ended: replaces the rotation's tenants and lanes (keeping
+ * the floors of the lanes still there) and schedules the claim. */
 static void tenants_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     int rows = r ? PQntuples(r) : 0;
+    struct due_tenant *old = d->tenants;
+    size_t n_old = d->n_tenants;
 
     d->claiming = 0;
     if (out->status != HUB_PG_OK) {
         claim_failed(d, "tenant sample failed", out->error);
         return;
     }
-    {
-        struct due_tenant *old = d->tenants;
-        size_t n_old = d->n_tenants;
-        d->tenants = rows > 0 ? calloc((size_t)rows, sizeof(*d->tenants)) : NULL;
-        d->n_tenants = 0;
-        for (int i = 0; d->tenants != NULL && i < rows; i++) {
-            char *t = strdup(PQgetvalue(r, i, HUB_DUE_TENANTS_ID));
-            if (t != NULL) {
-                d->tenants[d->n_tenants].fifo = PQgetvalue(r, i, HUB_DUE_TENANTS_FIFO)[0] == 't';
-                d->tenants[d->n_tenants++].id = t;
-            }
+    d->tenants = tenants_from_rows(r, rows, &d->n_tenants);
+    /* the floors outlive the sample (both lists are in strcmp order) */
+    for (size_t i = 0, k = 0; i < d->n_tenants && k < n_old;) {
+        int c = strcmp(d->tenants[i].id, old[k].id);
+        if (c == 0) {
+            tenant_keep(&d->tenants[i], &old[k]);
         }
-        /* strcmp order, whatever the database's collation: claim_done moves
-         * the rotation point by strcmp */
-        if (d->n_tenants > 1) {
-            qsort(d->tenants, d->n_tenants, sizeof(*d->tenants), tenant_cmp);
-        }
-        /* the floors outlive the sample (both lists are in strcmp order) */
-        for (size_t i = 0, k = 0; i < d->n_tenants && k < n_old;) {
-            int c = strcmp(d->tenants[i].id, old[k].id);
-            if (c == 0) {
-                d->tenants[i].floor_us = old[k].floor_us;
-            }
-            i += c <= 0;
-            k += c >= 0;
-        }
-        for (size_t k = 0; k < n_old; k++) {
-            free(old[k].id);
-        }
-        free(old);
+        i += c <= 0;
+        k += c >= 0;
     }
+    tenants_free_array(old, n_old);
     d->tenants_ms = dispatch_unix_ms();
     d->tenants_dirty = d->kicked; /* a kick during the sample may be a new tenant */
     d->kicked = 0;
@@ -683,11 +887,131 @@ static void dispatch_sample_tenants(struct hub_dispatch *d) {
     hub_pg_txn_submit(txn);
 }
 
+/* The entries of a claim, as the statement takes them (enum
+ * hub_claim_param): owns its arrays until claim_arrays_free. */
+struct claim_arrays {
+    struct hub_pgarr tenants, origins, floors, fifo, limits, capped_tenants, capped_origins;
+    size_t offered; /* the sum of the entries' limits */
+    int any_fifo;
+    const char *tenant; /* scratch of claim_capped */
+};
+
+static void claim_arrays_init(struct claim_arrays *a) {
+    memset(a, 0, sizeof(*a));
+    hub_pgarr_init(&a->tenants, HUB_OID_TEXT);
+    hub_pgarr_init(&a->origins, HUB_OID_INT8);
+    hub_pgarr_init(&a->floors, HUB_OID_TIMESTAMPTZ);
+    hub_pgarr_init(&a->fifo, HUB_OID_BOOL);
+    hub_pgarr_init(&a->limits, HUB_OID_INT4);
+    hub_pgarr_init(&a->capped_tenants, HUB_OID_TEXT);
+    hub_pgarr_init(&a->capped_origins, HUB_OID_INT8);
+}
+
+static void claim_arrays_free(struct claim_arrays *a) {
+    hub_pgarr_free(&a->tenants);
+    hub_pgarr_free(&a->origins);
+    hub_pgarr_free(&a->floors);
+    hub_pgarr_free(&a->fifo);
+    hub_pgarr_free(&a->limits);
+    hub_pgarr_free(&a->capped_tenants);
+    hub_pgarr_free(&a->capped_origins);
+}
+
+/* One entry: lane l of tenant t, or (l NULL) t's fifo heads; lim jobs at most. */
+static void claim_entry(struct claim_arrays *a, const struct due_tenant *t,
+                        const struct due_lane *l, int lim) {
+    hub_pgarr_add_text(&a->tenants, t->id);
+    if (l != NULL) {
+        hub_pgarr_add_i64(&a->origins, l->origin);
+    } else {
+        hub_pgarr_add(&a->origins, NULL, 0);
+    }
+    if (l != NULL && l->floor_us > 0) {
+        hub_pgarr_add_ts(&a->floors, l->floor_us);
+    } else {
+        hub_pgarr_add_i64(&a->floors, INT64_MIN); /* binary timestamptz -infinity */
+    }
+    hub_pgarr_add_bool(&a->fifo, l == NULL);
+    hub_pgarr_add_i32(&a->limits, lim);
+    a->any_fifo |= l == NULL;
+    a->offered += (size_t)lim;
+}
+
+/* hub_caps_each_full's callback: a pair whose fifo heads wait. */
+static void claim_capped(void *arg, int64_t origin) {
+    struct claim_arrays *a = arg;
+    hub_pgarr_add_text(&a->capped_tenants, a->tenant);
+    hub_pgarr_add_i64(&a->capped_origins, origin);
+}
+
+/* 1 when the breaker of t's lane l sheds its jobs now: they hold no slot
+ * for long, so the lane is offered whatever its cap (see hub_caps_offer). */
+static int lane_sheds(struct hub_dispatch *d, const struct due_tenant *t, const struct due_lane *l,
+                      int64_t now) {
+    const char *name = hub_caps_origin_name(d->caps, l->origin);
+    return name != NULL && hub_breaker_sheds(d->breakers, t->id, name, now);
+}
+
+/* 1 when tenant t has anything the claim may offer: fifo heads, or a lane
+ * with room (or shedding). */
+static int tenant_offers(struct hub_dispatch *d, const struct due_tenant *t, int64_t now) {
+    if (t->fifo) {
+        return 1;
+    }
+    for (size_t k = 0; k < t->n_lanes; k++) {
+        if (!hub_caps_full(d->caps, t->id, t->lanes[k].origin, d->offer_serial) ||
+            lane_sheds(d, t, &t->lanes[k], now)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Tenant t's entries in the claim: its share, spread over up to `share` of
+ * its lanes with room, taking turns (lane_next) when it has more; each lane
+ * gets what its and its origin's caps leave (hub_caps_offer books it, so
+ * that the lanes of one origin do not offer the same room twice).  Then its
+ * fifo heads, but those of the (tenant, origin) pairs left without room.
+ */
+static void claim_tenant(struct hub_dispatch *d, struct due_tenant *t, size_t share,
+                         struct claim_arrays *a, int64_t now) {
+    size_t avail = 0, k, offered = 0, per_lane;
+
+    for (k = 0; k < t->n_lanes; k++) {
+        avail += !hub_caps_full(d->caps, t->id, t->lanes[k].origin, d->offer_serial) ||
+                 lane_sheds(d, t, &t->lanes[k], now);
+    }
+    avail = avail < share ? avail : share;
+    per_lane = avail > 0 ? (share + avail - 1) / avail : 0;
+    for (size_t m = 0; m < t->n_lanes && offered < avail; m++) {
+        struct due_lane *l = &t->lanes[(t->lane_next + m) % t->n_lanes];
+        int lim = hub_caps_offer(d->caps, t->id, l->origin, (int)per_lane, d->offer_serial,
+                                 lane_sheds(d, t, l, now), now);
+        if (lim > 0) {
+            claim_entry(a, t, l, lim);
+            offered++;
+            k = (t->lane_next + m + 1) % t->n_lanes;
+        }
+    }
+    if (offered > 0) {
+        t->lane_next = k;
+    }
+    if (t->fifo) {
+        claim_entry(a, t, NULL, (int)share);
+        a->tenant = t->id;
+        hub_caps_each_full(d->caps, t->id, d->offer_serial, claim_capped, a);
+    }
+}
+
 /*
  * Keeps up to WORKERS + 2 × CLAIM_BATCH jobs in hand (one claim at a time),
  * claiming in batches of CLAIM_BATCH, and not less than half of one unless
  * workers are idle: the queue must outlast a claim's round trip.  Samples
- * the tenants first when the sample is stale.
+ * the tenants first when the sample is stale.  Offers only what the
+ * destinations' caps leave room for (dispatch_caps.h): when no lane has
+ * room, no claim is sent, and the next one waits for an attempt to end (or
+ * the idle poll, which samples again).
  */
 static void dispatch_claim(struct hub_dispatch *d) {
     /* the four forms of the claim, by [fifo arm][lookups] */
@@ -696,26 +1020,34 @@ static void dispatch_claim(struct hub_dispatch *d) {
         {&hub_sql_dispatch_claim_fifo, &hub_sql_dispatch_claim_fifo_lookup},
     };
     static const int formats[HUB_CLAIM_NPARAMS] = {
-        [HUB_CLAIM_PARAM_TENANTS] = 1, [HUB_CLAIM_PARAM_FLOORS] = 1, [HUB_CLAIM_PARAM_FIFO] = 1};
+        [HUB_CLAIM_PARAM_TENANTS] = 1,        [HUB_CLAIM_PARAM_ORIGINS] = 1,
+        [HUB_CLAIM_PARAM_FLOORS] = 1,         [HUB_CLAIM_PARAM_FIFO] = 1,
+        [HUB_CLAIM_PARAM_LIMITS] = 1,         [HUB_CLAIM_PARAM_CAPPED_TENANTS] = 1,
+        [HUB_CLAIM_PARAM_CAPPED_ORIGINS] = 1,
+    };
+    static const int arrays[] = {
+        HUB_CLAIM_PARAM_TENANTS,        HUB_CLAIM_PARAM_ORIGINS, HUB_CLAIM_PARAM_FLOORS,
+        HUB_CLAIM_PARAM_FIFO,           HUB_CLAIM_PARAM_LIMITS,  HUB_CLAIM_PARAM_CAPPED_TENANTS,
+        HUB_CLAIM_PARAM_CAPPED_ORIGINS,
+    };
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
     size_t batch = (size_t)d->hub->cfg.dispatch_claim_batch;
     size_t held = d->inflight + d->n_queue + d->loading;
     size_t target = workers + 2 * batch;
     size_t free_slots = target > held ? target - held : 0;
     int64_t age = dispatch_unix_ms() - d->tenants_ms;
-    char lease[32], limit[16], per_tenant[16];
+    char lease[32], limit[16];
     char owner[sizeof(d->owner) + 24];
     const char *params[HUB_CLAIM_NPARAMS] = {
         [HUB_CLAIM_PARAM_OWNER] = owner,
         [HUB_CLAIM_PARAM_LEASE_MS] = lease,
         [HUB_CLAIM_PARAM_BATCH] = limit,
-        [HUB_CLAIM_PARAM_PER_TENANT] = per_tenant,
     };
     int lengths[HUB_CLAIM_NPARAMS] = {0};
-    struct hub_pgarr tenants, floors, fifo;
+    struct claim_arrays a;
     int64_t now = dispatch_unix_ms();
-    size_t first = 0, window, share;
-    int any_fifo = 0;
+    size_t first = 0, window_max, share, *window, n_window = 0, seen = 0;
+    int ok = 1;
     struct hub_pg_txn *txn;
 
     if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
@@ -738,61 +1070,77 @@ static void dispatch_claim(struct hub_dispatch *d) {
     }
     if (now - d->floors_ms >= DISPATCH_FLOOR_RESET_MS || now < d->floors_ms) {
         for (size_t i = 0; i < d->n_tenants; i++) {
-            d->tenants[i].floor_us = 0;
+            for (size_t k = 0; k < d->tenants[i].n_lanes; k++) {
+                d->tenants[i].lanes[k].floor_us = 0;
+            }
         }
         d->floors_ms = now;
     }
     /* a window of the rotation, not every sampled tenant: a claim costs
-     * what its batch needs however many tenants have due jobs */
-    window = d->n_tenants < DISPATCH_WINDOW_BATCHES * batch ? d->n_tenants
-                                                            : DISPATCH_WINDOW_BATCHES * batch;
-    hub_pgarr_init(&tenants, HUB_OID_TEXT);
-    hub_pgarr_init(&floors, HUB_OID_TIMESTAMPTZ);
-    hub_pgarr_init(&fifo, HUB_OID_BOOL);
-    for (size_t i = 0; i < window; i++) {
-        const struct due_tenant *t = &d->tenants[(first + i) % d->n_tenants];
-        hub_pgarr_add_text(&tenants, t->id);
-        hub_pgarr_add_bool(&fifo, t->fifo);
-        any_fifo |= t->fifo;
-        if (t->floor_us > 0) {
-            hub_pgarr_add_ts(&floors, t->floor_us);
-        } else {
-            hub_pgarr_add_i64(&floors, INT64_MIN); /* binary timestamptz -infinity */
+     * what its batch needs however many tenants have due jobs.  Tenants
+     * whose every lane is at its cap have nothing to offer and take no
+     * room in it. */
+    window_max = DISPATCH_WINDOW_BATCHES * batch;
+    if ((window = malloc(sizeof(*window) * window_max)) == NULL) {
+        return;
+    }
+    d->offer_serial++;
+    for (; seen < d->n_tenants && n_window < window_max; seen++) {
+        size_t i = (first + seen) % d->n_tenants;
+        if (tenant_offers(d, &d->tenants[i], now)) {
+            window[n_window++] = i;
         }
     }
-    params[HUB_CLAIM_PARAM_TENANTS] = hub_pgarr_finish(&tenants, &lengths[HUB_CLAIM_PARAM_TENANTS]);
-    params[HUB_CLAIM_PARAM_FLOORS] = hub_pgarr_finish(&floors, &lengths[HUB_CLAIM_PARAM_FLOORS]);
-    params[HUB_CLAIM_PARAM_FIFO] = hub_pgarr_finish(&fifo, &lengths[HUB_CLAIM_PARAM_FIFO]);
     snprintf(d->window_last, sizeof(d->window_last), "%s",
-             window < d->n_tenants ? d->tenants[(first + window - 1) % d->n_tenants].id : "");
+             seen < d->n_tenants ? d->tenants[(first + seen - 1) % d->n_tenants].id : "");
+    if (n_window == 0) {
+        free(window);
+        dispatch_claim_soon(d, DISPATCH_IDLE_MS); /* the sample's turn comes with it */
+        return;
+    }
     /* each tenant offers up to twice its fair share, so that a batch still
      * fills when some have less, and at least two jobs: a tenant's turn
      * costs the claim about as much as a job, so a share of one makes a
      * many-tenant claim dearer per job than a one-tenant claim (see
      * docs/performance.md, "Notes moved out of the dispatcher's code"); a
      * lone tenant may fill the batch alone */
-    share = (2 * batch + window - 1) / window;
+    share = (2 * batch + n_window - 1) / n_window;
     share = share < 2 ? 2 : share;
     share = share > batch ? batch : share;
+    claim_arrays_init(&a);
+    for (size_t w = 0; w < n_window; w++) {
+        claim_tenant(d, &d->tenants[window[w]], share, &a, now);
+    }
+    free(window);
+    if (a.offered == 0) {
+        claim_arrays_free(&a);
+        dispatch_claim_soon(d, DISPATCH_IDLE_MS);
+        return;
+    }
+    {
+        struct hub_pgarr *src[] = {&a.tenants, &a.origins,        &a.floors,        &a.fifo,
+                                   &a.limits,  &a.capped_tenants, &a.capped_origins};
+        for (size_t k = 0; k < sizeof(arrays) / sizeof(arrays[0]); k++) {
+            params[arrays[k]] = hub_pgarr_finish(src[k], &lengths[arrays[k]]);
+            ok &= params[arrays[k]] != NULL;
+        }
+    }
+    d->claim_asked = batch;
+    d->claim_offered = a.offered < batch ? a.offered : batch;
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
-    snprintf(limit, sizeof(limit), "%zu", batch);
-    snprintf(per_tenant, sizeof(per_tenant), "%zu", share);
-    txn = params[HUB_CLAIM_PARAM_TENANTS] != NULL && params[HUB_CLAIM_PARAM_FLOORS] != NULL &&
-                  params[HUB_CLAIM_PARAM_FIFO] != NULL
-              ? hub_pg_txn_new(d->pg_claim, claim_done, d)
-              : NULL;
+    snprintf(limit, sizeof(limit), "%zu", d->claim_offered);
+    txn = ok ? hub_pg_txn_new(d->pg_claim, claim_done, d) : NULL;
     if (txn != NULL) {
         d->claim_serial++;
         snprintf(owner, sizeof(owner), "%s#%llu", d->owner, (unsigned long long)d->claim_serial);
-        hub_pg_txn_add_binary(txn, forms[any_fifo][!d->claim_full], HUB_CLAIM_NPARAMS, params,
+        /* the forms without the fifo arm end at $8 */
+        hub_pg_txn_add_binary(txn, forms[a.any_fifo][!d->claim_full],
+                              a.any_fifo ? HUB_CLAIM_NPARAMS : HUB_CLAIM_NPARAMS_UNORDERED, params,
                               lengths, formats);
         d->claiming = 1;
-        d->claim_asked = batch;
         hub_pg_txn_submit(txn);
     }
-    hub_pgarr_free(&tenants);
-    hub_pgarr_free(&floors);
-    hub_pgarr_free(&fifo);
+    claim_arrays_free(&a);
 }
 
 static void claim_timer_cb(uv_timer_t *t) {

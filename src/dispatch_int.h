@@ -4,9 +4,10 @@
  *
  * The parts, in the order a job meets them:
  *
- *   dispatch_claim.c    the tenant sample, the claim and the load; the local
+ *   dispatch_claim.c    the lane sample, the claim and the load; the local
  *                       queue of claimed jobs, popped round-robin across
- *                       tenants by dispatch_pump()
+ *                       tenants by dispatch_pump(); the slots each job
+ *                       holds of its destination (dispatch_caps.h)
  *   dispatch_attempt.c  one attempt: policy match, max_rate, breaker, policy
  *                       shape, the signed request, httpc; and the retry
  *                       delay of a failed one
@@ -58,6 +59,8 @@ struct hub;
 struct hub_pg;
 struct hub_breakers;
 struct hub_buckets;
+struct hub_caps;
+struct hub_cap_lane;
 struct hub_policy;
 struct hub_policy_gen;
 
@@ -120,6 +123,13 @@ struct job {
     char *local_excerpt;        /* owned; taken by the outcome record */
     char origin[300];
     struct claim_stamp claim;
+    /* the slot the job holds of its (tenant, origin) lane from its claim
+     * to its free (NULL: not counted, out of memory); see dispatch_caps.h */
+    struct hub_cap_lane *slot;
+    int64_t origin_id;   /* the lane's origin, as the claim read it */
+    int64_t due_unix_ms; /* next_attempt_at as claimed: the slot wait's start */
+    uint32_t slot_epoch; /* the origin's epoch at the start (hub_caps_report) */
+    int slot_started;    /* the job started: its slot counts as in flight */
     char delivery_id[HUB_UUID_TEXT_SIZE];
     int64_t started_unix_ms;
     int breaker_probe; /* the breaker let this attempt through as its probe */
@@ -141,6 +151,7 @@ struct hub_dispatch {
     struct hub *hub;
     char owner[96];                /* lease owner prefix: host/pid/random */
     struct hub_breakers *breakers; /* per tenant and origin (attempts, gauges) */
+    struct hub_caps *caps;         /* slots per origin and per (tenant, origin) lane */
 
     /* dispatch.c: lifecycle */
     uv_timer_t claim_timer; /* started by dispatch_claim_soon() */
@@ -160,16 +171,19 @@ struct hub_dispatch {
     int claiming;               /* a claim or a tenant sample is in flight */
     int kicked;                 /* new jobs were stored while a claim was in flight */
     char last_tenant[260];      /* rotation point of the tenant round-robin */
+    uint64_t offer_serial;      /* numbers the claims' slot bookings (hub_caps_offer) */
     char window_last[260];      /* last tenant offered to the claim in flight, "" = all were */
-    struct due_tenant *tenants; /* tenants with due jobs at the last sample, by strcmp */
+    struct due_tenant *tenants; /* tenants with due jobs at the last sample, by strcmp, each
+                                 * with its lanes */
     size_t n_tenants;
-    int64_t floors_ms;  /* when the floors were last cleared */
-    int64_t tenants_ms; /* when they were sampled */
-    int tenants_dirty;  /* new jobs or a short claim since */
-    size_t claim_asked; /* the batch asked for by the claim in flight */
-    int claim_full;     /* the last claim came back full; the one after it leaves
-                         * its lookups to the load (see claim_done) */
-    size_t loading;     /* claimed jobs whose load is in flight */
+    int64_t floors_ms;    /* when the floors were last cleared */
+    int64_t tenants_ms;   /* when they were sampled */
+    int tenants_dirty;    /* new jobs or a short claim since */
+    size_t claim_asked;   /* the batch the claim in flight would have asked for uncapped */
+    size_t claim_offered; /* ... and what its lanes' limits let it ask for */
+    int claim_full;       /* the last claim came back full; the one after it leaves
+                           * its lookups to the load (see claim_done) */
+    size_t loading;       /* claimed jobs whose load is in flight */
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
      * that none waits on the database between attempts.  Popped round-robin
      * across tenants, so a tenant's queued backlog cannot hold another's job
@@ -228,6 +242,12 @@ void dispatch_job_free(struct job *j);
 /* Frees the claim side's memory (tenant sample, queue array) once stopped:
  * the queue is empty by then. */
 void dispatch_claim_free(struct hub_dispatch *d);
+
+/* What the HTTP result res of j's attempt says about its destination's load
+ * goes to its origin's adaptive limit (hub_caps_report).  Borrows both;
+ * the slot itself is released when j is freed. */
+void dispatch_slot_report(struct hub_dispatch *d, const struct job *j,
+                          const struct hub_httpc_response *res);
 
 /* ---------------------------------------------------- dispatch_attempt.c -- */
 

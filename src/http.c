@@ -35,6 +35,7 @@
 #include "api_stats.h"
 #include "api_subs.h"
 #include "api_util.h"
+#include "dispatch.h"
 #include "http_int.h"
 #include "hub.h"
 #include "ingest.h"
@@ -92,6 +93,7 @@ static void ops_metrics(struct hub *hub, h2o_req_t *req) {
     hub_gauges(hub, &g);
     hub_metrics_render(&hub->metrics, &g, f);
     hub_policies_metrics_render(hub->policies, f);
+    hub_dispatch_metrics_render(hub->dispatch, f);
     if (fclose(f) != 0 || text == NULL) {
         free(text);
         hub_api_send_problem(req, 500, "out of memory rendering metrics", NULL);

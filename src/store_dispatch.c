@@ -21,25 +21,28 @@
 /* -------------------------------------------------------- tenant sample -- */
 
 /*
- * A skip scan of the due index finds each tenant with pending unordered jobs
- * in one descent, and a LIMIT 1 probe per tenant keeps those with one due
- * now.  A LATERAL with a LIMIT is never turned into a hash join over the
- * whole pending set, and its ORDER BY is the due index's, so no plan can read
- * the table in physical order hoping to meet a due job early (behind a
- * history of finished jobs, that cost seconds per sample).  Tenants with
- * open fifo jobs come from a skip scan of their own index.
+ * A skip scan of the lanes' due index finds each (tenant, origin) lane with
+ * pending unordered jobs in one descent, and a LIMIT 1 probe per lane keeps
+ * those with one due now.  A LATERAL with a LIMIT is never turned into a
+ * hash join over the whole pending set, and its ORDER BY is the index's, so
+ * no plan can read the table in physical order hoping to meet a due job
+ * early (behind a history of finished jobs, that cost seconds per sample).
+ * Neither probe reads past a lane's first entries, however long its
+ * backlog.  Tenants with open fifo jobs come from a skip scan of their own
+ * index, as lanes without an origin.
  * Columns: enum hub_due_tenants_col.
  */
 const struct hub_sql hub_sql_dispatch_due_tenants = {
     "dispatch_due_tenants",
-    "WITH RECURSIVE t(tenant_id) AS ("
-    "  (SELECT tenant_id FROM delivery_jobs WHERE state = 'pending' AND NOT fifo"
-    "    ORDER BY tenant_id LIMIT 1)"
+    "WITH RECURSIVE l(tenant_id, origin_id) AS ("
+    "  (SELECT tenant_id, origin_id FROM delivery_jobs WHERE state = 'pending' AND NOT fifo"
+    "    ORDER BY tenant_id, origin_id LIMIT 1)"
     "  UNION ALL"
-    "  SELECT (SELECT j.tenant_id FROM delivery_jobs j"
-    "           WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id > t.tenant_id"
-    "           ORDER BY j.tenant_id LIMIT 1)"
-    "    FROM t WHERE t.tenant_id IS NOT NULL"
+    "  SELECT n.tenant_id, n.origin_id FROM l CROSS JOIN LATERAL ("
+    "    SELECT j.tenant_id, j.origin_id FROM delivery_jobs j"
+    "     WHERE j.state = 'pending' AND NOT j.fifo"
+    "       AND (j.tenant_id, j.origin_id) > (l.tenant_id, l.origin_id)"
+    "     ORDER BY j.tenant_id, j.origin_id LIMIT 1) n"
     "), ft(tenant_id) AS ("
     "  (SELECT tenant_id FROM delivery_jobs WHERE fifo AND state IN ('pending', 'in_flight')"
     "    ORDER BY tenant_id LIMIT 1)"
@@ -49,15 +52,14 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "           ORDER BY j.tenant_id LIMIT 1)"
     "    FROM ft WHERE ft.tenant_id IS NOT NULL"
     ")"
-    " SELECT tenant_id, bool_or(fifo)::text FROM ("
-    "   SELECT t.tenant_id, false AS fifo FROM t CROSS JOIN LATERAL ("
+    " (SELECT l.tenant_id, l.origin_id::text, 'f' FROM l CROSS JOIN LATERAL ("
     "     SELECT 1 FROM delivery_jobs d"
-    "      WHERE d.state = 'pending' AND NOT d.fifo AND d.tenant_id = t.tenant_id"
-    "        AND d.next_attempt_at <= now() ORDER BY d.next_attempt_at LIMIT 1) due"
-    "    WHERE t.tenant_id IS NOT NULL"
-    "   UNION ALL"
-    "   SELECT ft.tenant_id, true FROM ft WHERE ft.tenant_id IS NOT NULL) x"
-    " GROUP BY tenant_id LIMIT $1::int",
+    "      WHERE d.state = 'pending' AND NOT d.fifo AND d.tenant_id = l.tenant_id"
+    "        AND d.origin_id = l.origin_id AND d.next_attempt_at <= now()"
+    "      ORDER BY d.next_attempt_at LIMIT 1) due"
+    "  UNION ALL"
+    "  SELECT ft.tenant_id, NULL, 't' FROM ft WHERE ft.tenant_id IS NOT NULL)"
+    " LIMIT $1::int",
     0,
 };
 
@@ -85,35 +87,42 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     " e.schema_major::text"                            /* HUB_LOAD_EVENT_SCHEMA_MAJOR */
 
 /*
- * The claim offers the tenants of the last sample in rotation order, each
- * its oldest due jobs up to a share; the nested loop stops as soon as the
- * batch is full, so a claim reads about as many rows as it takes however
- * many tenants have a backlog, and the next claim goes on from where this
- * one stopped.  Every join is a LATERAL on a key, so no plan ever scans the
- * pending set whatever the statistics say (planning this statement costs
- * more than running it: the claim connection forces generic plans).
+ * The claim offers lanes of the last sample in rotation order: a
+ * (tenant, origin) lane its oldest due jobs up to the lane's limit, which
+ * the dispatcher sets from the tenant's share and the room left under the
+ * lane's and the origin's caps (dispatch_caps.h).  A lane at its cap is not
+ * offered, so its backlog is not read: each lane is a range of its own in
+ * delivery_jobs_due_origin.  The nested loop stops as soon as the batch is
+ * full, so a claim reads about as many rows as it takes however many lanes
+ * have a backlog, and the next claim goes on from where this one stopped.
+ * Every join is a LATERAL on a key, so no plan ever scans the pending set
+ * whatever the statistics say (planning this statement costs more than
+ * running it: the claim connection forces generic plans).
  *
  * A fifo head is the first entry of its subscription in the fifo index,
  * found by a skip scan over the tenant's subscriptions with open fifo jobs:
- * the backlog behind a head is never read.  A tenant's unordered jobs are
- * read from its floor on (struct due_tenant, dispatch_claim.c): the due
- * index keeps the entries of claimed jobs until a vacuum, and every claim
- * would otherwise step over all of them.
+ * the backlog behind a head is never read, and a head whose lane or origin
+ * is at its cap is passed over (one row per fifo subscription, not a
+ * backlog).  Fifo heads come with the tenant's entry that has no origin.
+ * A lane's unordered jobs are read from its floor on (struct due_lane,
+ * dispatch_claim.c): the due index keeps the entries of claimed jobs until
+ * a vacuum, and every claim would otherwise step over all of them.
  */
 #define CLAIM_SQL_HEAD                                                                             \
     "WITH cand AS ("                                                                               \
-    "  SELECT c.id FROM unnest($5::text[], $6::timestamptz[], $7::bool[])"                         \
-    "                   t(tenant_id, floor, fifo)"                                                 \
+    "  SELECT c.id FROM unnest($4::text[], $5::int8[], $6::timestamptz[], $7::bool[],"             \
+    "                          $8::int4[]) t(tenant_id, origin_id, floor, fifo, lim)"              \
     "  CROSS JOIN LATERAL ("                                                                       \
     "   SELECT u.id FROM ("                                                                        \
     "    (SELECT j.id, j.next_attempt_at"                                                          \
     "       FROM delivery_jobs j JOIN subscriptions s ON s.id = j.subscription_id"                 \
-    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id"                  \
-    "        AND s.enabled AND s.verification_state = 'active'"                                    \
+    "      WHERE j.state = 'pending' AND NOT j.fifo AND j.tenant_id = t.tenant_id"                 \
+    "        AND j.origin_id = t.origin_id AND s.enabled AND s.verification_state = 'active'"      \
     "        AND j.next_attempt_at >= t.floor AND j.next_attempt_at <= now()"                      \
-    "      ORDER BY j.next_attempt_at, j.id LIMIT $4::int)"
+    "      ORDER BY j.next_attempt_at, j.id LIMIT t.lim)"
 
-/* the fifo heads of the tenants flagged in $7 */
+/* the fifo heads of the tenants flagged in $7, but those whose (tenant,
+ * origin) lane or origin is at its cap ($9, $10) */
 #define CLAIM_SQL_FIFO                                                                             \
     "    UNION ALL"                                                                                \
     "    (WITH RECURSIVE f(sub) AS ("                                                              \
@@ -128,12 +137,15 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "         FROM f WHERE f.sub IS NOT NULL"                                                      \
     "     )"                                                                                       \
     "     SELECT h.id, h.next_attempt_at FROM f CROSS JOIN LATERAL ("                              \
-    "        SELECT o.id, o.state, o.next_attempt_at FROM delivery_jobs o"                         \
+    "        SELECT o.id, o.state, o.next_attempt_at, o.origin_id FROM delivery_jobs o"            \
     "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"  \
     "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"                            \
     "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s WHERE s.id = f.sub"                   \
     "                           AND s.enabled AND s.verification_state = 'active' LIMIT 1) s"      \
-    "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now() LIMIT $4::int)"
+    "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now()"                    \
+    "        AND NOT EXISTS (SELECT 1 FROM unnest($9::text[], $10::int8[]) x(tenant_id, origin_id)"\
+    "                         WHERE x.tenant_id = t.tenant_id AND x.origin_id = h.origin_id)"      \
+    "      LIMIT t.lim)"
 
 /*
  * The rest of the claim.  Candidates are locked by primary key, one row at a
@@ -143,7 +155,7 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
  * against the whole primary key from its first job.
  */
 #define CLAIM_SQL_CORE                                                                             \
-    "   ) u ORDER BY u.next_attempt_at, u.id LIMIT $4::int) c"                                     \
+    "   ) u ORDER BY u.next_attempt_at, u.id LIMIT t.lim) c"                                       \
     "  LIMIT $3::int"                                                                              \
     "), locked AS ("                                                                               \
     "  SELECT l.id FROM cand CROSS JOIN LATERAL ("                                                 \
@@ -154,7 +166,7 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "         lease_until = now() + $2::bigint * interval '1 millisecond', updated_at = now()"     \
     "   WHERE j.id = ANY (ARRAY(SELECT id FROM locked))"                                           \
     "  RETURNING j.id, j.subscription_id, j.tenant_id, j.event_seq, j.event_day, j.event_id,"      \
-    "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at"                         \
+    "            j.event_type, j.attempt_count, j.fifo, j.next_attempt_at, j.origin_id"            \
     ")"
 
 /* The claimed jobs: enum hub_claim_col up to HUB_CLAIM_JOB_NCOLS. */
@@ -169,7 +181,8 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     " ((extract(epoch FROM c.next_attempt_at)"                                                     \
     " * 1000000)::int8)::text,"                        /* HUB_CLAIM_DUE_US */                      \
     " c.event_seq::text,"                              /* HUB_CLAIM_EVENT_SEQ */                   \
-    " (c.event_day - date '2000-01-01')::text"         /* HUB_CLAIM_EVENT_DAY */
+    " (c.event_day - date '2000-01-01')::text,"        /* HUB_CLAIM_EVENT_DAY */                   \
+    " c.origin_id::text"                               /* HUB_CLAIM_ORIGIN */
 
 /*
  * The lookups: the subscription's columns from HUB_CLAIM_SUB and the

@@ -40,33 +40,39 @@
 /* -------------------------------------------------------- tenant sample -- */
 
 /*
- * Tenants with due jobs, for the claim's round-robin: those with a pending
- * unordered job due now, and those with open fifo jobs (whether a fifo head
- * is due is the claim's question).  Reads a few index pages per tenant, so
- * it runs every so often, not per claim.  $1 most tenants (int).  Rows
- * (text), in no particular order: enum hub_due_tenants_col.
+ * Lanes with due jobs, for the claim's round-robin: each (tenant, origin)
+ * lane with a pending unordered job due now, and each tenant with open fifo
+ * jobs as a lane without an origin (whether a fifo head is due is the
+ * claim's question).  Reads a few index pages per lane, so it runs every so
+ * often, not per claim.  $1 most rows (int).  Rows (text), in no particular
+ * order: enum hub_due_tenants_col.
  */
 extern const struct hub_sql hub_sql_dispatch_due_tenants;
 enum hub_due_tenants_col {
-    HUB_DUE_TENANTS_ID,   /* tenant id */
-    HUB_DUE_TENANTS_FIFO, /* 't' when it has open fifo jobs: only its claims look for heads */
+    HUB_DUE_TENANTS_ID,     /* tenant id */
+    HUB_DUE_TENANTS_ORIGIN, /* origin id (int8 as text), NULL on a fifo row */
+    HUB_DUE_TENANTS_FIFO,   /* 't': the tenant has open fifo jobs, only its claims look for
+                             * heads; 'f': an unordered lane */
     HUB_DUE_TENANTS_NCOLS,
 };
 
 /* ---------------------------------------------------------------- claim -- */
 
 /*
- * The claim: leases up to $3 due jobs of the tenants offered, each tenant
- * offering its oldest due jobs up to a share ($4), in the order offered, and
- * stops as soon as the batch is full.  A tenant's share comes from its
- * unordered jobs due now from its floor on, and (fifo forms only) the head of
- * each of its fifo subscriptions (SPEC §7.8: the oldest unfinished job, only
- * while none is in flight).  Only jobs of deliverable subscriptions are
- * claimed: enabled AND verification_state 'active' (SPEC §6, the gate).
- * FOR UPDATE SKIP LOCKED: several dispatchers claim concurrently.  Claimed
- * jobs become 'in_flight' with lease_owner $1 until now() + $2 ms.
+ * The claim: leases up to $3 due jobs of the lanes offered, each lane
+ * offering its oldest due jobs up to its limit ($8), in the order offered,
+ * and stops as soon as the batch is full.  An unordered lane (a tenant and
+ * an origin) offers its unordered jobs to that origin due now from its
+ * floor on; a fifo entry (fifo forms only; a tenant, no origin) the head of
+ * each of the tenant's fifo subscriptions (SPEC §7.8: the oldest unfinished
+ * job, only while none is in flight) but those going to a (tenant, origin)
+ * pair listed in $9/$10 (lanes or origins at their cap).  Only jobs of
+ * deliverable subscriptions are claimed: enabled AND verification_state
+ * 'active' (SPEC §6, the gate).  FOR UPDATE SKIP LOCKED: several
+ * dispatchers claim concurrently.  Claimed jobs become 'in_flight' with
+ * lease_owner $1 until now() + $2 ms.
  *
- * Four forms, the same parameters:
+ * Four forms (the two without the fifo arm take $1 .. $8 only):
  *   hub_sql_dispatch_claim              unordered jobs only, the job columns
  *   hub_sql_dispatch_claim_lookup       ... plus what the attempts need
  *   hub_sql_dispatch_claim_fifo         unordered jobs and fifo heads
@@ -77,15 +83,20 @@ enum hub_due_tenants_col {
  * nodes for what it leaves out.
  */
 enum hub_claim_param {
-    HUB_CLAIM_PARAM_OWNER,      /* $1 lease owner, "<owner>#<claim serial>" (text) */
-    HUB_CLAIM_PARAM_LEASE_MS,   /* $2 lease in ms (bigint, text) */
-    HUB_CLAIM_PARAM_BATCH,      /* $3 most jobs (int, text) */
-    HUB_CLAIM_PARAM_PER_TENANT, /* $4 most jobs per tenant (int, text) */
-    HUB_CLAIM_PARAM_TENANTS,    /* $5 tenants in rotation order (binary text[]) */
-    HUB_CLAIM_PARAM_FLOORS,     /* $6 their floors (binary timestamptz[], -infinity: none) */
-    HUB_CLAIM_PARAM_FIFO,       /* $7 whether they had open fifo jobs at the sample (binary
-                                 * bool[]; only the fifo forms look) */
+    HUB_CLAIM_PARAM_OWNER,    /* $1 lease owner, "<owner>#<claim serial>" (text) */
+    HUB_CLAIM_PARAM_LEASE_MS, /* $2 lease in ms (bigint, text) */
+    HUB_CLAIM_PARAM_BATCH,    /* $3 most jobs (int, text) */
+    HUB_CLAIM_PARAM_TENANTS,  /* $4 the lanes' tenants, in rotation order (binary text[]) */
+    HUB_CLAIM_PARAM_ORIGINS,  /* $5 their origins (binary int8[], NULL: a fifo entry) */
+    HUB_CLAIM_PARAM_FLOORS,   /* $6 their floors (binary timestamptz[], -infinity: none) */
+    HUB_CLAIM_PARAM_FIFO,     /* $7 fifo entries (binary bool[]; only the fifo forms look) */
+    HUB_CLAIM_PARAM_LIMITS,   /* $8 most jobs per entry (binary int4[]) */
+    /* the fifo forms only (the others take $1 .. $8): */
+    HUB_CLAIM_PARAM_CAPPED_TENANTS, /* $9 (tenant, origin) pairs whose fifo heads wait: tenants
+                                     * (binary text[]) ... */
+    HUB_CLAIM_PARAM_CAPPED_ORIGINS, /* $10 ... and origins (binary int8[]) */
     HUB_CLAIM_NPARAMS,
+    HUB_CLAIM_NPARAMS_UNORDERED = HUB_CLAIM_PARAM_CAPPED_TENANTS, /* the others' count */
 };
 extern const struct hub_sql hub_sql_dispatch_claim;
 extern const struct hub_sql hub_sql_dispatch_claim_lookup;
@@ -143,6 +154,7 @@ enum hub_claim_col {
     HUB_CLAIM_DUE_US,        /* next_attempt_at in Unix µs (int8 as text) */
     HUB_CLAIM_EVENT_SEQ,     /* the stored event's key: seq (int8 as text) ... */
     HUB_CLAIM_EVENT_DAY,     /* ... and day, in days since 2000-01-01 (int as text) */
+    HUB_CLAIM_ORIGIN,        /* the job's origin id (int8 as text): its lane's */
     HUB_CLAIM_JOB_NCOLS,     /* the forms without lookups end here */
     HUB_CLAIM_SUB = HUB_CLAIM_JOB_NCOLS,
     HUB_CLAIM_EVENT = HUB_CLAIM_SUB + HUB_LOAD_SUB_NCOLS,

@@ -91,7 +91,7 @@ static void test_defaults(void **state) {
     assert_string_equal(cfg.kafka_brokers, "embedded");
     assert_string_equal(cfg.kafka_topics, "^lerian\\.streaming\\..+");
     assert_string_equal(cfg.http_listen_addr, "127.0.0.1:8080");
-    assert_int_equal(cfg.dispatch_workers, 8);
+    assert_int_equal(cfg.dispatch_workers, 256);
     assert_int_equal(cfg.dispatch_lease_ms, 60000);
     assert_int_equal(cfg.retry_schedule_len, 8);
     assert_int_equal(cfg.retry_schedule_ms[7], 10LL * 3600 * 1000);
