@@ -79,7 +79,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"POLICY_WATCH", CFG_BOOL, "true", OFF(policy_watch), 0, 0, NULL,
      "reload when files in POLICY_DIR change (incl. Kubernetes ConfigMap ..data swaps)"},
     {"DISPATCH_WORKERS", CFG_INT, "256", OFF(dispatch_workers), 1, 4096, NULL,
-     "concurrent delivery attempts per process (each destination's share is capped below)"},
+     "concurrent delivery attempts per process; each destination's share is capped "
+     "(DISPATCH_ORIGIN_MAX, DISPATCH_TENANT_ORIGIN_MAX)"},
     {"DISPATCH_CLAIM_BATCH", CFG_INT, "16", OFF(dispatch_claim_batch), 1, 1000, NULL,
      "jobs claimed per lease query"},
     {"DISPATCH_LEASE", CFG_DURATION, "60s", OFF(dispatch_lease_ms), 1000, BIG, NULL,
@@ -197,6 +198,10 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"DISPATCH_SLOW_ANSWER", CFG_DURATION, "5s", OFF(dispatch_slow_answer_ms), 0, H10, NULL,
      "an answer that takes this long lowers its (tenant, origin) pair's adaptive limit by a "
      "tenth; 0: latency is not a signal"},
+    {"DISPATCH_QUEUE_AHEAD", CFG_DURATION, "50ms", OFF(dispatch_queue_ahead_ms), 0, 60000, NULL,
+     "a (tenant, origin) pair or origin at its cap keeps claimed jobs waiting for a slot only as "
+     "many as its attempts free within this time (at most its cap): the run-ahead that keeps "
+     "workers busy between claims; 0: none"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -25,6 +25,7 @@
 #define CAPS_NAMED_IDLE_MS 60000
 #define CAPS_SLOW_CUT 0.9 /* a slow answer takes a tenth off */
 #define CAPS_OVERLOAD_CUT 0.5
+#define CAPS_EWMA 0.2 /* weight of a new duration in an attempt's smoothed duration */
 
 /* The head of every table entry. */
 struct cap_entry {
@@ -45,6 +46,7 @@ struct cap_origin {
     int held;         /* slots held by claimed jobs, started or not */
     int inflight;     /* ... of which started */
     int lanes;        /* lanes pointing here */
+    double ewma_ms;   /* smoothed duration of its attempts; 0 before the first */
     int64_t last_ms;  /* last hold, start, report or release */
     uint64_t started; /* attempts started: how busy it is, for the names */
     uint64_t started_at_sweep;
@@ -61,8 +63,9 @@ struct hub_cap_lane {
     double limit;    /* current cap, 1 .. tenant_origin_max */
     double ssthresh; /* slow start below it, one slot per round trip above */
     uint32_t epoch;  /* decreases so far: see hub_caps_report */
-    int held;
-    int inflight;
+    double ewma_ms;  /* smoothed duration of its attempts; 0 before the first */
+    int held;        /* slots held by claimed jobs, started or not */
+    int inflight;    /* ... of which started */
     int64_t last_ms;
     uint64_t booked_serial;
     int booked;
@@ -219,6 +222,35 @@ static int lane_cap(const struct hub_cap_lane *l) {
     return (int)l->limit;
 }
 
+/*
+ * How many claimed jobs may wait for a slot of a lane (or origin) whose
+ * attempts in flight fill its cap: those it will start within ahead_ms,
+ * as far as its attempts' smoothed duration tells (cap slots free up every
+ * ewma_ms), and never more than the cap.  Nothing before the first attempt
+ * ended: a destination that never answers keeps nothing waiting.  This is
+ * the queue's run-ahead, so that workers do not wait for the next claim's
+ * round trip; every job kept there expects to start within ahead_ms.
+ */
+static int ahead(const struct hub_caps *c, int cap, double ewma_ms) {
+    double n;
+
+    if (ewma_ms <= 0 || c->cfg.ahead_ms <= 0) {
+        return 0;
+    }
+    n = (double)cap * (double)c->cfg.ahead_ms / (ewma_ms > 1 ? ewma_ms : 1);
+    return n < cap ? (int)n : cap;
+}
+
+/* The most slots the lane, and its origin, may hold: their cap of attempts
+ * in flight and the jobs that may wait for them. */
+static int lane_room(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    return lane_cap(l) + ahead(c, lane_cap(l), l->ewma_ms);
+}
+
+static int origin_room(const struct hub_caps *c, const struct cap_origin *o) {
+    return c->cfg.origin_max + ahead(c, c->cfg.origin_max, o->ewma_ms);
+}
+
 /* What the claim `serial` booked for x so far (0 for an older serial). */
 static int booked(uint64_t *at, int *n, uint64_t serial) {
     if (*at != serial) {
@@ -263,15 +295,15 @@ int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int w
                    uint64_t serial, int shed, int64_t now_ms) {
     struct hub_cap_lane *l;
     struct cap_origin *o;
-    int room, origin_room;
+    int room, left;
 
     if (shed || want <= 0 || (l = lane_get(c, tenant, origin, now_ms)) == NULL) {
         return want > 0 ? want : 0;
     }
     o = l->origin;
-    room = lane_cap(l) - l->held - booked(&l->booked_serial, &l->booked, serial);
-    origin_room = c->cfg.origin_max - o->held - booked(&o->booked_serial, &o->booked, serial);
-    room = room < origin_room ? room : origin_room;
+    room = lane_room(c, l) - l->held - booked(&l->booked_serial, &l->booked, serial);
+    left = origin_room(c, o) - o->held - booked(&o->booked_serial, &o->booked, serial);
+    room = room < left ? room : left;
     room = room < want ? room : want;
     if (room <= 0) {
         return 0;
@@ -284,8 +316,8 @@ int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int w
 /* 1 when the lane's (or its origin's) slots are all held or booked. */
 static int lane_full(const struct hub_caps *c, struct hub_cap_lane *l, uint64_t serial) {
     struct cap_origin *o = l->origin;
-    return l->held + booked(&l->booked_serial, &l->booked, serial) >= lane_cap(l) ||
-           o->held + booked(&o->booked_serial, &o->booked, serial) >= c->cfg.origin_max;
+    return l->held + booked(&l->booked_serial, &l->booked, serial) >= lane_room(c, l) ||
+           o->held + booked(&o->booked_serial, &o->booked, serial) >= origin_room(c, o);
 }
 
 int hub_caps_full(struct hub_caps *c, const char *tenant, int64_t origin, uint64_t serial) {
@@ -297,7 +329,7 @@ int hub_caps_full(struct hub_caps *c, const char *tenant, int64_t origin, uint64
     }
     o = origin_find(c, origin);
     return o != NULL &&
-           o->held + booked(&o->booked_serial, &o->booked, serial) >= c->cfg.origin_max;
+           o->held + booked(&o->booked_serial, &o->booked, serial) >= origin_room(c, o);
 }
 
 void hub_caps_each_full(struct hub_caps *c, const char *tenant, uint64_t serial,
@@ -324,14 +356,21 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
     return l;
 }
 
-int hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_ms, int shed,
-                   int64_t now_unix_ms, uint32_t *epoch) {
+int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max;
+}
+
+int hub_caps_waiting_over(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    const struct cap_origin *o = l->origin;
+    return l->held - l->inflight > ahead(c, lane_cap(l), l->ewma_ms) ||
+           o->held - o->inflight > ahead(c, c->cfg.origin_max, o->ewma_ms);
+}
+
+void hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_ms,
+                    int64_t now_unix_ms, uint32_t *epoch) {
     struct cap_origin *o = l->origin;
     double waited = (double)(now_unix_ms - due_unix_ms) / 1000.0;
 
-    if (!shed && (l->inflight >= lane_cap(l) || o->inflight >= c->cfg.origin_max)) {
-        return -1;
-    }
     l->inflight++;
     o->inflight++;
     o->started++;
@@ -339,7 +378,6 @@ int hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_
     *epoch = l->epoch;
     hub_histogram_observe(o->named >= 0 ? &c->wait_named[o->named] : &c->wait_other,
                           waited > 0 ? waited : 0);
-    return 0;
 }
 
 /* Sets the lane's limit (kept within 1 .. tenant_origin_max), and its
@@ -364,7 +402,13 @@ static void limit_cut(const struct hub_caps *c, struct hub_cap_lane *l, uint32_t
 
 void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
                      enum hub_caps_signal signal, int64_t latency_ms, int64_t now_ms) {
-    l->origin->last_ms = l->last_ms = now_ms;
+    struct cap_origin *o = l->origin;
+    double ms = latency_ms > 0 ? (double)latency_ms : 0.5;
+
+    o->last_ms = l->last_ms = now_ms;
+    /* what a slot of the lane (of the origin) is held for: the queue's run-ahead */
+    l->ewma_ms = l->ewma_ms > 0 ? (1 - CAPS_EWMA) * l->ewma_ms + CAPS_EWMA * ms : ms;
+    o->ewma_ms = o->ewma_ms > 0 ? (1 - CAPS_EWMA) * o->ewma_ms + CAPS_EWMA * ms : ms;
     switch (signal) {
     case HUB_CAPS_OVERLOAD:
         limit_cut(c, l, epoch, CAPS_OVERLOAD_CUT);

@@ -4,12 +4,16 @@
  * adaptive cap per (tenant, origin) lane that follows what the destination
  * sustains for that tenant.
  *
- * Slots are counted from the claim on: a claimed job holds a slot of its
- * lane and of its origin until it ends (attempted or not), so the local
- * queue never holds a job that waits for its destination — only for a
- * worker.  The claim asks how much room each lane has (hub_caps_offer) and
- * offers the database only the lanes with room; a lane at its cap is not
- * offered and its backlog is not read.
+ * The caps bound attempts in flight; slots are counted from the claim on.
+ * A claimed job holds a slot of its lane and of its origin until it ends
+ * (attempted or not).  A lane may have more jobs claimed than its cap only
+ * by its run-ahead: the jobs it starts within `ahead_ms` as its attempts'
+ * smoothed duration says (none for a destination that has not answered or
+ * answers slowly, up to the cap for a fast one), so that workers do not
+ * wait for the next claim — and no claimed job waits long for its
+ * destination.  The claim asks how much room each lane has
+ * (hub_caps_offer) and offers the database only the lanes with room; a
+ * lane at its cap is not offered and its backlog is not read.
  *
  * The limit of a lane (AIMD, like a TCP congestion window):
  *
@@ -62,6 +66,7 @@ struct hub_caps_cfg {
     int tenant_origin_max; /* STREAMING_HUB_DISPATCH_TENANT_ORIGIN_MAX (>= 1) */
     int start;             /* STREAMING_HUB_DISPATCH_TENANT_ORIGIN_START (1 .. tenant_origin_max) */
     int64_t slow_ms;       /* STREAMING_HUB_DISPATCH_SLOW_ANSWER; 0: latency ignored */
+    int64_t ahead_ms;      /* STREAMING_HUB_DISPATCH_QUEUE_AHEAD; 0: no run-ahead past a cap */
 };
 
 /* What an attempt's result says about its destination's load. */
@@ -84,12 +89,13 @@ void hub_caps_free(struct hub_caps *c);
 
 /*
  * Books up to `want` slots for the lane in the claim numbered `serial`:
- * returns how many the lane may still take, after what it holds and what
- * this claim booked for it and for its origin's other lanes (0 when the lane
- * or its origin is at its cap).  shed: the lane's jobs are shed without an
- * attempt (its breaker is open), so they hold no slot for long: `want` is
- * granted and nothing booked.  Out of memory, `want` is granted.  A new
- * serial forgets the bookings of the last one.
+ * returns how many the lane may still take — its cap and run-ahead, less
+ * what it holds and what this claim booked for it — and as many as its
+ * origin's (shared by its lanes) leave; 0 when the lane or its origin is at
+ * its cap.  shed: the lane's jobs are shed without an attempt (its breaker
+ * is open), so they hold no slot for long: `want` is granted and nothing
+ * booked.  Out of memory, `want` is granted.  A new serial forgets the
+ * bookings of the last one.
  */
 int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int want,
                    uint64_t serial, int shed, int64_t now_ms);
@@ -109,15 +115,22 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
                                    int64_t now_ms);
 
 /*
- * The held slot's job is about to start (due_unix_ms: since when it was due,
- * for the wait histogram).  Returns 0, or -1 when the lane's in-flight
- * attempts already fill its cap (the limit fell since the claim): the job
- * is then to be given back, its slot released without starting.  shed:
- * the job will be shed (no HTTP), it starts whatever the cap.  *epoch is
- * set for hub_caps_report.
+ * Whether the held slot's job may start now: 1 when its lane's and its
+ * origin's attempts in flight leave room under their caps.  A job that may
+ * not waits in the local queue (its breaker sheds it: it starts anyway, it
+ * makes no request) ...
  */
-int hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_ms, int shed,
-                   int64_t now_unix_ms, uint32_t *epoch);
+int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l);
+
+/* ... unless more of its lane's (or origin's) claimed jobs wait than may
+ * (its run-ahead fell since the claim: the limit fell, or the attempts got
+ * slower): then 1, and the job is to be given back (its slot released). */
+int hub_caps_waiting_over(const struct hub_caps *c, const struct hub_cap_lane *l);
+
+/* The held slot's job starts (due_unix_ms: since when it was due, for the
+ * wait histogram); *epoch is set for hub_caps_report. */
+void hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix_ms,
+                    int64_t now_unix_ms, uint32_t *epoch);
 
 /* The attempt that started under epoch ended with signal after latency_ms.
  * Moves the lane's limit (see above).  Does not release the slot. */

@@ -24,6 +24,7 @@
  */
 #include <libpq-fe.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,31 +135,6 @@ void dispatch_queue_drop_subscription(struct hub_dispatch *d, const char *sub_id
     d->n_queue = kept;
 }
 
-/* The next job round-robin across tenants: the oldest queued job of the
- * first tenant after the one popped last (wrapping around).  The queue must
- * not be empty; returns the job owned. */
-static struct job *queue_pop(struct hub_dispatch *d) {
-    size_t best = 0;
-    int best_wrapped = 2;
-    struct job *j;
-
-    for (size_t i = 0; i < d->n_queue; i++) {
-        const char *t = d->queue[i]->tenant ? d->queue[i]->tenant : "";
-        int wrapped = strcmp(t, d->pop_tenant) <= 0;
-        if (wrapped < best_wrapped ||
-            (wrapped == best_wrapped &&
-             strcmp(t, d->queue[best]->tenant ? d->queue[best]->tenant : "") < 0)) {
-            best = i;
-            best_wrapped = wrapped;
-        }
-    }
-    j = d->queue[best];
-    memmove(d->queue + best, d->queue + best + 1, sizeof(*d->queue) * (d->n_queue - best - 1));
-    d->n_queue--;
-    snprintf(d->pop_tenant, sizeof(d->pop_tenant), "%s", j->tenant ? j->tenant : "");
-    return j;
-}
-
 /* How long a claimed job may wait in the queue and still start: its lease
  * must cover the whole attempt and the outcome's write after it.  A lease
  * not longer than the attempt timeout plus that margin cannot (the start
@@ -168,35 +144,84 @@ static int64_t dispatch_start_budget_ms(const struct hub_config *cfg) {
     return budget > 0 ? budget : cfg->dispatch_lease_ms / 2;
 }
 
-/*
- * The job's held slot turns into an attempt in flight.  Returns 0, or -1
- * when its lane's or origin's attempts in flight already fill their cap
- * (the origin's limit fell since the claim booked the slot).  A job its
- * breaker will shed starts whatever the cap: it makes no request.
- */
-static int slot_start(struct hub_dispatch *d, struct job *j) {
-    int64_t now = dispatch_unix_ms();
-    const char *name;
-    int shed;
+/* What a queued job may do now (job_ready). */
+enum job_readiness { JOB_GIVE_BACK = -1, JOB_WAITS = 0, JOB_STARTS = 1 };
 
-    if (j->slot == NULL) {
-        return 0; /* not counted (out of memory at the claim) */
+/*
+ * Whether queued job j may start: its destination has an attempt slot free
+ * (or its breaker sheds it: it makes no request), else it waits for one —
+ * unless more of its destination's jobs wait than the run-ahead allows now,
+ * or it waited past dispatch_start_budget_ms(): then it is given back
+ * rather than left to wait, its lease must not run out here (another
+ * dispatcher would take it, and the expiry would count as a reclaim).
+ */
+static enum job_readiness job_ready(struct hub_dispatch *d, const struct job *j, int64_t now) {
+    const char *name;
+
+    if (now - j->claim.ms > dispatch_start_budget_ms(&d->hub->cfg)) {
+        return JOB_GIVE_BACK;
+    }
+    if (j->slot == NULL || hub_caps_ready(d->caps, j->slot)) {
+        return JOB_STARTS; /* no slot: not counted (out of memory at the claim) */
     }
     name = hub_caps_lane_name(j->slot);
-    if (name[0] == '\0') {
-        /* the origin's first job: its name, for the metrics and to ask its
-         * breakers (keyed by the name) */
-        struct hub_url u;
-        if (hub_url_parse(j->url, &u) == 0) {
-            hub_caps_name(d->caps, j->slot, u.origin);
+    if (name[0] != '\0' && hub_breaker_sheds(d->breakers, j->tenant, name, now)) {
+        return JOB_STARTS;
+    }
+    return hub_caps_waiting_over(d->caps, j->slot) ? JOB_GIVE_BACK : JOB_WAITS;
+}
+
+/*
+ * The next job to start, round-robin across tenants: the oldest queued job
+ * that may start (job_ready) of the first tenant after the one popped last
+ * (wrapping around).  Jobs to give back go back on the way.  Returns the
+ * job owned, or NULL when none may start now.
+ */
+static struct job *queue_pop(struct hub_dispatch *d) {
+    size_t best = SIZE_MAX, kept = 0;
+    int best_wrapped = 2;
+    int64_t now = dispatch_unix_ms();
+    struct job *j;
+
+    for (size_t i = 0; i < d->n_queue; i++) {
+        const char *t;
+        int wrapped;
+        enum job_readiness ready = job_ready(d, d->queue[i], now);
+        if (ready == JOB_GIVE_BACK) {
+            job_release(d, d->queue[i]);
+            continue;
         }
+        d->queue[kept] = d->queue[i];
+        if (ready == JOB_STARTS) {
+            t = d->queue[kept]->tenant ? d->queue[kept]->tenant : "";
+            wrapped = strcmp(t, d->pop_tenant) <= 0;
+            if (best == SIZE_MAX || wrapped < best_wrapped ||
+                (wrapped == best_wrapped &&
+                 strcmp(t, d->queue[best]->tenant ? d->queue[best]->tenant : "") < 0)) {
+                best = kept;
+                best_wrapped = wrapped;
+            }
+        }
+        kept++;
     }
-    shed = name[0] != '\0' && hub_breaker_sheds(d->breakers, j->tenant, name, now);
-    if (hub_caps_start(d->caps, j->slot, j->due_unix_ms, shed, now, &j->slot_epoch) != 0) {
-        return -1;
+    d->n_queue = kept;
+    if (best == SIZE_MAX) {
+        return NULL;
     }
-    j->slot_started = 1;
-    return 0;
+    j = d->queue[best];
+    memmove(d->queue + best, d->queue + best + 1, sizeof(*d->queue) * (d->n_queue - best - 1));
+    d->n_queue--;
+    snprintf(d->pop_tenant, sizeof(d->pop_tenant), "%s", j->tenant ? j->tenant : "");
+    return j;
+}
+
+/* The job's held slot turns into an attempt in flight (queue_pop found it
+ * may start). */
+static void slot_start(struct hub_dispatch *d, struct job *j) {
+    if (j->slot != NULL) {
+        hub_caps_start(d->caps, j->slot, j->due_unix_ms, dispatch_unix_ms(), &j->slot_epoch);
+        j->slot_started = 1;
+    }
 }
 
 void dispatch_slot_report(struct hub_dispatch *d, const struct job *j,
@@ -217,16 +242,11 @@ void dispatch_slot_report(struct hub_dispatch *d, const struct job *j,
     hub_caps_report(d->caps, j->slot, j->slot_epoch, signal, res->duration_ms, dispatch_unix_ms());
 }
 
-/*
- * A job that waited in the queue past dispatch_start_budget_ms() is given
- * back rather than started: its lease must not run out during the attempt
- * (another dispatcher would take it, and the expiry would count as a
- * reclaim).  So is one whose destination has no room for it any more
- * (slot_start): it never waits here for its destination, only for a worker.
- */
+/* Queued jobs start while workers are free and their destinations have
+ * room (queue_pop), then the next claim. */
 void dispatch_pump(struct hub_dispatch *d) {
     size_t workers = (size_t)d->hub->cfg.dispatch_workers;
-    int64_t stale_ms = dispatch_start_budget_ms(&d->hub->cfg);
+    struct job *j;
 
     if (d->stopping) {
         /* a claim that was in flight when the stop came: give it all back */
@@ -235,12 +255,8 @@ void dispatch_pump(struct hub_dispatch *d) {
         }
         return;
     }
-    while (!d->stopping && d->inflight < workers && d->n_queue > 0) {
-        struct job *j = queue_pop(d);
-        if (dispatch_unix_ms() - j->claim.ms > stale_ms || slot_start(d, j) != 0) {
-            job_release(d, j);
-            continue;
-        }
+    while (!d->stopping && d->inflight < workers && (j = queue_pop(d)) != NULL) {
+        slot_start(d, j);
         dispatch_attempt_start(d, j); /* may finish at once (filtered, deferred, shed) */
     }
     dispatch_claim(d);
@@ -362,6 +378,14 @@ static void queue_job(struct hub_dispatch *d, const struct job_rows *x, struct c
     }
     j->slot = *slot;
     *slot = NULL;
+    if (j->slot != NULL && hub_caps_lane_name(j->slot)[0] == '\0') {
+        /* the origin's first job: its name, for the metrics and to ask its
+         * breakers (keyed by the name) */
+        struct hub_url u;
+        if (j->url != NULL && hub_url_parse(j->url, &u) == 0) {
+            hub_caps_name(d->caps, j->slot, u.origin);
+        }
+    }
     if (queue_push(d, j) != 0) {
         dispatch_job_free(j); /* releases the slot */
     }

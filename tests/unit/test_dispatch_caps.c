@@ -4,9 +4,9 @@
  * claim books them, slots held from the claim to the job's end, the lanes'
  * adaptive limits (slow start, halving on overload once per round trip, a
  * tenth off on a slow answer, growth only while the slots are in use, one
- * tenant's overload leaving another's lane to the same origin alone), a job
- * given back when the limit fell under it, shed jobs passing the cap,
- * forgetting idle entries, and the metrics' names.
+ * tenant's overload leaving another's lane to the same origin alone), the
+ * run-ahead of jobs waiting for a slot, forgetting idle entries, and the
+ * metrics' names.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,10 +25,13 @@
 #define O2 222
 
 /* A table: caps per origin and per lane, a lane's start limit; answers of
- * 1 s or more are slow. */
+ * 1 s or more are slow; a run-ahead of 50 ms. */
 static struct hub_caps *caps_new(int origin_max, int lane_max, int start) {
-    struct hub_caps_cfg cfg = {
-        .origin_max = origin_max, .tenant_origin_max = lane_max, .start = start, .slow_ms = 1000};
+    struct hub_caps_cfg cfg = {.origin_max = origin_max,
+                               .tenant_origin_max = lane_max,
+                               .start = start,
+                               .slow_ms = 1000,
+                               .ahead_ms = 50};
     struct hub_caps *c = hub_caps_new(&cfg);
     assert_non_null(c);
     return c;
@@ -41,7 +44,8 @@ static struct hub_cap_lane *run(struct hub_caps *c, const char *tenant, int64_t 
     for (int i = 0; i < n; i++) {
         l = hub_caps_hold(c, tenant, origin, T0);
         assert_non_null(l);
-        assert_int_equal(hub_caps_start(c, l, T0, 0, T0, epoch), 0);
+        assert_int_equal(hub_caps_ready(c, l), 1);
+        hub_caps_start(c, l, T0, T0, epoch);
     }
     return l;
 }
@@ -179,34 +183,46 @@ static void test_slow_answer(void **state) {
     hub_caps_free(c);
 }
 
-/* A held job whose lane's attempts in flight fill the cap (the limit fell
- * since its claim) does not start, unless it is to be shed. */
-static void test_start_over_the_cap(void **state) {
+/* A lane whose attempts in flight fill its cap keeps claimed jobs waiting
+ * only by its run-ahead: none before an attempt ended, then as many as it
+ * frees within 50 ms (at most its cap), fewer as its attempts get slower;
+ * beyond that a job is to be given back.  The origin's cap holds too. */
+static void test_ready_and_run_ahead(void **state) {
     (void)state;
     struct hub_caps *c = caps_new(100, 8, 4);
     uint32_t e;
-    struct hub_cap_lane *l = run(c, "a", O1, 3, &e);
-    struct hub_cap_lane *x;
+    struct hub_cap_lane *l = run(c, "a", O1, 4, &e);
+    struct hub_cap_lane *x = hub_caps_hold(c, "a", O1, T0);
     int inflight, held;
 
-    hub_caps_report(c, l, e, HUB_CAPS_OVERLOAD, 3000, T0); /* limit 2 */
+    assert_int_equal(hub_caps_ready(c, x), 0);
+    assert_int_equal(hub_caps_waiting_over(c, x), 1); /* nothing answered yet */
+    assert_int_equal(hub_caps_offer(c, "a", O1, 10, 1, 0, T0), 0);
+    hub_caps_release(c, x, 0, T0);
+    /* attempts of 10 ms: 4 slots free up 20 times in 50 ms; the cap bounds it */
+    hub_caps_report(c, l, e, HUB_CAPS_NEUTRAL, 10, T0);
+    assert_int_equal(hub_caps_offer(c, "a", O1, 10, 2, 0, T0), 4);
+    for (int i = 0; i < 4; i++) {
+        hub_caps_hold(c, "a", O1, T0);
+    }
+    assert_int_equal(hub_caps_waiting_over(c, l), 0);
     x = hub_caps_hold(c, "a", O1, T0);
-    assert_int_equal(hub_caps_start(c, x, T0, 0, T0, &e), -1);
+    assert_int_equal(hub_caps_waiting_over(c, x), 1);
+    hub_caps_release(c, x, 0, T0);
+    /* attempts of about 200 ms: no slot frees within 50 ms */
+    hub_caps_report(c, l, e, HUB_CAPS_NEUTRAL, 1000, T0);
+    assert_int_equal(hub_caps_waiting_over(c, l), 1);
     hub_caps_counts(c, O1, &inflight, &held);
-    assert_int_equal(inflight, 3);
-    assert_int_equal(held, 4);
-    hub_caps_release(c, x, 0, T0); /* given back */
-    x = hub_caps_hold(c, "a", O1, T0);
-    assert_int_equal(hub_caps_start(c, x, T0, 1, T0, &e), 0); /* shed: passes */
-    hub_caps_release(c, x, 1, T0);
-    hub_caps_counts(c, O1, &inflight, &held);
-    assert_int_equal(inflight, 3);
-    assert_int_equal(held, 3);
-    /* the origin's cap too: b's lane has room, the origin none */
+    assert_int_equal(inflight, 4);
+    assert_int_equal(held, 8);
+    /* a started job ends: one waiting job may start */
+    hub_caps_release(c, l, 1, T0);
+    assert_int_equal(hub_caps_ready(c, l), 1);
+    /* the origin's cap: b's lane has room, the origin none */
     c = (hub_caps_free(c), caps_new(2, 8, 4));
     run(c, "a", O2, 2, &e);
     x = hub_caps_hold(c, "b", O2, T0);
-    assert_int_equal(hub_caps_start(c, x, T0, 0, T0, &e), -1);
+    assert_int_equal(hub_caps_ready(c, x), 0);
     hub_caps_free(c);
 }
 
@@ -253,7 +269,7 @@ int main(void) {
         cmocka_unit_test(test_slow_start_while_in_use),
         cmocka_unit_test(test_overload_halves_once_per_round_trip),
         cmocka_unit_test(test_slow_answer),
-        cmocka_unit_test(test_start_over_the_cap),
+        cmocka_unit_test(test_ready_and_run_ahead),
         cmocka_unit_test(test_sweep_and_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
