@@ -25,7 +25,10 @@
 #define CAPS_NAMED_IDLE_MS 60000
 #define CAPS_SLOW_CUT 0.9 /* a slow answer takes a tenth off */
 #define CAPS_OVERLOAD_CUT 0.5
-#define CAPS_EWMA 0.2 /* weight of a new duration in an attempt's smoothed duration */
+/* Weight of a new attempt's duration in the smoothed duration: about the
+ * last ten attempts count, so a destination that slows down is seen within
+ * a round trip or two of its slots. */
+#define CAPS_EWMA 0.2
 
 /* The head of every table entry. */
 struct cap_entry {
@@ -86,10 +89,13 @@ struct hub_caps {
 
 /* ----------------------------------------------------------------- tables -- */
 
+/* The chain of a hash: FNV's low bits alone mix poorly, so the high half is
+ * folded in. */
 static struct cap_entry **table_slot(const struct cap_table *t, uint64_t hash) {
     return &t->slots[(hash ^ (hash >> 32)) & (t->nslots - 1)];
 }
 
+/* An empty table of CAPS_SLOTS chains.  Returns 0, or -1 out of memory. */
 static int table_init(struct cap_table *t) {
     t->nslots = CAPS_SLOTS;
     t->count = 0;
@@ -143,6 +149,9 @@ static void table_prune(struct cap_table *t, int (*drop)(struct cap_entry *, voi
     }
 }
 
+/* The keys' hashes: an origin by its id (itself a hash, but of text the
+ * database chose), a lane by its tenant (NUL included, so that no tenant
+ * id runs into the origin's bytes) and its origin. */
 static uint64_t origin_hash(int64_t id) {
     return hub_fnv1a(HUB_FNV1A_BASIS, &id, sizeof(id));
 }
@@ -152,6 +161,7 @@ static uint64_t lane_hash(const char *tenant, int64_t origin) {
                      sizeof(origin));
 }
 
+/* The origin's entry, or NULL. */
 static struct cap_origin *origin_find(const struct hub_caps *c, int64_t id) {
     uint64_t h = origin_hash(id);
     for (struct cap_entry *e = *table_slot(&c->origins, h); e != NULL; e = e->next) {
@@ -162,6 +172,7 @@ static struct cap_origin *origin_find(const struct hub_caps *c, int64_t id) {
     return NULL;
 }
 
+/* The lane's entry, or NULL.  tenant is borrowed for the call. */
 static struct hub_cap_lane *lane_find(const struct hub_caps *c, const char *tenant,
                                       int64_t origin) {
     uint64_t h = lane_hash(tenant, origin);
@@ -217,7 +228,8 @@ static struct hub_cap_lane *lane_get(struct hub_caps *c, const char *tenant, int
 
 /* -------------------------------------------------------------- the caps -- */
 
-/* The lane's cap now: its adaptive limit, in whole slots. */
+/* The lane's cap now: its adaptive limit, in whole slots (the limit grows
+ * by fractions of a slot past slow start). */
 static int lane_cap(const struct hub_cap_lane *l) {
     return (int)l->limit;
 }
@@ -251,7 +263,13 @@ static int origin_room(const struct hub_caps *c, const struct cap_origin *o) {
     return c->cfg.origin_max + ahead(c, c->cfg.origin_max, o->ewma_ms);
 }
 
-/* What the claim `serial` booked for x so far (0 for an older serial). */
+/*
+ * What the claim `serial` booked for an entry so far (*at, *n are its
+ * booking fields; an older serial's bookings read as 0 and are dropped).
+ * A claim books the room it offers, because its lanes are offered before
+ * any of their jobs is held: two lanes of one origin in the same claim
+ * must not both be offered the origin's last slots.
+ */
 static int booked(uint64_t *at, int *n, uint64_t serial) {
     if (*at != serial) {
         *at = serial;
@@ -266,6 +284,8 @@ struct hub_caps *hub_caps_new(const struct hub_caps_cfg *cfg) {
     if (c == NULL) {
         return NULL;
     }
+    /* the caps are at least one slot: a destination is never shut out
+     * (the breaker is what stops sending to one) */
     c->cfg = *cfg;
     c->cfg.origin_max = c->cfg.origin_max > 0 ? c->cfg.origin_max : 1;
     c->cfg.tenant_origin_max = c->cfg.tenant_origin_max > 0 ? c->cfg.tenant_origin_max : 1;
@@ -284,6 +304,7 @@ void hub_caps_free(struct hub_caps *c) {
     if (c == NULL) {
         return;
     }
+    /* lanes first: an origin must outlive the lanes pointing to it */
     table_prune(&c->lanes, NULL, NULL);
     table_prune(&c->origins, NULL, NULL);
     free(c->lanes.slots);
@@ -291,12 +312,17 @@ void hub_caps_free(struct hub_caps *c) {
     free(c);
 }
 
+/* A lane's offer is the least of its own room and its origin's, both net of
+ * what this claim booked already; the booking makes it count for the
+ * lanes offered after it. */
 int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int want,
                    uint64_t serial, int shed, int64_t now_ms) {
     struct hub_cap_lane *l;
     struct cap_origin *o;
     int room, left;
 
+    /* shed jobs end before the next claim: they need no room; and out of
+     * memory a cap is no reason to stop delivering */
     if (shed || want <= 0 || (l = lane_get(c, tenant, origin, now_ms)) == NULL) {
         return want > 0 ? want : 0;
     }
@@ -327,11 +353,15 @@ int hub_caps_full(struct hub_caps *c, const char *tenant, int64_t origin, uint64
     if (l != NULL) {
         return lane_full(c, l, serial);
     }
+    /* a lane not seen yet holds nothing: only its origin can be full */
     o = origin_find(c, origin);
     return o != NULL &&
            o->held + booked(&o->booked_serial, &o->booked, serial) >= origin_room(c, o);
 }
 
+/* Every origin is asked, not only the tenant's lanes: an origin full for
+ * everyone holds back a fifo head of a tenant that never sent it anything.
+ * Origins are few (those in use in the last minutes). */
 void hub_caps_each_full(struct hub_caps *c, const char *tenant, uint64_t serial,
                         void (*cb)(void *arg, int64_t origin), void *arg) {
     for (size_t i = 0; i < c->origins.nslots; i++) {
@@ -344,6 +374,9 @@ void hub_caps_each_full(struct hub_caps *c, const char *tenant, uint64_t serial,
     }
 }
 
+/* A claimed job's slot, counted from the claim's result on (not only once
+ * it starts), so that the next claim, sent while this one's jobs are
+ * loaded and queued, does not offer the same room again. */
 struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64_t origin,
                                    int64_t now_ms) {
     struct hub_cap_lane *l = lane_get(c, tenant, origin, now_ms);
@@ -356,10 +389,15 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
     return l;
 }
 
+/* The caps bound attempts in flight: jobs held beyond them are the
+ * run-ahead, which waits (see ahead()). */
 int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
     return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max;
 }
 
+/* Held and not started: waiting in the queue (or being loaded).  The
+ * run-ahead is recomputed from the latest durations, so a destination that
+ * slowed down sends back what it can no longer start soon. */
 int hub_caps_waiting_over(const struct hub_caps *c, const struct hub_cap_lane *l) {
     const struct cap_origin *o = l->origin;
     return l->held - l->inflight > ahead(c, lane_cap(l), l->ewma_ms) ||
@@ -375,6 +413,7 @@ void hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix
     o->inflight++;
     o->started++;
     l->last_ms = o->last_ms = now_unix_ms;
+    /* the decrease this attempt's failure may cause is the next one */
     *epoch = l->epoch;
     hub_histogram_observe(o->named >= 0 ? &c->wait_named[o->named] : &c->wait_other,
                           waited > 0 ? waited : 0);
@@ -403,6 +442,7 @@ static void limit_cut(const struct hub_caps *c, struct hub_cap_lane *l, uint32_t
 void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
                      enum hub_caps_signal signal, int64_t latency_ms, int64_t now_ms) {
     struct cap_origin *o = l->origin;
+    /* libcurl counts whole milliseconds: a loopback answer may take "0" */
     double ms = latency_ms > 0 ? (double)latency_ms : 0.5;
 
     o->last_ms = l->last_ms = now_ms;
@@ -428,6 +468,8 @@ void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
     }
 }
 
+/* Nothing is freed here: an entry holding nothing is forgotten by the
+ * sweep once idle, so that a lane keeps its limit between bursts. */
 void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, int64_t now_ms) {
     (void)c;
     if (l == NULL) {
@@ -442,6 +484,8 @@ void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, i
     l->last_ms = l->origin->last_ms = now_ms;
 }
 
+/* The name is the C parser's (hub_url.origin), the database only knows the
+ * id: what breakers are keyed by, and what operators read in the metrics. */
 void hub_caps_name(struct hub_caps *c, struct hub_cap_lane *l, const char *name) {
     struct cap_origin *o = l->origin;
     size_t n = strnlen(name, sizeof(o->name) - 1);
@@ -463,11 +507,14 @@ const char *hub_caps_lane_name(const struct hub_cap_lane *l) {
     return l->origin->name;
 }
 
+/* The claim asks by origin id, before any job of the lane is made: the
+ * name is known once any job of the origin was. */
 const char *hub_caps_origin_name(struct hub_caps *c, int64_t origin) {
     struct cap_origin *o = origin_find(c, origin);
     return o != NULL && o->name[0] != '\0' ? o->name : NULL;
 }
 
+/* A lane never seen has the start limit: what its first claim is offered. */
 double hub_caps_limit(struct hub_caps *c, const char *tenant, int64_t origin) {
     struct hub_cap_lane *l = lane_find(c, tenant, origin);
     return l != NULL ? l->limit : c->cfg.start;
@@ -479,6 +526,7 @@ static long long origin_limit(const struct hub_caps *c, const struct cap_origin 
     return o->limits < c->cfg.origin_max ? (long long)o->limits : c->cfg.origin_max;
 }
 
+/* For the tests: what the metrics show of an origin, named or not. */
 void hub_caps_counts(struct hub_caps *c, int64_t origin, int *inflight, int *held) {
     struct cap_origin *o = origin_find(c, origin);
     *inflight = o != NULL ? o->inflight : 0;
@@ -487,11 +535,14 @@ void hub_caps_counts(struct hub_caps *c, int64_t origin, int *inflight, int *hel
 
 /* ------------------------------------------------------------ upkeep -- */
 
+/* What the sweep's table_prune callbacks need. */
 struct sweep_ctx {
     struct hub_caps *c;
     int64_t now_ms;
 };
 
+/* A lane holding nothing and idle for CAPS_LANE_IDLE_MS goes, its limit
+ * with it (its origin's sum and count follow). */
 static int lane_idle(struct cap_entry *e, void *arg) {
     struct sweep_ctx *x = arg;
     struct hub_cap_lane *l = (struct hub_cap_lane *)e;
@@ -503,6 +554,8 @@ static int lane_idle(struct cap_entry *e, void *arg) {
     return 1;
 }
 
+/* An origin goes once no lane points to it and it has been idle a while;
+ * its metrics name slot is freed for another. */
 static int origin_idle(struct cap_entry *e, void *arg) {
     struct sweep_ctx *x = arg;
     struct cap_origin *o = (struct cap_origin *)e;
@@ -519,8 +572,9 @@ static int origin_idle(struct cap_entry *e, void *arg) {
  * The names: an origin idle for CAPS_NAMED_IDLE_MS gives its slot back;
  * free slots go to the busiest unnamed origins (by attempts started since
  * the last sweep), and the least busy named one gives way to an unnamed one
- * at least twice as busy.  A name is only given to an origin whose name is
- * known (an attempt reported it).
+ * at least twice as busy (so that names do not flap between origins of
+ * about the same load: every change starts a new series).  A name is only
+ * given to an origin whose name is known (hub_caps_name).
  */
 static void names_pick(struct hub_caps *c, int64_t now_ms) {
     for (size_t i = 0; i < c->origins.nslots; i++) {
@@ -534,6 +588,8 @@ static void names_pick(struct hub_caps *c, int64_t now_ms) {
             }
         }
     }
+    /* one promotion per turn, the busiest unnamed origin into a free slot or
+     * over the least busy named one, until none qualifies */
     for (;;) {
         struct cap_origin *best = NULL;
         int slot = -1;
@@ -607,12 +663,14 @@ void hub_caps_metrics_render(const struct hub_caps *c, FILE *out) {
          "origins not named)."},
     };
     static const char wait_name[] = "streaming_hub_dispatch_slot_wait_seconds";
-    char label[HUB_CAPS_NAME_MAX * 2 + 16];
+    char label[HUB_CAPS_NAME_MAX * 2 + 16]; /* every byte of a name may need an escape */
     long long other[2] = {0, 0};
 
     if (c == NULL) {
         return;
     }
+    /* the origins not named, summed: the label set stays bounded however
+     * many destinations the tenants have */
     for (size_t i = 0; i < c->origins.nslots; i++) {
         for (const struct cap_entry *e = c->origins.slots[i]; e != NULL; e = e->next) {
             const struct cap_origin *o = (const struct cap_origin *)e;

@@ -7,11 +7,12 @@
  * order, each tenant its share spread over its lanes with room under the
  * destinations' caps (dispatch_caps.h), each lane from its floor, and
  * leases a batch of their oldest due jobs.  A lane at its cap is not
- * offered: its backlog is not read, and none of its jobs waits here.  A
- * claim either reads what the attempts need itself (the lookup forms), or,
- * in a backlog, leaves that to a load on another connection while the next
- * claim runs.  The jobs it yields wait in a local queue, popped round-robin
- * across tenants by dispatch_pump() as workers free up.
+ * offered: its backlog is not read, and its jobs wait here only as its
+ * run-ahead (dispatch_caps.h).  A claim either reads what the attempts
+ * need itself (the lookup forms), or, in a backlog, leaves that to a load
+ * on another connection while the next claim runs.  The jobs it yields wait
+ * in a local queue, popped round-robin across tenants by dispatch_pump() as
+ * workers free up.
  *
  * Each claimed job holds a slot of its lane from the claim's result on
  * (claim_slots) until it is freed (dispatch_job_free), whatever happens in
@@ -1000,12 +1001,14 @@ static int tenant_offers(struct hub_dispatch *d, const struct due_tenant *t, int
  */
 static void claim_tenant(struct hub_dispatch *d, struct due_tenant *t, size_t share,
                          struct claim_arrays *a, int64_t now) {
-    size_t avail = 0, k, offered = 0, per_lane;
+    size_t avail = 0, offered = 0, per_lane, next = t->lane_next;
 
-    for (k = 0; k < t->n_lanes; k++) {
+    for (size_t k = 0; k < t->n_lanes; k++) {
         avail += !hub_caps_full(d->caps, t->id, t->lanes[k].origin, d->offer_serial) ||
                  lane_sheds(d, t, &t->lanes[k], now);
     }
+    /* each lane offered gets an even part of the share: a tenant with many
+     * destinations offers as much as one with a single one */
     avail = avail < share ? avail : share;
     per_lane = avail > 0 ? (share + avail - 1) / avail : 0;
     for (size_t m = 0; m < t->n_lanes && offered < avail; m++) {
@@ -1015,12 +1018,10 @@ static void claim_tenant(struct hub_dispatch *d, struct due_tenant *t, size_t sh
         if (lim > 0) {
             claim_entry(a, t, l, lim);
             offered++;
-            k = (t->lane_next + m + 1) % t->n_lanes;
+            next = (t->lane_next + m + 1) % t->n_lanes;
         }
     }
-    if (offered > 0) {
-        t->lane_next = k;
-    }
+    t->lane_next = next;
     if (t->fifo) {
         claim_entry(a, t, NULL, (int)share);
         a->tenant = t->id;

@@ -19,11 +19,15 @@
  * Who owns a job (struct job):
  *
  *   1. dispatch_claim.c makes it from a claim's rows (or a load's) and the
- *      queue (d->queue) owns it.  Out of memory it is dropped: its lease
- *      expires and the reclaim gives it back (at least once still holds).
+ *      queue (d->queue) owns it, with the slot of its destination it holds
+ *      from the claim on (dispatch_caps.h; released by dispatch_job_free).
+ *      Out of memory it is dropped: its lease expires and the reclaim gives
+ *      it back (at least once still holds).
  *   2. dispatch_pump() pops it and either gives it back unattempted (it
- *      waited past its start budget, or the dispatcher is stopping) or hands
- *      it to dispatch_attempt_start(), which takes it.
+ *      waited past its start budget, more of its destination's jobs wait
+ *      than its run-ahead allows, or the dispatcher is stopping) or hands
+ *      it to dispatch_attempt_start(), which takes it.  A job whose
+ *      destination has no attempt slot free waits in the queue meanwhile.
  *   3. The attempt owns it until it ends: at once when it ends without HTTP
  *      (filtered, deferred, shed, policy error, secrets that do not open),
  *      else in httpc's callback (d->inflight counts those).  It ends by
