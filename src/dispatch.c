@@ -110,6 +110,7 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
         .start = (int)hub->cfg.dispatch_tenant_origin_start,
         .slow_ms = hub->cfg.dispatch_slow_answer_ms,
         .ahead_ms = hub->cfg.dispatch_queue_ahead_ms,
+        .ahead_floor = 2 * (int)hub->cfg.dispatch_claim_batch,
     });
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request.  A claim's

@@ -238,19 +238,27 @@ static int lane_cap(const struct hub_cap_lane *l) {
  * How many claimed jobs may wait for a slot of a lane (or origin) whose
  * attempts in flight fill its cap: those it will start within ahead_ms,
  * as far as its attempts' smoothed duration tells (cap slots free up every
- * ewma_ms), and never more than the cap.  Nothing before the first attempt
+ * ewma_ms), and never more than the cap or the dispatcher's own run-ahead
+ * (ahead_floor), whichever is larger.  Nothing before the first attempt
  * ended: a destination that never answers keeps nothing waiting.  This is
  * the queue's run-ahead, so that workers do not wait for the next claim's
  * round trip; every job kept there expects to start within ahead_ms.
+ *
+ * The floor matters when the workers, not the cap, bound a destination (a
+ * cap of 16 with 8 workers): bounded by its cap alone, the lane offered
+ * each claim only what 8 attempts left of 32 slots, claims of half a batch,
+ * and a single fast destination drained at about half the rate of the
+ * build before the caps (bench/dispatch, 8 workers, batch 16).
  */
 static int ahead(const struct hub_caps *c, int cap, double ewma_ms) {
     double n;
+    int most = cap > c->cfg.ahead_floor ? cap : c->cfg.ahead_floor;
 
     if (ewma_ms <= 0 || c->cfg.ahead_ms <= 0) {
         return 0;
     }
     n = (double)cap * (double)c->cfg.ahead_ms / (ewma_ms > 1 ? ewma_ms : 1);
-    return n < cap ? (int)n : cap;
+    return n < most ? (int)n : most;
 }
 
 /* The most slots the lane, and its origin, may hold: their cap of attempts

@@ -67,6 +67,8 @@ struct hub_caps_cfg {
     int start;             /* STREAMING_HUB_DISPATCH_TENANT_ORIGIN_START (1 .. tenant_origin_max) */
     int64_t slow_ms;       /* STREAMING_HUB_DISPATCH_SLOW_ANSWER; 0: latency ignored */
     int64_t ahead_ms;      /* STREAMING_HUB_DISPATCH_QUEUE_AHEAD; 0: no run-ahead past a cap */
+    int ahead_floor;       /* a fast destination's run-ahead may reach this even past its
+                            * cap: the dispatcher's own (2 x DISPATCH_CLAIM_BATCH) */
 };
 
 /* What an attempt's result says about its destination's load. */

@@ -226,6 +226,30 @@ static void test_ready_and_run_ahead(void **state) {
     hub_caps_free(c);
 }
 
+/* The dispatcher's own run-ahead (ahead_floor) lets a fast lane keep more
+ * waiting than its cap, so that a claim is not cut to what the workers
+ * leave of the cap; a slow lane still keeps only what it frees in 50 ms. */
+static void test_run_ahead_floor(void **state) {
+    (void)state;
+    struct hub_caps_cfg cfg = {
+        .origin_max = 100, .tenant_origin_max = 8, .start = 4, .ahead_ms = 50, .ahead_floor = 12};
+    struct hub_caps *c = hub_caps_new(&cfg);
+    uint32_t e;
+    struct hub_cap_lane *l;
+
+    assert_non_null(c);
+    l = run(c, "a", O1, 4, &e);
+    /* attempts of 1 ms: 4 + 12 slots, 4 of them in flight */
+    hub_caps_report(c, l, e, HUB_CAPS_NEUTRAL, 1, T0);
+    assert_int_equal(hub_caps_offer(c, "a", O1, 100, 1, 0, T0), 12);
+    /* attempts of 150 ms: one of 4 slots frees in 50 ms, the floor aside */
+    for (int i = 0; i < 30; i++) {
+        hub_caps_report(c, l, e, HUB_CAPS_NEUTRAL, 150, T0);
+    }
+    assert_int_equal(hub_caps_offer(c, "a", O1, 100, 2, 0, T0), 1);
+    hub_caps_free(c);
+}
+
 /* Idle entries holding nothing are forgotten (an origin's limit with it);
  * the busiest named origins show by name in the metrics, the rest as
  * other, with the wait histogram. */
@@ -270,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_overload_halves_once_per_round_trip),
         cmocka_unit_test(test_slow_answer),
         cmocka_unit_test(test_ready_and_run_ahead),
+        cmocka_unit_test(test_run_ahead_floor),
         cmocka_unit_test(test_sweep_and_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
