@@ -104,6 +104,11 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     bcfg.open_ms = hub->cfg.breaker_open_ms;
     bcfg.open_max_ms = hub->cfg.breaker_open_max_ms;
     d->breakers = hub_breakers_new(&bcfg);
+    /* Attempt slots per destination origin and per (tenant, origin): the
+     * claim offers only lanes with room, so a slow or hanging destination
+     * holds its share of the workers, not all of them.  A fast one may keep
+     * the queue's own run-ahead waiting past its cap (two claim batches),
+     * so that claims stay whole batches. */
     d->caps = hub_caps_new(&(struct hub_caps_cfg){
         .origin_max = (int)hub->cfg.dispatch_origin_max,
         .tenant_origin_max = (int)hub->cfg.dispatch_tenant_origin_max,
@@ -246,6 +251,8 @@ size_t hub_dispatch_inflight(const struct hub_dispatch *d) {
     return d ? d->inflight : 0;
 }
 
+/* Only the caps render here: the dispatcher's other series are gauges of
+ * struct hub_metrics (metrics.c). */
 void hub_dispatch_metrics_render(const struct hub_dispatch *d, FILE *out) {
     if (d != NULL) {
         hub_caps_metrics_render(d->caps, out);

@@ -246,9 +246,8 @@ static int lane_cap(const struct hub_cap_lane *l) {
  *
  * The floor matters when the workers, not the cap, bound a destination (a
  * cap of 16 with 8 workers): bounded by its cap alone, the lane offered
- * each claim only what 8 attempts left of 32 slots, claims of half a batch,
- * and a single fast destination drained at about half the rate of the
- * build before the caps (bench/dispatch, 8 workers, batch 16).
+ * each claim only what 8 attempts left of 32 slots, often half a batch,
+ * where the queue before the caps kept two whole batches ahead.
  */
 static int ahead(const struct hub_caps *c, int cap, double ewma_ms) {
     double n;
