@@ -99,9 +99,9 @@
     "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
                     * resource wildcard and '*', of subscriptions enabled AND verified */          \
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
-    "                             event_type, fifo)"                                               \
+    "                             event_type, fifo, origin_id)"                                    \
     "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
-    "         s.ordering = 'fifo'"                                                                 \
+    "         s.ordering = 'fifo', coalesce(s.origin_id, 0)" /* named: no per-row trigger */       \
     "    FROM ins i"                                                                               \
     "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
     "         AND sr.schema_major = i.schema_major"                                                \
