@@ -224,14 +224,9 @@ static const struct hub_api_idem_ops redeliver_idem = {
 /* POST /v1/deliveries/{id}/redeliver: no input but an optional
  * Idempotency-Key. */
 void hub_subs_redeliver(struct subs_call *c) {
-    json_t *errors = NULL;
     h2o_iovec_t idem;
 
-    if (!hub_subs_body_absent_or_empty(c->call.req)) {
-        return;
-    }
-    if (hub_api_idem_read_key(c->call.req, &idem, &errors) != 0) {
-        hub_api_send_invalid(c->call.req, errors);
+    if (!hub_subs_action_input(c->call.req, &idem)) {
         return;
     }
     hub_api_idem_start(&c->call, &c->idem, idem, HUB_SUBS_IDEM_SCOPE, c->tenant_id, "redeliver",

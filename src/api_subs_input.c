@@ -515,24 +515,27 @@ char *hub_subs_patch_audit(json_t *body) {
     return text;
 }
 
-/* An action that takes no input accepts no body or an empty JSON object
- * (clients that always send "{}" work).  Returns 1, or 0 after having
- * answered 400 (or 413). */
-int hub_subs_body_absent_or_empty(h2o_req_t *req) {
+/* An action that takes no input (verify, redeliver) accepts no body or an
+ * empty JSON object (clients that always send "{}" work), and an optional
+ * Idempotency-Key, read into *idem (len 0: none).  Returns 1, or 0 after
+ * having answered 400 (or 413). */
+int hub_subs_action_input(h2o_req_t *req, h2o_iovec_t *idem) {
     static const char *const allowed[] = {NULL};
     json_t *errors = NULL;
     json_t *body;
 
     /* no body at all is the common case: nothing to parse */
-    if (req->entity.len == 0) {
-        return 1;
+    if (req->entity.len != 0) {
+        body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+        if (body == NULL) {
+            return 0;
+        }
+        hub_api_reject_unknown_members(body, allowed, &errors);
+        json_decref(body);
     }
-    body = hub_api_read_json_object(req, HUB_API_MAX_BODY);
-    if (body == NULL) {
-        return 0;
+    if (errors == NULL) {
+        hub_api_idem_read_key(req, idem, &errors);
     }
-    hub_api_reject_unknown_members(body, allowed, &errors);
-    json_decref(body);
     if (errors != NULL) {
         hub_api_send_invalid(req, errors);
         return 0;

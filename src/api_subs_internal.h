@@ -142,9 +142,10 @@ void hub_subs_check_event_types(json_t *v, struct subs_input *in, json_t **error
  * malloc'd JSON text, or NULL on OOM. */
 char *hub_subs_patch_audit(json_t *body);
 
-/* 1 when an action without input got no body or an empty JSON object, or
- * 0 after answering 400 (or 413). */
-int hub_subs_body_absent_or_empty(h2o_req_t *req);
+/* 1 when an action without input got no body or an empty JSON object and
+ * a well-formed Idempotency-Key or none (in *idem), or 0 after answering
+ * 400 (or 413). */
+int hub_subs_action_input(h2o_req_t *req, h2o_iovec_t *idem);
 
 /*
  * SPEC §11: unless private sinks are allowed, every address that url's host

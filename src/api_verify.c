@@ -513,14 +513,9 @@ static const struct hub_api_idem_ops verify_idem = {
  * (to open the secrets) and an HTTP client (to send the probe) before it
  * reads anything. */
 void hub_subs_verify(struct subs_call *c) {
-    json_t *errors = NULL;
     h2o_iovec_t idem;
 
-    if (!hub_subs_body_absent_or_empty(c->call.req)) {
-        return;
-    }
-    if (hub_api_idem_read_key(c->call.req, &idem, &errors) != 0) {
-        hub_api_send_invalid(c->call.req, errors);
+    if (!hub_subs_action_input(c->call.req, &idem)) {
         return;
     }
     if (hub_subs_kek_missing(c)) {

@@ -496,6 +496,12 @@ scenario_verify_reports_the_probe_and_reenables() {
     own_client
     id2=$(sub_create "$KEY" "/status/500/$(own_id)/")
     wait_state "$KEY" "$id2" failed || fail "the probe did not make $id2 failed"
+    body=$(api "$KEY" POST "/v1/subscriptions/$id2/verify" '{"force":true}')
+    assert_eq 400 "$(http_status)" "verify takes no input → 400"
+    assert_contains "$body" '"field":"force"' "the unknown member is named"
+    body=$(api "$KEY" POST "/v1/subscriptions/$id2/verify" '{}' -H 'Idempotency-Key: two words')
+    assert_eq 400 "$(http_status)" "an empty object with a malformed Idempotency-Key → 400"
+    assert_contains "$body" '"field":"Idempotency-Key"' "the header is named"
     body=$(api "$KEY" POST "/v1/subscriptions/$id2/verify")
     assert_eq 200 "$(http_status)" "verify a failing destination → 200"
     assert_contains "$body" '"verification":{"ok":false,"status":500' "verification.ok false, status 500"
