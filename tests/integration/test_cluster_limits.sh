@@ -113,34 +113,12 @@ all_see() {
     done <"$WORK/urls"
 }
 
-# round_robin FILE RATE METHOD PATH KEY [BODY]: writes a curl config of
-# RATE x SECONDS_RUN requests spread over the processes in turn (each POST
-# its own ce-id), to be run with `curl --rate RATE/s -K FILE`; one status
-# code a line.
+# round_robin FILE RATE METHOD PATH KEY: a curl config (round_robin_config)
+# of RATE x SECONDS_RUN requests spread over the processes in turn.
 round_robin() {
-    local file=$1 rate=$2 method=$3 path=$4 key=$5 i=0 n urls
+    local urls
     mapfile -t urls <"$WORK/urls"
-    n=$((rate * SECONDS_RUN))
-    : >"$file"
-    for ((i = 0; i < n; i++)); do
-        {
-            echo "url = \"${urls[i % 3]}$path\""
-            echo "request = \"$method\""
-            echo "header = \"Authorization: Bearer $key\""
-            if [[ $method == POST ]]; then
-                echo "header = \"Content-Type: application/json\""
-                echo "header = \"ce-specversion: 1.0\""
-                echo "header = \"ce-id: rr-$i\""
-                echo "header = \"ce-source: /cluster\""
-                echo "header = \"ce-type: studio.lerian.cluster.tested\""
-                echo "header = \"ce-time: 2026-01-01T00:00:00Z\""
-                echo "data-binary = \"{}\""
-            fi
-            echo 'output = "/dev/null"'
-            echo 'write-out = "%{http_code}\n"'
-            ((i + 1 < n)) && echo next
-        } >>"$file"
-    done
+    round_robin_config "$1" $(($2 * SECONDS_RUN)) "$3" "$4" "$5" rr- "${urls[@]}"
 }
 
 # within ADMITTED MS WHAT: ADMITTED is within 10% of RATE x the run's

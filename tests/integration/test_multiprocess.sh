@@ -342,21 +342,10 @@ mp_count_all() {
     done
 }
 
-# round_robin FILE N KEY PREFIX: a curl config of N POST /v1/events of KEY's
-# tenant (ce-ids PREFIX0..), spread over A, B and C in turn; run with
-# `curl --rate R/s -K FILE`, it prints one status code a line.
+# round_robin FILE N KEY PREFIX: a curl config (round_robin_config) of N
+# POST /v1/events of KEY's tenant spread over A, B and C in turn.
 round_robin() {
-    local file=$1 n=$2 key=$3 prefix=$4 i urls
-    urls=("$(mp_url A)" "$(mp_url B)" "$(mp_url C)")
-    for ((i = 0; i < n; i++)); do
-        printf '%s\n' "url = \"${urls[i % 3]}/v1/events\"" 'request = "POST"' \
-            "header = \"Authorization: Bearer $key\"" 'header = "Content-Type: application/json"' \
-            'header = "ce-specversion: 1.0"' "header = \"ce-id: $prefix$i\"" \
-            'header = "ce-source: /multiprocess"' 'header = "ce-type: studio.lerian.quota.tested"' \
-            'header = "ce-time: 2026-01-01T00:00:00Z"' 'data-binary = "{}"' 'output = "/dev/null"' \
-            'write-out = "%{http_code}\n"'
-        ((i + 1 < n)) && echo next
-    done >"$file"
+    round_robin_config "$1" "$2" POST /v1/events "$3" "$4" "$(mp_url A)" "$(mp_url B)" "$(mp_url C)"
 }
 
 # After the crash A comes back: the cluster-wide ingest quota (quotas.

@@ -790,6 +790,29 @@ http_status() {
     cat "${HUB_HTTP_LAST:-$WORK/last_http}_status" 2>/dev/null || echo 000
 }
 
+# round_robin_config FILE N METHOD PATH KEY ID_PREFIX URL...: writes a curl
+# config of N requests of KEY spread over the URLs in turn, for
+# `curl --rate R/s -K FILE`, which then prints one status code a line.  A POST
+# carries a binary-mode event with an empty object and the id ID_PREFIX<i>.
+round_robin_config() {
+    local file=$1 n=$2 method=$3 path=$4 key=$5 prefix=$6 i
+    shift 6
+    local urls=("$@")
+    for ((i = 0; i < n; i++)); do
+        printf '%s\n' "url = \"${urls[i % ${#urls[@]}]}$path\"" "request = \"$method\"" \
+            "header = \"Authorization: Bearer $key\""
+        if [[ $method == POST ]]; then
+            printf '%s\n' 'header = "Content-Type: application/json"' 'header = "ce-specversion: 1.0"' \
+                "header = \"ce-id: $prefix$i\"" 'header = "ce-source: /round-robin"' \
+                'header = "ce-type: studio.lerian.quota.tested"' \
+                'header = "ce-time: 2026-01-01T00:00:00Z"' 'data-binary = "{}"'
+        fi
+        printf '%s\n' 'output = "/dev/null"' 'write-out = "%{http_code}\n"'
+        ((i + 1 < n)) && echo next
+    done >"$file"
+    return 0
+}
+
 # hub_curl METHOD PATH [BODY] [curl args...]: request to the hub; prints the
 # body; the status is kept for http_status, the response headers for
 # last_header.
