@@ -1,0 +1,46 @@
+/*
+ * jschema_meta — the draft-07 meta-schema (http://json-schema.org/draft-07/schema),
+ * as published by json-schema.org, minified.  Compile checks every schema
+ * against it, and a `$ref` to its URI resolves to it without fetching.
+ */
+#include "jschema_int.h"
+
+const char js_meta_schema_text[] =
+    "{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"$id\":\"http://json-schema."
+    "org/draft-07/schema#\",\"title\":\"Core schema meta-schema\",\"definitions\":{\"schema"
+    "Array\":{\"type\":\"array\",\"minItems\":1,\"items\":{\"$ref\":\"#\"}},\"nonNegativeIn"
+    "teger\":{\"type\":\"integer\",\"minimum\":0},\"nonNegativeIntegerDefault0\":{\"allOf\""
+    ":[{\"$ref\":\"#/definitions/nonNegativeInteger\"},{\"default\":0}]},\"simpleTypes\":{"
+    "\"enum\":[\"array\",\"boolean\",\"integer\",\"null\",\"number\",\"object\",\"string\"]"
+    "},\"stringArray\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":"
+    "true,\"default\":[]}},\"type\":[\"object\",\"boolean\"],\"properties\":{\"$id\":{\"typ"
+    "e\":\"string\",\"format\":\"uri-reference\"},\"$schema\":{\"type\":\"string\",\"format"
+    "\":\"uri\"},\"$ref\":{\"type\":\"string\",\"format\":\"uri-reference\"},\"$comment\":{"
+    "\"type\":\"string\"},\"title\":{\"type\":\"string\"},\"description\":{\"type\":\"strin"
+    "g\"},\"default\":true,\"readOnly\":{\"type\":\"boolean\",\"default\":false},\"examples"
+    "\":{\"type\":\"array\",\"items\":true},\"multipleOf\":{\"type\":\"number\",\"exclusive"
+    "Minimum\":0},\"maximum\":{\"type\":\"number\"},\"exclusiveMaximum\":{\"type\":\"number"
+    "\"},\"minimum\":{\"type\":\"number\"},\"exclusiveMinimum\":{\"type\":\"number\"},\"max"
+    "Length\":{\"$ref\":\"#/definitions/nonNegativeInteger\"},\"minLength\":{\"$ref\":\"#/d"
+    "efinitions/nonNegativeIntegerDefault0\"},\"pattern\":{\"type\":\"string\",\"format\":"
+    "\"regex\"},\"additionalItems\":{\"$ref\":\"#\"},\"items\":{\"anyOf\":[{\"$ref\":\"#\"}"
+    ",{\"$ref\":\"#/definitions/schemaArray\"}],\"default\":true},\"maxItems\":{\"$ref\":\""
+    "#/definitions/nonNegativeInteger\"},\"minItems\":{\"$ref\":\"#/definitions/nonNegative"
+    "IntegerDefault0\"},\"uniqueItems\":{\"type\":\"boolean\",\"default\":false},\"contains"
+    "\":{\"$ref\":\"#\"},\"maxProperties\":{\"$ref\":\"#/definitions/nonNegativeInteger\"},"
+    "\"minProperties\":{\"$ref\":\"#/definitions/nonNegativeIntegerDefault0\"},\"required\""
+    ":{\"$ref\":\"#/definitions/stringArray\"},\"additionalProperties\":{\"$ref\":\"#\"},\""
+    "definitions\":{\"type\":\"object\",\"additionalProperties\":{\"$ref\":\"#\"},\"default"
+    "\":{}},\"properties\":{\"type\":\"object\",\"additionalProperties\":{\"$ref\":\"#\"},"
+    "\"default\":{}},\"patternProperties\":{\"type\":\"object\",\"additionalProperties\":{"
+    "\"$ref\":\"#\"},\"propertyNames\":{\"format\":\"regex\"},\"default\":{}},\"dependencie"
+    "s\":{\"type\":\"object\",\"additionalProperties\":{\"anyOf\":[{\"$ref\":\"#\"},{\"$ref"
+    "\":\"#/definitions/stringArray\"}]}},\"propertyNames\":{\"$ref\":\"#\"},\"const\":true"
+    ",\"enum\":{\"type\":\"array\",\"items\":true},\"type\":{\"anyOf\":[{\"$ref\":\"#/defin"
+    "itions/simpleTypes\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/simpleTy"
+    "pes\"},\"minItems\":1,\"uniqueItems\":true}]},\"format\":{\"type\":\"string\"},\"conte"
+    "ntMediaType\":{\"type\":\"string\"},\"contentEncoding\":{\"type\":\"string\"},\"if\":{"
+    "\"$ref\":\"#\"},\"then\":{\"$ref\":\"#\"},\"else\":{\"$ref\":\"#\"},\"allOf\":{\"$ref"
+    "\":\"#/definitions/schemaArray\"},\"anyOf\":{\"$ref\":\"#/definitions/schemaArray\"},"
+    "\"oneOf\":{\"$ref\":\"#/definitions/schemaArray\"},\"not\":{\"$ref\":\"#\"}},\"default"
+    "\":true}";
