@@ -32,6 +32,7 @@
 
 #include "api_idem.h"
 #include "api_stats.h"
+#include "api_schemas.h"
 #include "api_util.h"
 #include "hub.h"
 #include "log.h"
@@ -975,6 +976,10 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
     }
     if (hub_api_segment_is(segs[0], "policies")) {
         route_policies(hub, req, segs, n);
+        return;
+    }
+    if (hub_api_segment_is(segs[0], "schemas")) {
+        hub_api_schemas_admin(hub, req, segs, n); /* api_schemas.h */
         return;
     }
     send_not_found(req, "no such admin resource");

@@ -202,6 +202,10 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "a (tenant, origin) pair or origin at its cap keeps claimed jobs waiting for a slot only as "
      "many as its attempts free within this time (at most its cap): the run-ahead that keeps "
      "workers busy between claims; 0: none"},
+    /* the schema registry (schema_registry.h) */
+    {"SCHEMA_POLL", CFG_DURATION, "250ms", OFF(schema_poll_ms), 20, 10000, NULL,
+     "how often a process checks the schema registry's generation (a schema registered on any "
+     "process is used by every process within this plus a reload)"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

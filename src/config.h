@@ -91,6 +91,8 @@ struct hub_config {
     int64_t dispatch_tenant_origin_start; /* adaptive limit of a new (tenant, origin) */
     int64_t dispatch_slow_answer_ms;      /* an answer this slow lowers it */
     int64_t dispatch_queue_ahead_ms;      /* run-ahead of a pair at its cap */
+    /* the schema registry (schema_registry.h) */
+    int64_t schema_poll_ms; /* the registry's generation checked this often */
 };
 
 /*

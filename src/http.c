@@ -32,6 +32,7 @@
 
 #include "api_admin.h"
 #include "api_events.h"
+#include "api_schemas.h"
 #include "api_stats.h"
 #include "api_subs.h"
 #include "api_util.h"
@@ -198,7 +199,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
          * deliveries, events.  Tenant routes authenticate with
          * hub_api_auth_tenant() (api_util.h). */
         if (hub_api_subs_handle(hub, req) || hub_api_events_handle(hub, req) ||
-            hub_api_stats_handle(hub, req)) {
+            hub_api_stats_handle(hub, req) || hub_api_schemas_handle(hub, req)) {
             return 0;
         }
         hub_api_send_problem(req, 404, "no such resource", NULL);

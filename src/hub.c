@@ -41,6 +41,7 @@
 
 #include "api_events.h"
 #include "cluster.h"
+#include "schema_registry.h"
 #include "dispatch.h"
 #include "http.h"
 #include "httpc.h"
@@ -319,6 +320,7 @@ static void hub_finish(struct hub *hub) {
     }
     hub_stats_stop(hub);   /* the last counts, then its own connection closes */
     hub_cluster_stop(hub); /* the other processes take this one's share */
+    hub_schemas_stop(hub);
     if (hub->httpc) {
         hub_httpc_close(hub->httpc);
         hub->httpc = NULL;
@@ -539,6 +541,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         } else {
             hub->brokers = strdup(hub->cfg.kafka_brokers);
         }
+        hub_schemas_start(hub); /* before ingest: no batch is checked before it loaded */
         if (hub_ingest_start(hub, &hub->ingest) != 0) {
             goto fail_kafka;
         }
@@ -628,6 +631,7 @@ fail_ingest:
         return 1;
     }
 fail_kafka:
+    hub_schemas_stop(hub);
     hub_kafka_mock_stop(hub->mock);
     free(hub->brokers);
 fail_pg:

@@ -24,6 +24,7 @@ struct hub_ingest_queue;
 struct hub_pull_horizon;
 struct hub_stats;
 struct hub_cluster;
+struct hub_schemas;
 
 struct hub {
     uv_loop_t *loop;
@@ -45,6 +46,7 @@ struct hub {
     struct hub_pull_horizon *pull_horizon; /* pull pages' horizon (pull_horizon.c), lazily */
     struct hub_stats *stats;               /* per-tenant counts (stats.c) */
     struct hub_cluster *cluster;           /* process membership (cluster.c) */
+    struct hub_schemas *schemas;           /* the schema registry (schema_registry.c) */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

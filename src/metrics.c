@@ -16,6 +16,8 @@ void hub_verdict_labels(enum hub_verdict v, const char **verdict, const char **r
         {"quarantined", "invalid_envelope"},
         {"quarantined", "digest_conflict"},
         {"quarantined", "too_large"},
+        {"quarantined", "schema_violation"},
+        {"quarantined", "unknown_schema_version"},
     };
     *verdict = names[v][0];
     *reason = names[v][1];
@@ -95,6 +97,23 @@ static void render_p3(const struct hub_metrics *m, FILE *out) {
     for (int r = 0; r < HUB_API_INVALID__COUNT; r++) {
         fprintf(out, "streaming_hub_api_invalid_requests_total{route=\"%s\"} %llu\n", routes[r],
                 (unsigned long long)m->api_invalid[r]);
+    }
+}
+
+/* The schema registry's generation and the schema step's results. */
+static void render_schemas(const struct hub_metrics *m, FILE *out) {
+    static const char *const results[HUB_SCHEMA_CHECK__COUNT] = {
+        "valid", "invalid", "not_json", "limit", "unknown_accepted", "unknown_quarantined",
+    };
+
+    render_scalar(out, "streaming_hub_schema_generation", "gauge",
+                  "Generation of the schema registry this process uses.", m->schema_generation);
+    fprintf(out, "# HELP streaming_hub_schema_checks_total Events of types with registered "
+                 "schemas, by what the schema step found.\n"
+                 "# TYPE streaming_hub_schema_checks_total counter\n");
+    for (int r = 0; r < HUB_SCHEMA_CHECK__COUNT; r++) {
+        fprintf(out, "streaming_hub_schema_checks_total{result=\"%s\"} %llu\n", results[r],
+                (unsigned long long)m->schema_checks[r]);
     }
 }
 
@@ -192,6 +211,7 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   "memory (no offset is committed past it).",
                   (long long)m->ingest_kafka_refetches);
     render_p3(m, out);
+    render_schemas(m, out);
 }
 
 void hub_histogram_render(FILE *out, const char *name, const char *help,

@@ -18,7 +18,20 @@ enum hub_verdict {
     HUB_V_QUARANTINED_INVALID,
     HUB_V_QUARANTINED_CONFLICT,
     HUB_V_QUARANTINED_TOO_LARGE,
+    HUB_V_QUARANTINED_SCHEMA,         /* the payload failed its registered schema (SPEC §3.5) */
+    HUB_V_QUARANTINED_UNKNOWN_SCHEMA, /* its major has no schema; the type says quarantine */
     HUB_V__COUNT
+};
+
+/* What the schema step found for one event (streaming_hub_schema_checks_total). */
+enum hub_schema_check {
+    HUB_SCHEMA_CHECK_VALID = 0,        /* passed its schema */
+    HUB_SCHEMA_CHECK_INVALID,          /* failed it (quarantined schema_violation) */
+    HUB_SCHEMA_CHECK_NOT_JSON,         /* not JSON (quarantined schema_violation) */
+    HUB_SCHEMA_CHECK_LIMIT,            /* stopped at a work bound (quarantined schema_violation) */
+    HUB_SCHEMA_CHECK_UNKNOWN_ACCEPTED, /* no schema for its major: accepted by setting */
+    HUB_SCHEMA_CHECK_UNKNOWN_QUARANTINED, /* ... quarantined by setting */
+    HUB_SCHEMA_CHECK__COUNT
 };
 
 enum hub_delivery_outcome {
@@ -93,6 +106,10 @@ struct hub_metrics {
     uint64_t stats_counts_lost;
     /* cluster membership (cluster.c): live processes sharing the limits */
     int64_t cluster_processes;
+    /* the schema registry (schema_registry.c, ingest_schema.c): the
+     * generation in use, and payloads checked by result */
+    int64_t schema_generation;
+    uint64_t schema_checks[HUB_SCHEMA_CHECK__COUNT];
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

@@ -246,6 +246,8 @@ void hub_stats_ingest(struct hub_stats *s, const struct hub_ingest_rec *recs, si
         [HUB_V_QUARANTINED_INVALID] = HUB_STAT_QUARANTINED,
         [HUB_V_QUARANTINED_CONFLICT] = HUB_STAT_QUARANTINED,
         [HUB_V_QUARANTINED_TOO_LARGE] = HUB_STAT_QUARANTINED,
+        [HUB_V_QUARANTINED_SCHEMA] = HUB_STAT_QUARANTINED,
+        [HUB_V_QUARANTINED_UNKNOWN_SCHEMA] = HUB_STAT_QUARANTINED,
     };
     int64_t hour = current_hour();
 

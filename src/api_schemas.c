@@ -1,0 +1,560 @@
+/*
+ * api_schemas — the registry's admin and tenant routes (see api_schemas.h).
+ *
+ * Both families share one state and one set of handlers; they differ in
+ * the scope ('' for the platform, the tenant id for a tenant) and in who
+ * the audit row names.  A registration takes two round trips: what the
+ * version must be compared with (hub_sql_schema_prior), then the insert.
+ */
+#include "api_schemas.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_util.h"
+#include "error.h"
+#include "hub.h"
+#include "jschema.h"
+#include "log.h"
+#include "schema_registry.h"
+#include "store_schemas.h"
+
+#define SCHEMAS_ADMIN_PREFIX "/admin"
+#define SCHEMAS_V1_PATH "/v1/schemas"
+#define SCHEMAS_MAX_SEGMENTS 4
+/* The longest event type a route takes (the envelope's own limit is
+ * larger; a schema's type is a name, not a payload). */
+#define SCHEMAS_TYPE_MAX 200
+
+enum schemas_op {
+    OP_LIST,         /* GET /schemas or /schemas/{type} */
+    OP_SETTINGS_PUT, /* PUT /schemas/{type} */
+    OP_PUT,          /* PUT /schemas/{type}/{version} */
+    OP_GET,          /* GET /schemas/{type}/{version} */
+    OP_DELETE,       /* DELETE /schemas/{type}/{version} */
+};
+
+struct schemas_call {
+    struct hub_api_call call; /* first: api_util hands this pointer back */
+    enum schemas_op op;
+    int route_status;  /* a tenant route's answer decided before authentication */
+    const char *allow; /* ... its Allow header when 405 */
+    int tenant;        /* a /v1 route */
+    char *scope;       /* '' or the tenant id */
+    char *who;         /* the audit actor */
+    char *type;        /* NULL: every type (a list) */
+    char *version;
+    int major, minor, patch;
+    json_t *schema;    /* PUT: the body */
+    char *schema_text; /* PUT: its stored text (compact, keys sorted) */
+    char *setting;     /* PUT settings: "accept" | "quarantine" */
+};
+
+static void schemas_call_free(struct hub_api_call *call) {
+    struct schemas_call *c = (struct schemas_call *)call;
+
+    free(c->scope);
+    free(c->who);
+    free(c->type);
+    free(c->version);
+    json_decref(c->schema);
+    free(c->schema_text);
+    free(c->setting);
+}
+
+/* 1 when s[0..len) is an event type a route takes: 1..200 of [A-Za-z0-9._-]. */
+static int type_valid(const char *s, size_t len) {
+    if (len == 0 || len > SCHEMAS_TYPE_MAX) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ answers -- */
+
+/* A statement's rows of objects as {"schemas": [...]}. */
+static void list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    json_t *items;
+    json_t *body;
+
+    if (out->status != HUB_PG_OK || r == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    items = json_array();
+    body = json_pack("{s:o}", "schemas", items);
+    for (int i = 0; body != NULL && i < PQntuples(r); i++) {
+        json_t *one = hub_api_pg_object(call->req, PQgetvalue(r, i, HUB_SCHEMA_OBJECT_COL),
+                                        (size_t)PQgetlength(r, i, HUB_SCHEMA_OBJECT_COL));
+        if (one == NULL) {
+            json_decref(body);
+            return; /* answered 500 */
+        }
+        json_array_append_new(items, one);
+    }
+    if (body == NULL) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    hub_api_send_json(call->req, 200, body);
+    json_decref(body);
+}
+
+/* The first statement of the transaction that found a row answers with it
+ * (a tenant's fetch: its own version, else the platform's). */
+static void send_first_object(struct hub_api_call *call, const struct hub_pg_outcome *out,
+                              int status, const char *missing) {
+    if (out->status != HUB_PG_OK) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    for (int i = 0; i < out->n_results; i++) {
+        PGresult *r = out->results[i];
+        if (r != NULL && PQntuples(r) > 0) {
+            json_t *obj = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_OBJECT_COL),
+                                            (size_t)PQgetlength(r, 0, HUB_SCHEMA_OBJECT_COL));
+            if (obj != NULL) {
+                hub_api_send_json(call->req, status, obj);
+                json_decref(obj);
+            }
+            return;
+        }
+    }
+    hub_api_send_problem(call->req, 404, missing, NULL);
+}
+
+static void get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_first_object(call, out, 200, "no such schema version");
+}
+
+static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    hub_schemas_poke(call->hub);
+    send_first_object(call, out, 200, "the settings were not stored");
+}
+
+static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    if (hub_api_found(call->req, out, 0, "no such schema version") != NULL) {
+        hub_schemas_poke(call->hub);
+        hub_api_send_no_content(call->req);
+    }
+}
+
+/* ------------------------------------------------------- registration -- */
+
+static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    if (out->status == HUB_PG_ESTMT && out->sqlstate != NULL &&
+        strcmp(out->sqlstate, "23505") == 0) {
+        hub_api_send_problem(call->req, 409,
+                             "this version was registered meanwhile; versions are immutable", NULL);
+        return;
+    }
+    hub_schemas_poke(call->hub);
+    send_first_object(call, out, 201, "the schema was not stored");
+}
+
+/* The breaking changes (a JSON array from hub_jschema_compat) as the
+ * problem's errors[]: each names its pointer in "field". */
+static json_t *changes_errors(const json_t *changes) {
+    json_t *errors = NULL;
+    size_t i;
+    json_t *ch;
+
+    json_array_foreach(changes, i, ch) {
+        char msg[512];
+        const char *ptr = json_string_value(json_object_get(ch, "pointer"));
+        snprintf(msg, sizeof(msg), "%s: %s",
+                 json_string_value(json_object_get(ch, "rule")) ?: "breaking change",
+                 json_string_value(json_object_get(ch, "reason")) ?: "");
+        hub_api_errors_add(&errors, ptr != NULL ? ptr : "", msg);
+        if (errors != NULL) { /* the change's own members stay as given */
+            json_t *last = json_array_get(errors, json_array_size(errors) - 1);
+            json_object_set(last, "pointer", json_object_get(ch, "pointer"));
+            json_object_set(last, "rule", json_object_get(ch, "rule"));
+        }
+    }
+    return errors;
+}
+
+/* What the version is compared with came back: the same version already
+ * there (200 when identical, 409 when not), a breaking change against the
+ * version below it (409), or the insert. */
+static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    const char *prev = NULL;
+    const char *prev_version = NULL;
+
+    if (out->status != HUB_PG_OK || r == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *kind = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_KIND);
+        if (strcmp(kind, "same") == 0) {
+            const char *text = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_SCHEMA);
+            if (strcmp(text, c->schema_text) == 0) {
+                /* a retry of the same registration: the stored version */
+                const char *p[HUB_SQL_SCHEMA_GET_NPARAMS] = {c->scope, c->type, c->version};
+                hub_api_call_query(call, get_done, &hub_sql_schema_get, HUB_SQL_SCHEMA_GET_NPARAMS,
+                                   p);
+                return;
+            }
+            hub_api_send_problem(call->req, 409,
+                                 "this version is registered with a different schema; versions "
+                                 "are immutable (register a new version, or retire this one "
+                                 "first)",
+                                 NULL);
+            return;
+        }
+        prev = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_SCHEMA);
+        prev_version = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_VERSION);
+    }
+    if (prev != NULL) {
+        json_t *old = json_loads(prev, 0, NULL);
+        json_t *changes = NULL;
+        int rc = old != NULL ? hub_jschema_compat(old, c->schema, &changes) : HUB_EINVAL;
+        json_decref(old);
+        if (rc == HUB_ENOMEM) {
+            hub_api_send_oom(call->req);
+            return;
+        }
+        if (rc == 0 && json_array_size(changes) > 0) {
+            char detail[256];
+            snprintf(detail, sizeof(detail),
+                     "%s breaks compatibility with %s, the version below it in major %d: "
+                     "publish it as a new major instead",
+                     c->version, prev_version, c->major);
+            hub_api_send_problem(call->req, 409, detail, changes_errors(changes));
+            json_decref(changes);
+            return;
+        }
+        json_decref(changes);
+        /* rc != 0: the stored version no longer parses as a schema; the new
+         * one is compiled and valid, so it is accepted (and logged) */
+        if (rc != 0) {
+            hub_log(HUB_WARN, "a stored schema could not be compared; registering the new one",
+                    HUB_LS("event_type", c->type), HUB_LS("version", prev_version));
+        }
+    }
+    char maj[12], min[12], pat[12];
+    snprintf(maj, sizeof(maj), "%d", c->major);
+    snprintf(min, sizeof(min), "%d", c->minor);
+    snprintf(pat, sizeof(pat), "%d", c->patch);
+    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {c->scope, c->type, c->version,     maj,
+                                                 min,      pat,     c->schema_text, c->who};
+    hub_api_call_query(call, put_done, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p);
+}
+
+/*
+ * Reads and compiles the body of a registration.  Returns 0, or answers
+ * (400 naming the schema pointer, 413, 500) and returns -1.
+ */
+static int put_read(struct schemas_call *c) {
+    h2o_req_t *req = c->call.req;
+    struct hub_jschema_error err;
+    struct hub_jschema *compiled = NULL;
+    int rc;
+
+    c->schema = hub_api_read_json_object(req, HUB_API_MAX_BODY);
+    if (c->schema == NULL) {
+        return -1; /* answered */
+    }
+    rc = hub_jschema_compile(c->schema, NULL, &compiled, &err);
+    hub_jschema_free(compiled);
+    if (rc == HUB_ENOMEM) {
+        hub_api_send_oom(req);
+        return -1;
+    }
+    if (rc != 0) {
+        json_t *errors = NULL;
+        char field[HUB_JSCHEMA_POINTER_MAX + 8];
+        snprintf(field, sizeof(field), "schema%s%s", err.pointer[0] ? "" : "", err.pointer);
+        hub_api_errors_add(&errors, field, err.message);
+        if (errors != NULL) {
+            json_object_set_new(json_array_get(errors, 0), "pointer", json_string(err.pointer));
+        }
+        hub_api_send_problem(req, 400, "the body is not a usable draft-07 JSON Schema", errors);
+        return -1;
+    }
+    /* the stored text: compact with sorted keys, so one schema has one
+     * digest whatever the spacing or member order it was sent with */
+    c->schema_text = json_dumps(c->schema, JSON_COMPACT | JSON_SORT_KEYS);
+    if (c->schema_text == NULL) {
+        hub_api_send_oom(req);
+        return -1;
+    }
+    return 0;
+}
+
+/* PUT settings: {"unknown_version": "accept" | "quarantine"}. */
+static int settings_read(struct schemas_call *c) {
+    static const char *const allowed[] = {"unknown_version", NULL};
+    json_t *body = hub_api_read_json_object(c->call.req, HUB_API_MAX_BODY);
+    json_t *errors = NULL;
+    const char *v;
+    int oom = 0;
+
+    if (body == NULL) {
+        return -1;
+    }
+    hub_api_reject_unknown_members(body, allowed, &errors);
+    v = json_string_value(json_object_get(body, "unknown_version"));
+    if (v == NULL || (strcmp(v, "accept") != 0 && strcmp(v, "quarantine") != 0)) {
+        hub_api_errors_add(&errors, "unknown_version", "must be \"accept\" or \"quarantine\"");
+    } else {
+        c->setting = hub_api_strdup(v, &oom);
+    }
+    json_decref(body);
+    return hub_api_input_refused(c->call.req, errors, oom) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------ routing -- */
+
+/* Runs the call's operation (its scope and who are set). */
+static void schemas_run(struct schemas_call *c) {
+    struct hub_api_call *call = &c->call;
+
+    switch (c->op) {
+    case OP_LIST: {
+        const char *p[HUB_SQL_SCHEMA_LIST_NPARAMS] = {c->scope, c->type,
+                                                      c->tenant ? "true" : "false"};
+        hub_api_call_query(call, list_done, &hub_sql_schema_list, HUB_SQL_SCHEMA_LIST_NPARAMS, p);
+        return;
+    }
+    case OP_GET: {
+        const char *p[HUB_SQL_SCHEMA_GET_NPARAMS] = {c->scope, c->type, c->version};
+        const char *pp[HUB_SQL_SCHEMA_GET_NPARAMS] = {"", c->type, c->version};
+        struct hub_pg_txn *txn = hub_api_call_txn(call, get_done);
+        if (txn == NULL) {
+            return;
+        }
+        hub_pg_txn_add(txn, &hub_sql_schema_get, HUB_SQL_SCHEMA_GET_NPARAMS, p, NULL, NULL);
+        if (c->tenant) { /* what it will receive: the platform's when it has none */
+            hub_pg_txn_add(txn, &hub_sql_schema_get, HUB_SQL_SCHEMA_GET_NPARAMS, pp, NULL, NULL);
+        }
+        hub_api_call_submit(call, txn);
+        return;
+    }
+    case OP_DELETE: {
+        const char *p[HUB_SQL_SCHEMA_RETIRE_NPARAMS] = {c->scope, c->type, c->version, c->who};
+        hub_api_call_query(call, delete_done, &hub_sql_schema_retire, HUB_SQL_SCHEMA_RETIRE_NPARAMS,
+                           p);
+        return;
+    }
+    case OP_SETTINGS_PUT: {
+        const char *p[HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS] = {c->scope, c->type, c->setting,
+                                                              c->who};
+        if (settings_read(c) != 0) {
+            return;
+        }
+        p[2] = c->setting;
+        hub_api_call_query(call, settings_done, &hub_sql_schema_settings_put,
+                           HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS, p);
+        return;
+    }
+    case OP_PUT: {
+        char maj[12], min[12], pat[12];
+        if (put_read(c) != 0) {
+            return;
+        }
+        snprintf(maj, sizeof(maj), "%d", c->major);
+        snprintf(min, sizeof(min), "%d", c->minor);
+        snprintf(pat, sizeof(pat), "%d", c->patch);
+        const char *p[HUB_SQL_SCHEMA_PRIOR_NPARAMS] = {c->scope, c->type, c->version,
+                                                       maj,      min,     pat};
+        hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS,
+                           p);
+        return;
+    }
+    }
+}
+
+/*
+ * Decides the operation from the method and segs (segs[0] is "schemas"):
+ * returns 0 with c's op, type and version set, or the status to answer
+ * (404, 405 with *allow, 400 for a malformed type or version with
+ * *detail).
+ */
+static int schemas_route(struct schemas_call *c, const h2o_iovec_t *segs, int n, const char **allow,
+                         const char **detail) {
+    h2o_req_t *req = c->call.req;
+    int oom = 0;
+
+    *allow = NULL;
+    *detail = NULL;
+    if (n < 1 || n > 3) {
+        return 404;
+    }
+    if (n >= 2) {
+        if (!type_valid(segs[1].base, segs[1].len)) {
+            *detail = "the event type must be 1 to 200 of A-Z a-z 0-9 . _ -";
+            return 400;
+        }
+        c->type = hub_api_strndup(segs[1].base, segs[1].len, &oom);
+    }
+    if (n == 3) {
+        c->version = hub_api_strndup(segs[2].base, segs[2].len, &oom);
+        if (c->version != NULL &&
+            hub_schema_version_parse(c->version, &c->major, &c->minor, &c->patch) != 0) {
+            *detail = "the version must be semver MAJOR.MINOR.PATCH (e.g. 1.2.0)";
+            return 400;
+        }
+    }
+    if (oom) {
+        return 500;
+    }
+    if (n == 3) {
+        *allow = "GET, HEAD, PUT, DELETE";
+        c->op = hub_api_method_get(req)            ? OP_GET
+                : hub_api_method_is(req, "PUT")    ? OP_PUT
+                : hub_api_method_is(req, "DELETE") ? OP_DELETE
+                                                   : (enum schemas_op) - 1;
+    } else if (n == 2) {
+        *allow = "GET, HEAD, PUT";
+        c->op = hub_api_method_get(req)         ? OP_LIST
+                : hub_api_method_is(req, "PUT") ? OP_SETTINGS_PUT
+                                                : (enum schemas_op) - 1;
+    } else {
+        *allow = "GET, HEAD";
+        c->op = hub_api_method_get(req) ? OP_LIST : (enum schemas_op) - 1;
+    }
+    return (int)c->op < 0 ? 405 : 0;
+}
+
+/* Answers a route status decided before the operation ran. */
+static void send_route_status(h2o_req_t *req, int status, const char *allow, const char *detail) {
+    if (status == 405) {
+        hub_api_send_method_not_allowed(req, allow);
+    } else if (status == 500) {
+        hub_api_send_oom(req);
+    } else {
+        hub_api_send_problem(req, status, detail != NULL ? detail : "no such resource", NULL);
+    }
+}
+
+void hub_api_schemas_admin(struct hub *hub, h2o_req_t *req, const h2o_iovec_t *segs, int n) {
+    struct schemas_call *c = hub_api_call_new(hub, req, sizeof(*c), schemas_call_free);
+    const char *allow, *detail;
+    int status;
+    int oom = 0;
+
+    if (c == NULL) {
+        return;
+    }
+    if ((status = schemas_route(c, segs, n, &allow, &detail)) != 0) {
+        send_route_status(req, status, allow, detail);
+        return;
+    }
+    c->scope = hub_api_strdup("", &oom);
+    c->who = hub_api_strdup("admin", &oom);
+    if (oom) {
+        hub_api_send_oom(req);
+        return;
+    }
+    schemas_run(c);
+}
+
+/* The tenant's key is checked: the route's status, or the operation in
+ * the tenant's scope. */
+static void tenant_authed(struct hub_api_call *call, const char *tenant_id, int status) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    char who[160];
+    int oom = 0;
+
+    if (status != 200) {
+        hub_api_route_answered(call->req, status, 0, NULL, NULL);
+        return;
+    }
+    if (c->route_status != 0) {
+        send_route_status(call->req, c->route_status, c->allow, NULL);
+        return;
+    }
+    snprintf(who, sizeof(who), "tenant:%s", tenant_id);
+    c->scope = hub_api_strdup(tenant_id, &oom);
+    c->who = hub_api_strdup(who, &oom);
+    if (oom) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    schemas_run(c);
+}
+
+int hub_api_schemas_handle(struct hub *hub, h2o_req_t *req) {
+    h2o_iovec_t segs[SCHEMAS_MAX_SEGMENTS];
+    struct schemas_call *c;
+    const char *detail = NULL;
+    int n;
+
+    if (!hub_api_path_under(req->path_normalized, SCHEMAS_V1_PATH)) {
+        return 0;
+    }
+    if ((c = hub_api_call_new(hub, req, sizeof(*c), schemas_call_free)) == NULL) {
+        return 1;
+    }
+    c->tenant = 1;
+    /* segments after "/v1": "schemas", then type and version */
+    n = hub_api_split_path(req->path_normalized, sizeof("/v1") - 1, segs, SCHEMAS_MAX_SEGMENTS);
+    c->route_status = n < 0 ? 404 : schemas_route(c, segs, n, &c->allow, &detail);
+    if (c->route_status == 400) {
+        /* a malformed name says nothing about any tenant: answered at once */
+        hub_api_send_problem(req, 400, detail, NULL);
+        return 1;
+    }
+    hub_api_auth_tenant(&c->call, tenant_authed);
+    return 1;
+}
+
+/* ---------------------------------------------------- the ingest answer -- */
+
+void hub_api_schema_answer(int violation, const char *evidence, int *status, const char **detail,
+                           json_t **errors) {
+    json_t *doc = evidence != NULL ? json_loads(evidence, 0, NULL) : NULL;
+    json_t *list = json_object_get(doc, "errors");
+    size_t i;
+    json_t *e;
+
+    *status = 422;
+    *errors = NULL;
+    if (!violation) {
+        *detail = "the event's schema major has no registered schema and its type's setting "
+                  "quarantines such events (unknown_schema_version); the event is quarantined";
+        hub_api_errors_add(errors, "schemaversion",
+                           "no registered schema for this major of the event type");
+        json_decref(doc);
+        return;
+    }
+    *detail = "the payload does not match the registered schema of its event type and version "
+              "(schema_violation); the event is quarantined";
+    json_array_foreach(list, i, e) {
+        const char *ptr = json_string_value(json_object_get(e, "pointer"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        char field[300];
+        json_t *last;
+        snprintf(field, sizeof(field), "data%s", ptr != NULL ? ptr : "");
+        hub_api_errors_add(errors, field, msg != NULL ? msg : "does not match the schema");
+        if (*errors != NULL && (last = json_array_get(*errors, json_array_size(*errors) - 1))) {
+            json_object_set(last, "pointer", json_object_get(e, "pointer"));
+            json_object_set(last, "keyword", json_object_get(e, "keyword"));
+        }
+    }
+    if (*errors != NULL && (e = json_object_get(doc, "schema")) != NULL) {
+        /* which schema judged it: the first error carries it for clients
+         * that read only errors[] */
+        json_object_set(json_array_get(*errors, 0), "schema", e);
+    }
+    if (*errors == NULL) {
+        hub_api_errors_add(errors, "data", "does not match the registered schema");
+    }
+    json_decref(doc);
+}

@@ -1,0 +1,138 @@
+/*
+ * store_schemas — the schema registry's SQL (see store_schemas.h).
+ */
+#include "store_schemas.h"
+
+/* Timestamps as the rest of the API writes them (RFC 3339, UTC, µs). */
+#define SCH_TS(col) "to_char((" col ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+/* The schema object of a row alias s, without the schema itself. */
+#define SCH_OBJECT(s)                                                                              \
+    "json_build_object('event_type', " s ".event_type, 'version', " s ".version,"                  \
+    " 'scope', CASE WHEN " s ".tenant_id = '' THEN 'platform' ELSE 'tenant' END,"                  \
+    " 'digest', 'sha256:' || " s ".digest, 'registered_at', " SCH_TS(                              \
+        s ".registered_at") ","                                                                    \
+                            " 'registered_by', " s ".registered_by,"                               \
+                            " 'retired_at', " SCH_TS(s ".retired_at") ")"
+
+/* 'prev' is the highest live version below the new one in the same scope,
+ * type and major: the one the new minor or patch must stay compatible
+ * with (docs/schemas.md). */
+const struct hub_sql hub_sql_schema_prior = {
+    "schema_prior",
+    "(SELECT 'same', version, digest, schema FROM event_schemas"
+    "  WHERE tenant_id = $1::text AND event_type = $2::text AND version = $3::text"
+    "    AND retired_at IS NULL)"
+    " UNION ALL"
+    " (SELECT 'prev', version, digest, schema FROM event_schemas"
+    "   WHERE tenant_id = $1::text AND event_type = $2::text AND major = $4::int4"
+    "     AND (minor, patch) < ($5::int4, $6::int4) AND retired_at IS NULL"
+    "   ORDER BY minor DESC, patch DESC LIMIT 1)",
+    0,
+};
+
+/* The digest is taken here, over the text stored, so it is the same on
+ * every process and in every answer. */
+const struct hub_sql hub_sql_schema_put = {
+    "schema_put",
+    "WITH s AS ("
+    "    INSERT INTO event_schemas (tenant_id, event_type, version, major, minor, patch, schema,"
+    "                               digest, registered_by)"
+    "    VALUES ($1::text, $2::text, $3::text, $4::int4, $5::int4, $6::int4, $7::text,"
+    "            encode(sha256(convert_to($7::text, 'UTF8')), 'hex'), $8::text)"
+    "    RETURNING *),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT NULLIF(s.tenant_id, ''), s.registered_by, 'schema.register',"
+    "              s.event_type || '/' || s.version, json_build_object('digest', s.digest)"
+    "         FROM s)"
+    " SELECT " SCH_OBJECT("s") "::text FROM s",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_get = {
+    "schema_get",
+    "SELECT (" SCH_OBJECT(
+        "s") "::jsonb || jsonb_build_object('schema', s.schema::jsonb))::text"
+             "  FROM event_schemas s"
+             " WHERE s.tenant_id = $1::text AND s.event_type = $2::text AND s.version = $3::text"
+             "   AND s.retired_at IS NULL",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_list = {
+    "schema_list",
+    "SELECT " SCH_OBJECT(
+        "s") "::text FROM event_schemas s"
+             " WHERE (s.tenant_id = $1::text OR ($3::boolean AND s.tenant_id = ''))"
+             "   AND ($2::text IS NULL OR s.event_type = $2::text) AND s.retired_at IS NULL"
+             " ORDER BY s.event_type, s.tenant_id, s.major, s.minor, s.patch LIMIT 1000",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_retire = {
+    "schema_retire",
+    "WITH s AS ("
+    "    UPDATE event_schemas SET retired_at = now(), retired_by = $4::text"
+    "     WHERE tenant_id = $1::text AND event_type = $2::text AND version = $3::text"
+    "       AND retired_at IS NULL"
+    "    RETURNING *),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT NULLIF(s.tenant_id, ''), $4::text, 'schema.retire',"
+    "              s.event_type || '/' || s.version, json_build_object('digest', s.digest)"
+    "         FROM s)"
+    " SELECT " SCH_OBJECT("s") "::text FROM s",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_settings_put = {
+    "schema_settings_put",
+    "WITH s AS ("
+    "    INSERT INTO event_schema_settings (tenant_id, event_type, unknown_version, updated_by)"
+    "    VALUES ($1::text, $2::text, $3::text, $4::text)"
+    "    ON CONFLICT (tenant_id, event_type) DO UPDATE"
+    "       SET unknown_version = EXCLUDED.unknown_version, updated_at = now(),"
+    "           updated_by = EXCLUDED.updated_by"
+    "    RETURNING *),"
+    " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "       SELECT NULLIF(s.tenant_id, ''), $4::text, 'schema.settings', s.event_type,"
+    "              json_build_object('unknown_version', s.unknown_version) FROM s)"
+    " SELECT json_build_object('event_type', s.event_type,"
+    "        'scope', CASE WHEN s.tenant_id = '' THEN 'platform' ELSE 'tenant' END,"
+    "        'unknown_version', s.unknown_version, 'updated_at', " SCH_TS(
+        "s.updated_at") ","
+                        "        'updated_by', s.updated_by)::text FROM s",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_generation = {
+    "schema_generation",
+    "SELECT generation FROM event_schema_generation WHERE id = 1",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_load = {
+    "schema_load",
+    "SELECT tenant_id, event_type, version, major, minor, patch, digest, schema"
+    "  FROM event_schemas WHERE retired_at IS NULL"
+    " ORDER BY tenant_id, event_type, major, minor, patch",
+    0,
+};
+
+const struct hub_sql hub_sql_schema_settings_load = {
+    "schema_settings_load",
+    "SELECT tenant_id, event_type, unknown_version FROM event_schema_settings",
+    0,
+};
+
+/* Today's partition only: the insert of the same transaction put the row
+ * there (hub_ingest_clock, as the insert reads it). */
+const struct hub_sql hub_sql_schema_stamp = {
+    "schema_stamp",
+    "UPDATE event_inbox e SET schema_version = u.version"
+    "  FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[])"
+    "    AS u(tenant_id, source, event_id, digest, version)"
+    " WHERE e.day = (hub_ingest_clock() AT TIME ZONE 'UTC')::date"
+    "   AND e.tenant_id = u.tenant_id AND e.source = u.source AND e.event_id = u.event_id"
+    "   AND e.digest = u.digest AND e.schema_version IS NULL",
+    0,
+};

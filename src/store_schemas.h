@@ -1,0 +1,114 @@
+/*
+ * store_schemas — the SQL of the schema registry (SPEC §3.5): the tables of
+ * migration 0016 (event_schemas, event_schema_settings, and the generation
+ * every process polls).  A scope is a tenant id, or '' for the platform's
+ * own schemas.  Parameters and results are text; a schema object is JSON
+ * text built by the statement (see SCHEMA_OBJECT in store_schemas.c):
+ *
+ *   {"event_type", "version", "scope": "platform"|"tenant", "digest",
+ *    "registered_at", "registered_by", "retired_at": null|ts,
+ *    "schema": {...} (the fetch only)}
+ *
+ * The statement objects are static and compared by address by pg.c.
+ */
+#ifndef HUB_STORE_SCHEMAS_H
+#define HUB_STORE_SCHEMAS_H
+
+#include "pg.h"
+
+/*
+ * What a registration needs to decide: the live row of that exact version
+ * (if any), and the schema it must stay compatible with (the highest live
+ * version of the same scope, type and major below it).
+ *   $1 scope  $2 event type  $3 version  $4 major (int4)  $5 minor  $6 patch
+ * Up to two rows: HUB_SCHEMA_PRIOR_COL_KIND ('same' or 'prev'), _VERSION,
+ * _DIGEST, _SCHEMA (the stored text).
+ */
+#define HUB_SQL_SCHEMA_PRIOR_NPARAMS 6
+extern const struct hub_sql hub_sql_schema_prior;
+enum hub_schema_prior_col {
+    HUB_SCHEMA_PRIOR_COL_KIND,
+    HUB_SCHEMA_PRIOR_COL_VERSION,
+    HUB_SCHEMA_PRIOR_COL_DIGEST,
+    HUB_SCHEMA_PRIOR_COL_SCHEMA,
+};
+
+/*
+ * Registers a version and writes its audit row.
+ *   $1 scope  $2 event type  $3 version  $4 major  $5 minor  $6 patch
+ *   $7 schema text (valid JSON)  $8 who ('admin' or 'tenant:<id>')
+ * One row, HUB_SCHEMA_OBJECT_COL (the object, without the schema).  A
+ * version registered meanwhile by someone else fails the statement with a
+ * unique violation (23505): the caller answers 409.
+ */
+#define HUB_SQL_SCHEMA_PUT_NPARAMS 8
+extern const struct hub_sql hub_sql_schema_put;
+
+/* $1 scope  $2 event type  $3 version.  One row (HUB_SCHEMA_OBJECT_COL, the
+ * object with its schema) or none: the live version. */
+#define HUB_SQL_SCHEMA_GET_NPARAMS 3
+extern const struct hub_sql hub_sql_schema_get;
+
+/*
+ * $1 scope  $2 event type (or NULL: every type)  $3 'true' to include the
+ * platform's versions beside the tenant's (a tenant's list).  Rows
+ * (HUB_SCHEMA_OBJECT_COL, objects without schemas) of the live versions by
+ * type, then major, minor, patch; at most 1,000.
+ */
+#define HUB_SQL_SCHEMA_LIST_NPARAMS 3
+extern const struct hub_sql hub_sql_schema_list;
+enum hub_schema_object_col { HUB_SCHEMA_OBJECT_COL };
+
+/* Retires a live version and writes its audit row.
+ *   $1 scope  $2 event type  $3 version  $4 who
+ * One row (HUB_SCHEMA_OBJECT_COL, the retired object) or none. */
+#define HUB_SQL_SCHEMA_RETIRE_NPARAMS 4
+extern const struct hub_sql hub_sql_schema_retire;
+
+/* Sets a type's settings (upsert) and writes the audit row.
+ *   $1 scope  $2 event type  $3 unknown_version ('accept'|'quarantine')  $4 who
+ * One row, HUB_SCHEMA_OBJECT_COL: {"event_type","scope","unknown_version",
+ * "updated_at","updated_by"}. */
+#define HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS 4
+extern const struct hub_sql hub_sql_schema_settings_put;
+
+/* No parameters.  One row: HUB_SCHEMA_GEN_COL, the registry's generation
+ * (int8 text). */
+extern const struct hub_sql hub_sql_schema_generation;
+enum hub_schema_gen_col { HUB_SCHEMA_GEN_COL };
+
+/* No parameters.  Every live version, one row each (enum
+ * hub_schema_load_col), by scope, type, major, minor, patch. */
+extern const struct hub_sql hub_sql_schema_load;
+enum hub_schema_load_col {
+    HUB_SCHEMA_LOAD_COL_SCOPE,
+    HUB_SCHEMA_LOAD_COL_TYPE,
+    HUB_SCHEMA_LOAD_COL_VERSION,
+    HUB_SCHEMA_LOAD_COL_MAJOR,
+    HUB_SCHEMA_LOAD_COL_MINOR,
+    HUB_SCHEMA_LOAD_COL_PATCH,
+    HUB_SCHEMA_LOAD_COL_DIGEST,
+    HUB_SCHEMA_LOAD_COL_SCHEMA,
+};
+
+/* No parameters.  Every type setting (enum hub_schema_settings_col). */
+extern const struct hub_sql hub_sql_schema_settings_load;
+enum hub_schema_settings_col {
+    HUB_SCHEMA_SETTINGS_COL_SCOPE,
+    HUB_SCHEMA_SETTINGS_COL_TYPE,
+    HUB_SCHEMA_SETTINGS_COL_UNKNOWN,
+};
+
+/*
+ * Records the version each event of an ingest insert was checked against
+ * (event_inbox.schema_version), in the insert's transaction, after it:
+ * today's row of the key whose digest is the event's own (so a digest
+ * conflict or an older row is never stamped).
+ *   $1 tenant ids text[]  $2 sources text[]  $3 event ids text[]
+ *   $4 digests bytea[]  $5 versions text[]
+ * No rows.
+ */
+#define HUB_SQL_SCHEMA_STAMP_NPARAMS 5
+extern const struct hub_sql hub_sql_schema_stamp;
+
+#endif
