@@ -26,6 +26,7 @@
 #include <strings.h>
 
 #include "api_events_int.h"
+#include "api_schemas.h"
 #include "api_util.h"
 #include "bucket.h"
 #include "cluster.h"
@@ -133,6 +134,7 @@ static void events_call_free(struct hub_api_call *call) {
     }
     for (size_t i = 0; i < c->n_recs; i++) {
         hub_event_free(&c->recs[i].ev);
+        ingest_rec_schema_free(&c->recs[i]);
     }
     free(c->items);
     free(c->recs);
@@ -343,6 +345,11 @@ static void item_answer(const struct events_call *c, const struct ingest_item *i
     case HUB_V_QUARANTINED_TOO_LARGE:
         a->status = 413;
         a->detail = r->err.message;
+        break;
+    case HUB_V_QUARANTINED_SCHEMA: /* SPEC §3.5: the schema's errors, by pointer */
+    case HUB_V_QUARANTINED_UNKNOWN_SCHEMA:
+        hub_api_schema_answer(r->verdict == HUB_V_QUARANTINED_SCHEMA, r->schema_evidence,
+                              &a->status, &a->detail, &a->errors);
         break;
     case HUB_V_QUARANTINED_INVALID:
         a->status = 400;

@@ -101,7 +101,15 @@ struct hub_ingest_rec {
     char old_digest[65]; /* hex digest stored under the key, "" if none */
     unsigned char state; /* where the batch writer is with it (ingest_batch.c) */
     unsigned char sent;  /* carried by the batch's outstanding transaction */
+    /* the schema step (ingest_schema.c, SPEC §3.5) */
+    unsigned char schema_want; /* valid and not written yet: the step looks at it */
+    char schema_version[32];   /* the registered version it passed, "" if none */
+    char *schema_evidence;     /* quarantined by the step: the evidence (JSON text,
+                                * owned; freed with ingest_rec_schema_free) */
 };
+
+/* Frees what the schema step attached to r (its evidence); safe twice. */
+void ingest_rec_schema_free(struct hub_ingest_rec *r);
 
 /* Completion of hub_ingest_store.  failure is NULL when at least one record
  * of the request is settled: every record then has its verdict (stored,

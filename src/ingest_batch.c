@@ -200,7 +200,13 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b) {
             continue;
         }
         ingest_rec_evidence(r, &row, &ev);
-        if (r->state == REC_CONFLICT) { /* the envelope is valid */
+        if (r->verdict == HUB_V_QUARANTINED_SCHEMA ||
+            r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA) { /* the schema step's */
+            row.reason = r->verdict == HUB_V_QUARANTINED_SCHEMA ? "schema_violation"
+                                                                : "unknown_schema_version";
+            row.field = "data";
+            row.detail = r->schema_evidence;
+        } else if (r->state == REC_CONFLICT) { /* the envelope is valid */
             row.reason = "digest_conflict";
             row.field = "data";
             row.detail = "same tenant, source and id already stored with a "
@@ -443,6 +449,43 @@ static void batch_check_json(struct ingest_batch *b) {
     hub_pg_txn_submit(txn);
 }
 
+/* ------------------------------------------------------ the schema step -- */
+
+/* Hands the batch to the schema step (ingest_schema.c) once, before its
+ * first transaction: returns 1 when the step has it (or it failed for lack
+ * of memory and went back to its owner), 0 to go on now. */
+static int batch_schema_step(struct ingest_batch *b) {
+    int rc;
+
+    if (b->schema_done) {
+        return 0;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        b->recs[i].schema_want = rec_unwritten_valid(&b->recs[i]);
+    }
+    rc = ingest_schema_start(b);
+    if (rc < 0) {
+        batch_failed(b, &ingest_outcome_oom);
+        return 1;
+    }
+    b->schema_done = rc == 0;
+    return rc;
+}
+
+void ingest_batch_schema_done(struct ingest_batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        struct hub_ingest_rec *r = &b->recs[i];
+        if (r->schema_want && (r->verdict == HUB_V_QUARANTINED_SCHEMA ||
+                               r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA)) {
+            r->state = REC_REFUSED; /* a valid envelope (r->ok): its own key is the evidence */
+        }
+        r->schema_want = 0;
+    }
+    b->schema_done = 1;
+    b->marked = 0; /* a first occurrence may have been refused */
+    ingest_batch_submit(b);
+}
+
 /* ------------------------------------------------------ the main path -- */
 
 /* What the records still have to write: quarantine rows and inserts, and
@@ -531,6 +574,9 @@ void ingest_batch_submit(struct ingest_batch *b) {
     if (!b->marked) {
         batch_mark_repeats(b);
     }
+    if (batch_schema_step(b)) {
+        return; /* the schema step has the batch, or it failed */
+    }
     if (batch_json_unchecked(b, 1)) {
         /* a repeat of a key in the batch is not inserted, so the insert
          * would not check its payload: check them all row by row */
@@ -563,6 +609,7 @@ void ingest_batch_submit(struct ingest_batch *b) {
     }
     if (w.inserts > 0) {
         add_insert(txn, b);
+        ingest_schema_txn_add(txn, b); /* after the insert: the versions checked */
     }
     b->in_txn = 1;
     hub_pg_txn_submit(txn);

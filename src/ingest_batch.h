@@ -84,10 +84,11 @@ struct ingest_batch {
     uv_timer_t retry; /* the Kafka owner's retry timer; unused by HTTP */
     /* the writer's progress (the owner reads them; each record's own
      * progress is in its private members) */
-    int attempts; /* failed tries so far (reset once stored) */
-    int in_txn;   /* a transaction is outstanding: the batch cannot be dropped */
-    int marked;   /* in-batch repeats are marked */
-    int races;    /* transactions in a row that left a raced key to run again */
+    int attempts;    /* failed tries so far (reset once stored) */
+    int in_txn;      /* a transaction is outstanding: the batch cannot be dropped */
+    int marked;      /* in-batch repeats are marked */
+    int races;       /* transactions in a row that left a raced key to run again */
+    int schema_done; /* the schema step has looked at the batch (ingest_schema.c) */
 };
 
 /* The outcome a batch fails with when its transaction could not even be
@@ -109,6 +110,29 @@ void ingest_batch_submit(struct ingest_batch *b);
 /* The delay before a failed batch's next try: 100 ms doubling with each
  * failure up to 5 s.  Counts the failure in b->attempts. */
 uint64_t ingest_batch_backoff_ms(struct ingest_batch *b);
+
+/* ------------------------------------------- the schema step (ingest_schema.c) -- */
+
+/*
+ * The schema step (SPEC §3.5) of a batch whose valid records not written
+ * yet are marked schema_want.  Returns 0 when none of them has a type with
+ * registered schemas (nothing to do: the writer goes on at once),
+ * HUB_ENOMEM when the step could not start (the batch fails and is tried
+ * again: nothing is stored unchecked), else 1: the step has the batch, checks the payloads on the
+ * threadpool and calls ingest_batch_schema_done(b) on the loop.  A record it quarantines gets its
+ * verdict (HUB_V_QUARANTINED_SCHEMA or _UNKNOWN_SCHEMA) and evidence; a record that passed, the
+ * version in schema_version.
+ */
+int ingest_schema_start(struct ingest_batch *b);
+
+/* The step is over (ingest_batch.c): quarantined records are refused, the
+ * batch goes on. */
+void ingest_batch_schema_done(struct ingest_batch *b);
+
+/* Adds to txn, after the insert, the statement that records the checked
+ * version of each record the insert carries (sent, with schema_version);
+ * nothing when none has one. */
+void ingest_schema_txn_add(struct hub_pg_txn *txn, const struct ingest_batch *b);
 
 /* ------------------------------------------------ records (ingest.c) -- */
 

@@ -194,6 +194,7 @@ static void part_backpressure(struct ingest_part *p) {
 static void part_batch_free(struct ingest_batch *b) {
     for (size_t i = 0; i < b->n; i++) {
         hub_event_free(&b->recs[i].ev);
+        ingest_rec_schema_free(&b->recs[i]);
         rd_kafka_message_destroy(b->recs[i].msg);
     }
     free(b->recs);

@@ -1,0 +1,298 @@
+/*
+ * ingest_schema — the schema step of the batch writer (SPEC §3.5; see
+ * ingest_batch.h): each valid record of a type with registered schemas is
+ * checked against the schema of its schemaversion, on the libuv threadpool,
+ * before the batch's transaction is built.
+ *
+ *   ingest_batch_submit ─► ingest_schema_start (loop): pick each record's
+ *     schema from the registry's snapshot (schema_registry.h); records of
+ *     types without schemas are not touched, and a batch with none of
+ *     them goes on at once; an unknown major is settled here by its
+ *     type's setting
+ *   ─► check_work (a threadpool thread): parse each picked payload with
+ *     jansson and validate it (jschema.h, bounded work); a failure writes
+ *     the record's verdict and evidence
+ *   ─► check_done (loop): counts, releases the snapshot ─►
+ *     ingest_batch_schema_done, which refuses the quarantined records and
+ *     submits the batch again.
+ *
+ * The records belong to the batch writer throughout; the thread writes
+ * only the records of its job, which the loop does not touch until
+ * check_done.  A hostile payload or schema costs at most the validator's
+ * work bound (jschema.h), and a batch waits only for its own records.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "error.h"
+#include "hub.h"
+#include "ingest_batch.h"
+#include "jschema.h"
+#include "log.h"
+#include "pg_array.h"
+#include "schema_registry.h"
+#include "store_schemas.h"
+
+/* Errors the evidence keeps (SPEC §3.5: "the first errors"). */
+#define SCHEMA_EVIDENCE_ERRORS 5
+
+/* One record to check. */
+struct check_item {
+    struct hub_ingest_rec *r;
+    const struct hub_schema_entry *e; /* borrowed from the job's snapshot */
+    enum hub_schema_check result;     /* set by the thread */
+};
+
+/* A batch's checks on their way through the threadpool. */
+struct check_job {
+    uv_work_t work;
+    struct ingest_batch *b;
+    struct hub_schema_set *set; /* a reference, released in check_done */
+    size_t n;
+    struct check_item items[];
+};
+
+void ingest_rec_schema_free(struct hub_ingest_rec *r) {
+    free(r->schema_evidence);
+    r->schema_evidence = NULL;
+}
+
+/* ------------------------------------------------------------ evidence -- */
+
+/* The evidence's "schema" member: what the payload was checked against. */
+static json_t *evidence_schema(const struct hub_schema_entry *e) {
+    char digest[80];
+
+    snprintf(digest, sizeof(digest), "sha256:%s", e->digest);
+    return json_pack("{s:s, s:s, s:s, s:s}", "event_type", e->type, "version", e->version, "digest",
+                     digest, "scope", e->scope[0] ? "tenant" : "platform");
+}
+
+/* Sets r's verdict and evidence {"schema": ..., "errors": [...],
+ * "total_errors": n} (evidence NULL on OOM: the quarantine row then says
+ * only the reason). */
+static void evidence_set(struct hub_ingest_rec *r, const struct hub_schema_entry *e, json_t *errors,
+                         size_t total) {
+    json_t *doc =
+        json_pack("{s:o, s:o, s:I}", "schema", evidence_schema(e), "errors",
+                  errors != NULL ? errors : json_array(), "total_errors", (json_int_t)total);
+
+    r->verdict = HUB_V_QUARANTINED_SCHEMA;
+    ingest_rec_schema_free(r);
+    if (doc != NULL) {
+        r->schema_evidence = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+    }
+}
+
+/* One error as the evidence and problem+json write it. */
+static json_t *error_one(const char *pointer, const char *keyword, const char *message) {
+    return json_pack("{s:s, s:s, s:s}", "pointer", pointer, "keyword", keyword, "message", message);
+}
+
+/* ------------------------------------------------------ the thread part -- */
+
+/* Checks one record (a threadpool thread). */
+static void check_one(struct check_item *it) {
+    struct hub_ingest_rec *r = it->r;
+    const struct hub_event *ev = &r->ev;
+    struct hub_jschema_result res;
+    json_error_t jerr;
+    json_t *doc;
+    json_t *errors;
+    int rc;
+
+    doc = json_loadb((const char *)ev->payload, ev->payload_len, JSON_DECODE_ANY, &jerr);
+    if (doc == NULL) {
+        char msg[192];
+        snprintf(msg, sizeof(msg), "payload is not JSON: %s", jerr.text);
+        errors = json_array();
+        json_array_append_new(errors, error_one("", "json", msg));
+        evidence_set(r, it->e, errors, 1);
+        it->result = HUB_SCHEMA_CHECK_NOT_JSON;
+        return;
+    }
+    rc = hub_jschema_validate(it->e->compiled, doc, &res);
+    json_decref(doc);
+    if (rc == 0 && res.valid) {
+        snprintf(r->schema_version, sizeof(r->schema_version), "%s", it->e->version);
+        it->result = HUB_SCHEMA_CHECK_VALID;
+        return;
+    }
+    if (rc == HUB_ERANGE) {
+        /* a bound stopped it: never accepted unchecked */
+        errors = json_array();
+        json_array_append_new(errors, error_one("", "limit",
+                                                "validation stopped at its work bound (depth, "
+                                                "steps or regex cost)"));
+        evidence_set(r, it->e, errors, 1);
+        it->result = HUB_SCHEMA_CHECK_LIMIT;
+        return;
+    }
+    if (rc != 0) { /* out of memory: the same as a bound, the payload is not accepted */
+        errors = json_array();
+        json_array_append_new(errors, error_one("", "limit", "validation ran out of memory"));
+        evidence_set(r, it->e, errors, 1);
+        it->result = HUB_SCHEMA_CHECK_LIMIT;
+        return;
+    }
+    if (res.nerrors > SCHEMA_EVIDENCE_ERRORS) {
+        res.nerrors = SCHEMA_EVIDENCE_ERRORS;
+    }
+    errors = hub_jschema_result_json(&res);
+    evidence_set(r, it->e, errors, res.total_errors);
+    it->result = HUB_SCHEMA_CHECK_INVALID;
+}
+
+static void check_work(uv_work_t *w) {
+    struct check_job *job = w->data;
+
+    for (size_t i = 0; i < job->n; i++) {
+        check_one(&job->items[i]);
+    }
+}
+
+/* Back on the loop: count, release, hand the batch back. */
+static void check_done(uv_work_t *w, int status) {
+    struct check_job *job = w->data;
+    struct ingest_batch *b = job->b;
+
+    (void)status;
+    for (size_t i = 0; i < job->n; i++) {
+        b->hub->metrics.schema_checks[job->items[i].result]++;
+    }
+    hub_schemas_release(job->set);
+    free(job);
+    ingest_batch_schema_done(b);
+}
+
+/* --------------------------------------------------------- the loop part -- */
+
+/* An unknown major quarantined by its type's setting: the evidence says
+ * which major and version the event claimed. */
+static void unknown_quarantine(struct hub_ingest_rec *r) {
+    json_t *doc = json_pack("{s:s, s:s?, s:i, s:s}", "event_type", r->ev.event_type,
+                            "schemaversion", r->ev.schema_version, "major", r->ev.schema_major,
+                            "message", "no registered schema for this major of the event type");
+
+    r->verdict = HUB_V_QUARANTINED_UNKNOWN_SCHEMA;
+    ingest_rec_schema_free(r);
+    if (doc != NULL) {
+        r->schema_evidence = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+    }
+}
+
+/* The registry's first snapshot is in: the batch goes through the writer
+ * again, and so through the step. */
+static void resume_ready(void *arg) {
+    ingest_batch_submit(arg);
+}
+
+int ingest_schema_start(struct ingest_batch *b) {
+    struct hub *hub = b->hub;
+    struct hub_schema_set *set;
+    struct check_job *job;
+    size_t want = 0;
+
+    if (!hub_schemas_ready(hub)) {
+        /* nothing is checked before the registry is known: the batch waits
+         * for it (the database is what both need) */
+        return hub_schemas_when_ready(hub, resume_ready, b) == 0 ? 1 : HUB_ENOMEM;
+    }
+    set = hub_schemas_acquire(hub);
+    if (set == NULL) {
+        return 0; /* no schema registered at all: types pass as before */
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        want += b->recs[i].schema_want;
+    }
+    if (want == 0) {
+        hub_schemas_release(set);
+        return 0;
+    }
+    job = malloc(sizeof(*job) + want * sizeof(job->items[0]));
+    if (job == NULL) {
+        /* a record is never stored unchecked: the batch is tried again */
+        hub_schemas_release(set);
+        return HUB_ENOMEM;
+    }
+    job->b = b;
+    job->set = set;
+    job->n = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        struct hub_ingest_rec *r = &b->recs[i];
+        const struct hub_schema_entry *e;
+        if (!r->schema_want) {
+            continue;
+        }
+        switch (hub_schema_set_pick(set, r->ev.tenant, r->ev.event_type, r->ev.schema_version,
+                                    r->ev.schema_major, &e)) {
+        case HUB_SCHEMA_CHECK:
+            job->items[job->n].r = r;
+            job->items[job->n].e = e;
+            job->items[job->n].result = HUB_SCHEMA_CHECK_VALID;
+            job->n++;
+            break;
+        case HUB_SCHEMA_UNKNOWN_ACCEPT:
+            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_ACCEPTED]++;
+            r->schema_want = 0;
+            break;
+        case HUB_SCHEMA_UNKNOWN_QUARANTINE:
+            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_QUARANTINED]++;
+            unknown_quarantine(r);
+            break;
+        default: /* a type without schemas: unchanged */
+            r->schema_want = 0;
+            break;
+        }
+    }
+    if (job->n == 0) {
+        hub_schemas_release(set);
+        free(job);
+        ingest_batch_schema_done(b);
+        return 1;
+    }
+    job->work.data = job;
+    if (uv_queue_work(hub->loop, &job->work, check_work, check_done) != 0) {
+        hub_schemas_release(set);
+        free(job);
+        return HUB_ENOMEM;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------- storage -- */
+
+void ingest_schema_txn_add(struct hub_pg_txn *txn, const struct ingest_batch *b) {
+    static const uint32_t oids[HUB_SQL_SCHEMA_STAMP_NPARAMS] = {
+        HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_BYTEA, HUB_OID_TEXT};
+    struct hub_pgarr a[HUB_SQL_SCHEMA_STAMP_NPARAMS];
+    size_t n = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        n += b->recs[i].sent && b->recs[i].schema_version[0] != '\0';
+    }
+    if (n == 0) {
+        return;
+    }
+    for (int k = 0; k < HUB_SQL_SCHEMA_STAMP_NPARAMS; k++) {
+        hub_pgarr_init(&a[k], oids[k]);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        const struct hub_ingest_rec *r = &b->recs[i];
+        if (!r->sent || r->schema_version[0] == '\0') {
+            continue;
+        }
+        hub_pgarr_add_text(&a[0], r->ev.tenant);
+        hub_pgarr_add_text(&a[1], r->ev.source);
+        hub_pgarr_add_text(&a[2], r->ev.id);
+        hub_pgarr_add(&a[3], r->ev.digest, sizeof(r->ev.digest));
+        hub_pgarr_add_text(&a[4], r->schema_version);
+    }
+    /* on OOM txn is marked failed and the batch is tried again */
+    hub_pgarr_txn_add(txn, &hub_sql_schema_stamp, a, HUB_SQL_SCHEMA_STAMP_NPARAMS);
+}

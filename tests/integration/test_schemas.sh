@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317,SC2119 # the runner (scenario.sh) calls scenario_*, prepare_*, hub_env_*
+# The schema registry and validation at ingest (SPEC §3.5, docs/schemas.md).
+#
+# Covers: registering, fetching, listing and retiring versions (admin and
+# tenant), digest / registered_at / who, idempotent re-registration, 409 for
+# a changed body under the same version, 400 naming the schema pointer for
+# a schema that is not draft-07 and for a malformed version, 409 naming each
+# breaking change of a new minor (a new major is free), audit rows; HTTP
+# ingest of a type with a schema: valid → 202 with the version recorded on
+# the event, invalid → 422 with errors[] by pointer and a schema_violation
+# quarantine row with evidence, a payload that is not JSON → 422 too; an
+# unknown major accepted by default (counted) and quarantined by the type's
+# setting; Kafka ingest quarantined the same way; the tenant's versions of a
+# major hide the platform's, and never reach another tenant; a hostile
+# payload does not hold up another tenant; deliveries carry
+# X-Lerian-Schema-Version; two processes: a schema registered on one
+# validates on the other within 1 s.
+set -uo pipefail
+# shellcheck source=tests/support/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+# shellcheck source=tests/support/ingest_http.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/ingest_http.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
+
+TOPIC=lerian.streaming.schemas
+# the event type ev_post's ce-type (studio.lerian.account.created) derives
+TYPE=account.created
+M='streaming_hub_ingest_records_total'
+
+# An account schema: an object with a required string id and a bounded
+# integer amount.
+SCHEMA_V1='{"type":"object","required":["id"],"properties":{"id":{"type":"string","pattern":"^acc-[0-9]+$"},"amount":{"type":"integer","minimum":0,"maximum":1000}}}'
+
+setup() {
+    pg_start
+    kafka_start --topic "$TOPIC:2"
+    sink_start
+    hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true STREAMING_HUB_SCHEMA_POLL=100ms
+}
+
+# tput KEY TYPE VERSION BODY: PUT /v1/schemas/TYPE/VERSION as KEY's tenant.
+tput() {
+    hub_curl PUT "/v1/schemas/$2/$3" "$4" -H "Authorization: Bearer $1"
+}
+
+# ev_schema KEY ID DATA VERSION [more curl args]: ev_post with ce-schemaversion.
+ev_schema() {
+    local key=$1 id=$2 data=$3 version=$4
+    shift 4
+    ev_post "$key" "$id" "$data" /schemas -H "ce-schemaversion: $version" "$@"
+}
+
+scenario_registry_roundtrip() {
+    local t body digest
+    t=$(own_id t)
+    body=$(admin_curl PUT "/admin/schemas/$t.created/1.0.0" "$SCHEMA_V1")
+    assert_eq 201 "$(http_status)" "registered: $body"
+    digest=$(json_str digest "$body")
+    assert_match "$digest" '^sha256:[0-9a-f]{64}$' "the digest"
+    assert_eq admin "$(json_str registered_by "$body")" "who"
+    assert_eq platform "$(json_str scope "$body")" "scope"
+    assert_match "$(json_str registered_at "$body")" '^20[0-9-]+T' "registered_at"
+    # the same body again (another spacing, another member order) is the same version
+    body=$(admin_curl PUT "/admin/schemas/$t.created/1.0.0" \
+        '{ "properties": {"amount":{"maximum":1000,"minimum":0,"type":"integer"},"id":{"pattern":"^acc-[0-9]+$","type":"string"}}, "required":["id"], "type":"object"}')
+    assert_eq 200 "$(http_status)" "re-registration is idempotent: $body"
+    assert_eq "$digest" "$(json_str digest "$body")" "same digest"
+    admin_curl PUT "/admin/schemas/$t.created/1.0.0" '{"type":"object"}' >/dev/null
+    assert_eq 409 "$(http_status)" "a version is immutable"
+    body=$(admin_curl GET "/admin/schemas/$t.created/1.0.0")
+    assert_eq 200 "$(http_status)" "fetched"
+    assert_contains "$body" '"pattern":"^acc-[0-9]+$"' "the schema itself"
+    body=$(admin_curl GET /admin/schemas)
+    assert_contains "$body" "\"event_type\":\"$t.created\"" "listed"
+    admin_curl DELETE "/admin/schemas/$t.created/1.0.0" >/dev/null
+    assert_eq 204 "$(http_status)" "retired"
+    admin_curl GET "/admin/schemas/$t.created/1.0.0" >/dev/null
+    assert_eq 404 "$(http_status)" "a retired version is gone"
+    admin_curl DELETE "/admin/schemas/$t.created/1.0.0" >/dev/null
+    assert_eq 404 "$(http_status)" "retired twice"
+    assert_eq 2 "$(psql_q "SELECT count(*) FROM audit_log WHERE object_id = '$t.created/1.0.0'")" \
+        "audited: register and retire"
+}
+
+scenario_bad_input() {
+    local t body
+    t=$(own_id t)
+    body=$(admin_curl PUT "/admin/schemas/$t.x/1.0" '{"type":"object"}')
+    assert_eq 400 "$(http_status)" "a version that is not semver: $body"
+    body=$(admin_curl PUT "/admin/schemas/$t.x/1.0.0" '{"type":"object","properties":{"a":{"type":12}}}')
+    assert_eq 400 "$(http_status)" "not draft-07: $body"
+    assert_contains "$body" '/properties/a/type' "the pointer is named"
+    body=$(admin_curl PUT "/admin/schemas/$t.x/1.0.0" '{"$ref":"#/definitions/missing"}')
+    assert_eq 400 "$(http_status)" "an unresolvable \$ref: $body"
+    admin_curl PUT "/admin/schemas/$t.x/1.0.0" 'not json' >/dev/null
+    assert_eq 400 "$(http_status)" "a body that is not JSON"
+    admin_curl PATCH "/admin/schemas/$t.x/1.0.0" '{}' >/dev/null
+    assert_eq 405 "$(http_status)" "another method"
+    hub_curl PUT "/v1/schemas/$t.x/1.0.0" '{}' >/dev/null
+    assert_eq 401 "$(http_status)" "the tenant routes need a key"
+}
+
+scenario_compat_409() {
+    local t body
+    t=$(own_id t)
+    admin_curl PUT "/admin/schemas/$t.x/1.0.0" "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "1.0.0"
+    # a new optional property: compatible
+    body=$(admin_curl PUT "/admin/schemas/$t.x/1.1.0" \
+        '{"type":"object","required":["id"],"properties":{"id":{"type":"string","pattern":"^acc-[0-9]+$"},"amount":{"type":"integer","minimum":0,"maximum":1000},"note":{"type":"string"}}}')
+    assert_eq 201 "$(http_status)" "an added optional property is a minor: $body"
+    # a new required property and a narrowed bound: breaking
+    body=$(admin_curl PUT "/admin/schemas/$t.x/1.2.0" \
+        '{"type":"object","required":["id","currency"],"properties":{"id":{"type":"string","pattern":"^acc-[0-9]+$"},"amount":{"type":"integer","minimum":0,"maximum":10},"note":{"type":"string"},"currency":{"type":"string"}}}')
+    assert_eq 409 "$(http_status)" "breaking changes: $body"
+    assert_contains "$body" '"pointer":"/required' "the new required property named"
+    assert_contains "$body" '/properties/amount/maximum' "the narrowed bound named"
+    # the same under a new major is free
+    admin_curl PUT "/admin/schemas/$t.x/2.0.0" \
+        '{"type":"object","required":["id","currency"],"properties":{"currency":{"type":"string"}}}' >/dev/null
+    assert_eq 201 "$(http_status)" "a new major is free"
+}
+
+scenario_http_validation() {
+    local body q0 seq
+    own_client
+    q0=$(metric "$M{verdict=\"quarantined\",reason=\"schema_violation\"}")
+    tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "the tenant's own schema"
+    assert_eq "tenant:$TENANT" "$(json_str registered_by)" "who"
+    body=$(ev_schema "$KEY" ok-1 '{"id":"acc-1","amount":5}' 1.0.0)
+    assert_eq 202 "$(http_status)" "a valid payload: $body"
+    seq=$(json_raw sequence "$body")
+    assert_eq 1.0.0 "$(psql_q "SELECT schema_version FROM event_inbox WHERE seq = $seq")" \
+        "the version it was checked against is recorded with the event"
+    body=$(ev_schema "$KEY" bad-1 '{"id":"nope","amount":5000}' 1.0.0)
+    assert_eq 422 "$(http_status)" "an invalid payload: $body"
+    assert_eq application/problem+json "$(last_header content-type)" "problem+json"
+    assert_contains "$body" '"pointer":"/amount"' "errors[] by pointer (amount)"
+    assert_contains "$body" '"pointer":"/id"' "errors[] by pointer (id)"
+    assert_contains "$body" '"keyword":"maximum"' "the keyword"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id = '$TENANT'
+        AND event_id = 'bad-1' AND reason = 'schema_violation'
+        AND detail::jsonb #>> '{schema,version}' = '1.0.0'
+        AND detail::jsonb #>> '{schema,digest}' LIKE 'sha256:%'
+        AND jsonb_array_length(detail::jsonb -> 'errors') >= 2")" "quarantined with evidence"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'bad-1'")" \
+        "not stored"
+    body=$(ev_schema "$KEY" notjson-1 'not json at all' 1.0.0 -H 'Content-Type: text/plain')
+    assert_eq 422 "$(http_status)" "a payload that is not JSON: $body"
+    # exact version absent: the highest of the major
+    ev_schema "$KEY" minor-1 '{"id":"acc-2"}' 1.7.3 >/dev/null
+    assert_eq 202 "$(http_status)" "1.7.3 checked against 1.0.0"
+    assert_eq 1.0.0 "$(psql_q "SELECT schema_version FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'minor-1'")" \
+        "recorded as 1.0.0"
+    assert_eq 2 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$q0")" \
+        "counted by verdict and reason"
+    # a batch: each event its own answer
+    body=$(ev_batch "$KEY" "$(ev_json b-ok '{"id":"acc-3"}')" "$(ev_json b-bad '{"id":3}')")
+    assert_eq 207 "$(http_status)" "batch"
+    assert_contains "$body" '"status":422' "the bad element is 422"
+    assert_contains "$body" '"status":202' "the good one stored"
+}
+
+scenario_unknown_major() {
+    local a0 q0 body
+    own_client
+    tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    a0=$(metric 'streaming_hub_schema_checks_total{result="unknown_accepted"}')
+    ev_schema "$KEY" v2-1 '{"anything":true}' 2.0.0 >/dev/null
+    assert_eq 202 "$(http_status)" "an unknown major is accepted by default"
+    assert_eq 1 "$(metric_delta 'streaming_hub_schema_checks_total{result="unknown_accepted"}' "$a0")" \
+        "and counted"
+    hub_curl PUT "/v1/schemas/$TYPE" '{"unknown_version":"quarantine"}' -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 200 "$(http_status)" "the type's setting"
+    hub_curl PUT "/v1/schemas/$TYPE" '{"unknown_version":"drop"}' -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 400 "$(http_status)" "a setting that does not exist"
+    q0=$(metric "$M{verdict=\"quarantined\",reason=\"unknown_schema_version\"}")
+    body=$(ev_schema "$KEY" v2-2 '{"anything":true}' 2.0.0)
+    assert_eq 422 "$(http_status)" "quarantined by the setting: $body"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id = '$TENANT' AND event_id = 'v2-2' AND reason = 'unknown_schema_version'")" \
+        "quarantine row"
+    assert_eq 1 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"unknown_schema_version\"}" "$q0")" \
+        "counted"
+}
+
+scenario_tenant_precedence_and_isolation() {
+    local t2 key2 body
+    own_client a
+    t2=$(own_id b)
+    key2=$(own_tenant_key b)
+    # the platform's major 1 accepts strings only; tenant a has its own major 1
+    admin_curl PUT "/admin/schemas/$(own_id p).t/1.0.0" '{"type":"string"}' >/dev/null
+    admin_curl PUT "/admin/schemas/$TYPE/3.0.0" '{"type":"string"}' >/dev/null
+    tput "$KEY" "$TYPE" 3.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "tenant a's major 3"
+    ev_schema "$KEY" p-1 '{"x":1}' 3.0.0 >/dev/null
+    assert_eq 202 "$(http_status)" "tenant a: its own major 3 wins"
+    TENANT=$t2 ev_schema "$key2" p-2 '{"x":1}' 3.0.0 >/dev/null
+    assert_eq 422 "$(http_status)" "tenant b: the platform's major 3"
+    TENANT=$t2 ev_schema "$key2" p-3 '"a string"' 3.0.0 >/dev/null
+    assert_eq 202 "$(http_status)" "tenant b: valid for the platform's"
+    # a tenant's schema of a type never applies to another tenant
+    tput "$KEY" "$(own_id only).t" 1.0.0 '{"type":"string"}' >/dev/null
+    body=$(hub_curl GET "/v1/schemas" "" -H "Authorization: Bearer $key2")
+    assert_eq 200 "$(http_status)" "tenant b's list"
+    [[ $body != *"$(own_id only).t"* ]] || fail "tenant b sees tenant a's schema: $body"
+    hub_curl GET "/v1/schemas/$(own_id only).t/1.0.0" "" -H "Authorization: Bearer $key2" >/dev/null
+    assert_eq 404 "$(http_status)" "nor fetches it"
+    hub_curl GET "/v1/schemas/$TYPE/3.0.0" "" -H "Authorization: Bearer $key2" >/dev/null
+    assert_eq 200 "$(http_status)" "tenant b fetches the platform's version it will be checked against"
+    admin_curl DELETE "/admin/schemas/$TYPE/3.0.0" >/dev/null
+}
+
+scenario_kafka_quarantine() {
+    local t
+    t=$(own_tenant)
+    admin_curl PUT "/admin/schemas/kafkaschema.tested/1.0.0" '{"type":"object","required":["id"]}' >/dev/null
+    assert_eq 201 "$(http_status)" "registered"
+    sleep 0.5 # the registry's poll (100 ms here)
+    printf '{"no":"id"}' >"$WORK/kafka-bad.json"
+    produce --topic "$TOPIC" --tenant "$t" --type studio.lerian.kafkaschema.tested \
+        --count 3 --payload-file "$WORK/kafka-bad.json" --id-prefix "$(own_id)-"
+    wait_sql 30 3 "SELECT count(*) FROM quarantine WHERE tenant_id = '$t' AND reason = 'schema_violation'" ||
+        fail "the Kafka records were not quarantined schema_violation"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$t'")" "none stored"
+}
+
+scenario_hostile_does_not_stall_others() {
+    local t2 key2 start ms
+    own_client a
+    key2=$(own_tenant_key b)
+    t2=$(own_id b)
+    # catastrophic backtracking and deep nesting against a bounded validator
+    tput "$KEY" "$TYPE" 1.0.0 '{"type":"object","properties":{"s":{"type":"string","pattern":"^(a+)+$"}}}' >/dev/null
+    assert_eq 201 "$(http_status)" "a hostile pattern is registered"
+    local evil deep
+    evil=$(printf 'a%.0s' $(seq 1 5000))
+    deep=$(printf '[%.0s' $(seq 1 3000))$(printf ']%.0s' $(seq 1 3000))
+    for i in 1 2 3 4; do
+        ev_post_bg "$KEY" "evil-$i" "{\"s\":\"${evil}b\"}" /schemas -H 'ce-schemaversion: 1.0.0'
+    done
+    ev_post_bg "$KEY" deep-1 "{\"s\":$deep}" /schemas -H 'ce-schemaversion: 1.0.0'
+    start=$(date +%s%N)
+    TENANT=$t2 ev_post "$key2" calm-1 '{"n":1}' >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_eq 202 "$(http_status)" "the other tenant's event stored"
+    assert_le "$ms" 2000 "and answered promptly (${ms} ms)"
+    wait
+    TENANT=$(own_id a) ev_schema "$KEY" after-1 '{"s":"aaa"}' 1.0.0 >/dev/null
+    assert_eq 202 "$(http_status)" "the hostile tenant itself still works"
+}
+
+scenario_delivery_header() {
+    local sub
+    own_client
+    sub=$(subscribe_at "$KEY" "/ok/$(own_id)" "$TYPE")
+    [[ -n $sub ]] || return
+    tput "$KEY" "$TYPE" 1.2.0 '{"type":"object"}' >/dev/null
+    ev_schema "$KEY" d-1 '{"id":"x"}' 1.2.0 -H 'ce-dataschema: https://schemas.example/account/1.2.0' >/dev/null
+    assert_eq 202 "$(http_status)" "stored"
+    ev_post "$KEY" d-2 '{"id":"x"}' /schemas-other -H 'ce-type: studio.lerian.other.thing' >/dev/null
+    sink_wait 1 "/ok/$(own_id)" 30 || fail "not delivered"
+    assert_eq 1.2.0 "$(sink_header "/ok/$(own_id)" x-lerian-schema-version | head -n1)" \
+        "X-Lerian-Schema-Version"
+    assert_eq https://schemas.example/account/1.2.0 \
+        "$(sink_header "/ok/$(own_id)" ce-dataschema | head -n1)" "dataschema forwarded"
+}
+
+# Two processes on one database: a schema registered through A is used by
+# B within 1 s (B's poll, STREAMING_HUB_SCHEMA_POLL at its default 250 ms).
+scenario_two_processes_within_1s() {
+    local url_a url_b start ms code t saved
+    own_client
+    t=$TENANT
+    url_a=$HUB_URL
+    saved=$(cat "$WORK/hub.state")
+    # B: the default poll (250 ms), its own process on the same database
+    hub_start -STREAMING_HUB_SCHEMA_POLL STREAMING_HUB_ROLE=ingest
+    track_pid "$HUB_PID"
+    track_pid "$HUB_WRAPPER_PID"
+    url_b=$HUB_URL
+    local pid_b=$HUB_PID
+    printf '%s\n' "$saved" >"$WORK/hub.state"
+    hub_state_load
+    HUB_URL=$url_a
+    hub_curl PUT "/v1/schemas/$TYPE/1.0.0" "$SCHEMA_V1" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 201 "$(http_status)" "registered on A"
+    start=$(date +%s%N)
+    code=0
+    for i in $(seq 1 40); do
+        HUB_URL=$url_b TENANT=$t ev_schema "$KEY" "two-$i" '{"id":5}' 1.0.0 >/dev/null
+        code=$(http_status)
+        [[ $code == 422 ]] && break
+        sleep 0.02
+    done
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_eq 422 "$code" "B validates with A's schema"
+    assert_le "$ms" 1000 "within 1 s of the registration (${ms} ms)"
+    kill "$pid_b" 2>/dev/null
+}
+
+scenarios_main "$@"
