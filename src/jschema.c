@@ -71,8 +71,7 @@ static int cc_fail(struct js_cc *cc, int rc, const char *ptr, const char *fmt, .
     return rc;
 }
 
-/* base + "/" + the escaped segment (RFC 6901: ~ as ~0, / as ~1); owned. */
-static char *ptr_join(const char *base, const char *seg, size_t seglen) {
+char *js_ptr_join(const char *base, const char *seg, size_t seglen) {
     size_t bl = strlen(base), extra = 0;
     for (size_t i = 0; i < seglen; i++) {
         extra += seg[i] == '~' || seg[i] == '/';
@@ -96,11 +95,10 @@ static char *ptr_join(const char *base, const char *seg, size_t seglen) {
     return p;
 }
 
-/* ptr_join with an array index. */
-static char *ptr_index(const char *base, size_t i) {
+char *js_ptr_index(const char *base, size_t i) {
     char num[24];
     int n = snprintf(num, sizeof num, "%zu", i);
-    return ptr_join(base, num, (size_t)n);
+    return js_ptr_join(base, num, (size_t)n);
 }
 
 static size_t loc_hash(const json_t *j, size_t cap) {
@@ -322,7 +320,7 @@ static void walk_member(struct js_cc *cc, const json_t *j, const char *key, cons
     if (!v) {
         return;
     }
-    char *p = ptr_join(ptr, key, strlen(key));
+    char *p = js_ptr_join(ptr, key, strlen(key));
     if (!p) {
         cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
         return;
@@ -385,7 +383,7 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
         if (!json_is_object(m)) {
             continue;
         }
-        char *mp = ptr_join(ptr, kw_map[i], strlen(kw_map[i]));
+        char *mp = js_ptr_join(ptr, kw_map[i], strlen(kw_map[i]));
         if (!mp) {
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             break;
@@ -394,7 +392,7 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
         size_t klen;
         json_t *v;
         json_object_keylen_foreach((json_t *)m, k, klen, v) {
-            char *p = ptr_join(mp, k, klen);
+            char *p = js_ptr_join(mp, k, klen);
             if (!p) {
                 cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
                 break;
@@ -409,13 +407,13 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
         if (!json_is_array(a)) {
             continue;
         }
-        char *ap = ptr_join(ptr, kw_list[i], strlen(kw_list[i]));
+        char *ap = js_ptr_join(ptr, kw_list[i], strlen(kw_list[i]));
         if (!ap) {
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             break;
         }
         for (size_t k = 0; k < json_array_size(a); k++) {
-            char *p = ptr_index(ap, k);
+            char *p = js_ptr_index(ap, k);
             if (!p) {
                 cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
                 break;
@@ -496,7 +494,7 @@ static const json_t *pointer_get(const json_t *doc, const char *ptr) {
 static struct js_node *resolve_ref(struct js_cc *cc, const char *ref, const char *base,
                                    const char *ptr) {
     struct js_node *n = NULL;
-    char *where = ptr_join(ptr, "$ref", 4);
+    char *where = js_ptr_join(ptr, "$ref", 4);
     char *full = uri_resolve(base, ref);
     char *uri = full ? strdup(full) : NULL;
     if (!where || !full || !uri) {
@@ -559,7 +557,7 @@ static struct js_node *child(struct js_cc *cc, const json_t *j, const char *key,
     if (!v || cc->rc) {
         return NULL;
     }
-    char *p = ptr_join(ptr, key, strlen(key));
+    char *p = js_ptr_join(ptr, key, strlen(key));
     if (!p) {
         cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
         return NULL;
@@ -577,7 +575,7 @@ static void child_list(struct js_cc *cc, const json_t *j, const char *key, const
     if (n == 0 || cc->rc) {
         return;
     }
-    char *ap = ptr_join(ptr, key, strlen(key));
+    char *ap = js_ptr_join(ptr, key, strlen(key));
     list->v = calloc(n, sizeof *list->v);
     if (!ap || !list->v) {
         free(ap);
@@ -586,7 +584,7 @@ static void child_list(struct js_cc *cc, const json_t *j, const char *key, const
     }
     list->n = n;
     for (size_t i = 0; i < n && !cc->rc; i++) {
-        char *p = ptr_index(ap, i);
+        char *p = js_ptr_index(ap, i);
         if (!p) {
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             break;
@@ -652,9 +650,9 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             return;
         }
-        char *pp = ptr_join(ptr, "properties", 10);
+        char *pp = js_ptr_join(ptr, "properties", 10);
         json_object_keylen_foreach((json_t *)props, k, klen, v) {
-            char *p = pp ? ptr_join(pp, k, klen) : NULL;
+            char *p = pp ? js_ptr_join(pp, k, klen) : NULL;
             if (!p) {
                 cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
                 break;
@@ -672,9 +670,9 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             return;
         }
-        char *pp = ptr_join(ptr, "patternProperties", 17);
+        char *pp = js_ptr_join(ptr, "patternProperties", 17);
         json_object_keylen_foreach((json_t *)pprops, k, klen, v) {
-            char *p = pp ? ptr_join(pp, k, klen) : NULL;
+            char *p = pp ? js_ptr_join(pp, k, klen) : NULL;
             if (!p) {
                 cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
                 break;
@@ -696,7 +694,7 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             return;
         }
-        char *dp = ptr_join(ptr, "dependencies", 12);
+        char *dp = js_ptr_join(ptr, "dependencies", 12);
         json_object_keylen_foreach((json_t *)deps, k, klen, v) {
             struct js_dep *d = &n->deps[n->ndeps++];
             d->name = k;
@@ -704,7 +702,7 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
                 d->names = v;
                 continue;
             }
-            char *p = dp ? ptr_join(dp, k, klen) : NULL;
+            char *p = dp ? js_ptr_join(dp, k, klen) : NULL;
             if (!p) {
                 cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
                 break;
@@ -745,7 +743,7 @@ static void compile_keywords(struct js_cc *cc, struct js_node *n, const json_t *
     n->required = json_array_size(req) > 0 ? req : NULL;
     const json_t *pat = json_object_get(j, "pattern");
     if (json_is_string(pat)) {
-        char *p = ptr_join(ptr, "pattern", 7);
+        char *p = js_ptr_join(ptr, "pattern", 7);
         if (!p) {
             cc_fail(cc, HUB_ENOMEM, ptr, "out of memory");
             return;

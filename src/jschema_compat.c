@@ -1,10 +1,611 @@
 /*
- * jschema_compat — placeholder until the rules land.
+ * jschema_compat — would a new version of a schema reject a payload the
+ * old one accepted?  A mechanical, conservative answer: the two documents
+ * are walked side by side (local `$ref`s followed in each), and every
+ * keyword that can only shrink the accepted set is reported with the JSON
+ * pointer of the location in the new schema (in the old one for something
+ * removed).  The rules, and what is deliberately not checked, are listed in
+ * docs/schemas.md ("Compatibility rules"); the rule names below are the
+ * "rule" values callers see.
+ *
+ * Conservative means: a change the walk cannot prove harmless (a changed
+ * `pattern`, a different `not`) is reported; a few widenings that could in
+ * theory narrow (adding an optional property when the old schema allowed
+ * any additional property) are accepted, as schema evolution expects.
  */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "error.h"
 #include "jschema_int.h"
 
+/* Pairs of (old, new) subschemas compared at most; a larger walk stops
+ * there (each pair is compared once, so cycles end anyway). */
+#define COMPAT_MAX_PAIRS 20000
+
+struct compat_pair {
+    const json_t *old, *new_;
+};
+
+/* The state of one comparison. */
+struct compat {
+    const json_t *old_root, *new_root;
+    json_t *changes;
+    json_t *empty; /* {}, standing in for an old `true` */
+    struct compat_pair *seen;
+    size_t nseen, cap_seen;
+    int rc;
+};
+
+/* Appends one breaking change {pointer, rule, reason}. */
+static void report(struct compat *c, const char *ptr, const char *rule, const char *fmt, ...) {
+    char reason[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:s, s:s, s:s}", "pointer", ptr, "rule", rule, "reason", reason);
+    if (!o || json_array_append_new(c->changes, o) < 0) {
+        c->rc = HUB_ENOMEM;
+    }
+}
+
+/*
+ * Follows local `$ref`s ("#..." pointers) from s within root until a
+ * subschema without one; a reference to another document stays as is.
+ */
+static const json_t *deref(const json_t *root, const json_t *s) {
+    for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
+        const char *ref = json_string_value(json_object_get(s, "$ref"));
+        if (!ref || ref[0] != '#') {
+            break;
+        }
+        const json_t *t = root;
+        const char *p = ref + 1;
+        while (*p == '/' && t) {
+            p++;
+            size_t n = strcspn(p, "/");
+            char key[256];
+            size_t o = 0;
+            for (size_t i = 0; i < n && o + 1 < sizeof key; i++) {
+                if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                    key[o++] = p[++i] == '0' ? '~' : '/';
+                } else {
+                    key[o++] = p[i];
+                }
+            }
+            key[o] = '\0';
+            t = json_is_array(t) ? json_array_get(t, strtoul(key, NULL, 10))
+                                 : json_object_get(t, key);
+            p += n;
+        }
+        if (!t || *p) {
+            break;
+        }
+        s = t;
+    }
+    return s;
+}
+
+/* 1 the first time the pair (o, n) is seen; 0 after, or past the cap. */
+static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
+    for (size_t i = 0; i < c->nseen; i++) {
+        if (c->seen[i].old == o && c->seen[i].new_ == n) {
+            return 0;
+        }
+    }
+    if (c->nseen >= COMPAT_MAX_PAIRS) {
+        return 0;
+    }
+    if (c->nseen == c->cap_seen) {
+        size_t ncap = c->cap_seen ? 2 * c->cap_seen : 64;
+        struct compat_pair *v = realloc(c->seen, ncap * sizeof *v);
+        if (!v) {
+            c->rc = HUB_ENOMEM;
+            return 0;
+        }
+        c->seen = v;
+        c->cap_seen = ncap;
+    }
+    c->seen[c->nseen++] = (struct compat_pair){o, n};
+    return 1;
+}
+
+/* The `type` of s as enum js_type bits, "any type" when absent; integer
+ * is a part of number. */
+static unsigned types_of(const json_t *s) {
+    static const char *const names[] = {"null",   "boolean", "object", "array",
+                                        "number", "string",  "integer"};
+    const json_t *t = json_object_get(s, "type");
+    if (!t) {
+        return 0x7f;
+    }
+    unsigned bits = 0;
+    for (size_t i = 0; i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
+        const char *name = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
+        for (unsigned k = 0; name && k < 7; k++) {
+            bits |= strcmp(name, names[k]) == 0 ? 1u << k : 0;
+        }
+    }
+    if (bits & JS_T_NUMBER) {
+        bits |= JS_T_INTEGER;
+    }
+    return bits;
+}
+
+/* An effective bound from a value keyword and its exclusive twin. */
+struct bound {
+    int set;
+    double v;
+    int exclusive;
+};
+
+static struct bound bound_of(const json_t *s, const char *incl, const char *excl, int upper) {
+    struct bound b = {0};
+    const json_t *i = json_object_get(s, incl), *e = json_object_get(s, excl);
+    if (json_is_number(i)) {
+        b = (struct bound){1, json_number_value(i), 0};
+    }
+    if (json_is_number(e)) {
+        double v = json_number_value(e);
+        /* the tighter of the two applies */
+        if (!b.set || (upper ? v <= b.v : v >= b.v)) {
+            b = (struct bound){1, v, 1};
+        }
+    }
+    return b;
+}
+
+/* 1 when bound n admits less than bound o (upper: lower maximum). */
+static int bound_narrower(struct bound o, struct bound n, int upper) {
+    if (!n.set) {
+        return 0;
+    }
+    if (!o.set) {
+        return 1;
+    }
+    if (n.v != o.v) {
+        return upper ? n.v < o.v : n.v > o.v;
+    }
+    return n.exclusive && !o.exclusive;
+}
+
+static void compare(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                    const char *optr);
+
+/* Compares o[key] with n[key] when both exist. */
+static void compare_member(struct compat *c, const json_t *o, const json_t *n, const char *key,
+                           const char *ptr, const char *optr) {
+    const json_t *ov = json_object_get(o, key), *nv = json_object_get(n, key);
+    if (!ov || !nv) {
+        return;
+    }
+    char *p = js_ptr_join(ptr, key, strlen(key));
+    char *op = js_ptr_join(optr, key, strlen(key));
+    if (p && op) {
+        compare(c, ov, nv, p, op);
+    } else {
+        c->rc = HUB_ENOMEM;
+    }
+    free(p);
+    free(op);
+}
+
+/* 1 when the subschema s accepts everything (absent, true or {}). */
+static int accepts_all(const json_t *s) {
+    return !s || json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0);
+}
+
+/* The numeric and count bounds, multipleOf, uniqueItems. */
+static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, const char *ptr) {
+    static const struct {
+        const char *incl, *excl;
+        int upper;
+    } pairs[] = {{"maximum", "exclusiveMaximum", 1},
+                 {"minimum", "exclusiveMinimum", 0},
+                 {"maxLength", NULL, 1},
+                 {"minLength", NULL, 0},
+                 {"maxItems", NULL, 1},
+                 {"minItems", NULL, 0},
+                 {"maxProperties", NULL, 1},
+                 {"minProperties", NULL, 0}};
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        const char *ex = pairs[i].excl ? pairs[i].excl : "";
+        struct bound ob = bound_of(o, pairs[i].incl, ex, pairs[i].upper);
+        struct bound nb = bound_of(n, pairs[i].incl, ex, pairs[i].upper);
+        if (bound_narrower(ob, nb, pairs[i].upper)) {
+            const char *kw = nb.exclusive ? ex : pairs[i].incl;
+            char *p = js_ptr_join(ptr, kw, strlen(kw));
+            report(c, p ? p : ptr, "bound-narrowed", "%s %.17g %s than %s", kw, nb.v,
+                   pairs[i].upper ? "is lower" : "is higher",
+                   ob.set ? "before" : "no bound before");
+            free(p);
+        }
+    }
+    const json_t *om = json_object_get(o, "multipleOf"), *nm = json_object_get(n, "multipleOf");
+    if (json_is_number(nm)) {
+        /* every multiple of the old step must stay a multiple of the new one */
+        double q = json_is_number(om) ? json_number_value(om) / json_number_value(nm) : NAN;
+        if (!isfinite(q) || fabs(q - nearbyint(q)) > 1e-9 * fmax(1.0, fabs(q))) {
+            char *p = js_ptr_join(ptr, "multipleOf", 10);
+            report(c, p ? p : ptr, "bound-narrowed", "multipleOf %.17g %s", json_number_value(nm),
+                   json_is_number(om) ? "does not divide the old step" : "added");
+            free(p);
+        }
+    }
+    if (json_is_true(json_object_get(n, "uniqueItems")) &&
+        !json_is_true(json_object_get(o, "uniqueItems"))) {
+        char *p = js_ptr_join(ptr, "uniqueItems", 11);
+        report(c, p ? p : ptr, "uniqueItems-added", "uniqueItems added");
+        free(p);
+    }
+}
+
+/* type, enum, const, pattern, format. */
+static void compare_values(struct compat *c, const json_t *o, const json_t *n, const char *ptr) {
+    unsigned ot = types_of(o), nt = types_of(n);
+    if (ot & ~nt) {
+        char *p = js_ptr_join(ptr, "type", 4);
+        report(c, p ? p : ptr, "type-narrowed", "type no longer admits what it admitted before");
+        free(p);
+    }
+    const json_t *oe = json_object_get(o, "enum"), *ne = json_object_get(n, "enum");
+    if (json_is_array(ne)) {
+        int lost = !json_is_array(oe);
+        for (size_t i = 0; !lost && i < json_array_size(oe); i++) {
+            int found = 0;
+            for (size_t k = 0; !found && k < json_array_size(ne); k++) {
+                found = js_equal(json_array_get(oe, i), json_array_get(ne, k));
+            }
+            lost = !found;
+        }
+        if (lost) {
+            char *p = js_ptr_join(ptr, "enum", 4);
+            report(c, p ? p : ptr, "enum-narrowed",
+                   json_is_array(oe) ? "enum lost a value it had" : "enum added");
+            free(p);
+        }
+    }
+    const json_t *oc = json_object_get(o, "const"), *nc = json_object_get(n, "const");
+    if (nc && !(oc && js_equal(oc, nc))) {
+        char *p = js_ptr_join(ptr, "const", 5);
+        report(c, p ? p : ptr, "const-changed", oc ? "const changed" : "const added");
+        free(p);
+    }
+    static const char *const text_kw[] = {"pattern", "format"};
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *ov = json_object_get(o, text_kw[i]), *nv = json_object_get(n, text_kw[i]);
+        if (i == 1 && js_format_parse(json_string_value(nv)) == JS_FMT_NONE) {
+            continue; /* formats other than the three asserting ones are annotations */
+        }
+        if (json_is_string(nv) && !(json_is_string(ov) && json_equal(ov, nv))) {
+            char *p = js_ptr_join(ptr, text_kw[i], strlen(text_kw[i]));
+            /* regex inclusion is undecidable here: any new or changed pattern counts */
+            report(c, p ? p : ptr, i == 0 ? "pattern-narrowed" : "format-added", "%s %s",
+                   text_kw[i], ov ? "changed" : "added");
+            free(p);
+        }
+    }
+}
+
+/* Compares what o admitted for an undeclared member (rest_o: old
+ * additionalProperties or additionalItems) with what n now asks of it. */
+static void compare_rest(struct compat *c, const json_t *rest_o, const json_t *rest_n,
+                         const char *ptr, const char *optr, const char *kw) {
+    if (!rest_n || json_is_false(rest_o)) {
+        return; /* new admits anything, or old admitted nothing */
+    }
+    char *p = js_ptr_join(ptr, kw, strlen(kw));
+    char *op = js_ptr_join(optr, kw, strlen(kw));
+    if (!p || !op) {
+        c->rc = HUB_ENOMEM;
+    } else if (!rest_o) {
+        if (!accepts_all(rest_n)) {
+            report(c, p, "additional-tightened", "%s %s", kw,
+                   json_is_false(rest_n) ? "now false" : "now constrained");
+        }
+    } else {
+        compare(c, rest_o, rest_n, p, op);
+    }
+    free(p);
+    free(op);
+}
+
+/* required, properties, patternProperties, additionalProperties,
+ * dependencies, propertyNames. */
+static void compare_object(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                           const char *optr) {
+    const json_t *oreq = json_object_get(o, "required"), *nreq = json_object_get(n, "required");
+    for (size_t i = 0; i < json_array_size(nreq); i++) {
+        const json_t *name = json_array_get(nreq, i);
+        int had = 0;
+        for (size_t k = 0; !had && k < json_array_size(oreq); k++) {
+            had = json_equal(name, json_array_get(oreq, k));
+        }
+        if (!had) {
+            char *rp = js_ptr_join(ptr, "required", 8);
+            char *ip = rp ? js_ptr_index(rp, i) : NULL;
+            report(c, ip ? ip : ptr, "required-added", "property \"%s\" is now required",
+                   json_string_value(name) ? json_string_value(name) : "?");
+            free(rp);
+            free(ip);
+        }
+    }
+    const json_t *oprops = json_object_get(o, "properties"),
+                 *nprops = json_object_get(n, "properties");
+    const json_t *oadd = json_object_get(o, "additionalProperties");
+    const char *k;
+    size_t klen;
+    json_t *v;
+    char *pp = js_ptr_join(ptr, "properties", 10), *opp = js_ptr_join(optr, "properties", 10);
+    if (!pp || !opp) {
+        c->rc = HUB_ENOMEM;
+        goto out;
+    }
+    json_object_keylen_foreach((json_t *)oprops, k, klen, v) {
+        char *op = js_ptr_join(opp, k, klen), *p = js_ptr_join(pp, k, klen);
+        const json_t *nv = json_object_getn(nprops, k, klen);
+        if (!op || !p) {
+            c->rc = HUB_ENOMEM;
+        } else if (!nv) {
+            report(c, op, "property-removed", "property \"%.*s\" was removed", (int)klen, k);
+        } else {
+            compare(c, v, nv, p, op);
+        }
+        free(op);
+        free(p);
+    }
+    json_object_keylen_foreach((json_t *)nprops, k, klen, v) {
+        if (json_object_getn(oprops, k, klen) || !oadd || json_is_false(oadd)) {
+            /* declared before; or a new optional property where the old schema
+             * admitted any member (accepted: evolution adds fields) or none */
+            continue;
+        }
+        /* the old schema admitted this name through additionalProperties */
+        char *p = js_ptr_join(pp, k, klen);
+        char *op = js_ptr_join(optr, "additionalProperties", 20);
+        if (p && op) {
+            compare(c, oadd, v, p, op);
+        } else {
+            c->rc = HUB_ENOMEM;
+        }
+        free(p);
+        free(op);
+    }
+    const json_t *opat = json_object_get(o, "patternProperties"),
+                 *npat = json_object_get(n, "patternProperties");
+    json_object_keylen_foreach((json_t *)npat, k, klen, v) {
+        const json_t *ov = json_object_getn(opat, k, klen);
+        char *p = js_ptr_join(ptr, "patternProperties", 17);
+        char *kp = p ? js_ptr_join(p, k, klen) : NULL;
+        char *op = js_ptr_join(optr, "patternProperties", 17);
+        char *okp = op ? js_ptr_join(op, k, klen) : NULL;
+        if (!kp || !okp) {
+            c->rc = HUB_ENOMEM;
+        } else if (ov) {
+            compare(c, ov, v, kp, okp);
+        } else if (!accepts_all(v)) {
+            report(c, kp, "patternProperties-added", "a new constrained pattern property");
+        }
+        free(p);
+        free(kp);
+        free(op);
+        free(okp);
+    }
+    compare_rest(c, oadd, json_object_get(n, "additionalProperties"), ptr, optr,
+                 "additionalProperties");
+    const json_t *odep = json_object_get(o, "dependencies"),
+                 *ndep = json_object_get(n, "dependencies");
+    json_object_keylen_foreach((json_t *)ndep, k, klen, v) {
+        const json_t *ov = json_object_getn(odep, k, klen);
+        if (ov && json_is_array(ov) && json_is_array(v)) {
+            int wider = 0;
+            for (size_t i = 0; i < json_array_size(v) && !wider; i++) {
+                int had = 0;
+                for (size_t j = 0; !had && j < json_array_size(ov); j++) {
+                    had = json_equal(json_array_get(v, i), json_array_get(ov, j));
+                }
+                wider = !had;
+            }
+            if (!wider) {
+                continue;
+            }
+        } else if (ov && !json_is_array(ov) && !json_is_array(v)) {
+            char *p = js_ptr_join(ptr, "dependencies", 12),
+                 *op = js_ptr_join(optr, "dependencies", 12);
+            char *kp = p ? js_ptr_join(p, k, klen) : NULL,
+                 *okp = op ? js_ptr_join(op, k, klen) : NULL;
+            if (kp && okp) {
+                compare(c, ov, v, kp, okp);
+            } else {
+                c->rc = HUB_ENOMEM;
+            }
+            free(p);
+            free(op);
+            free(kp);
+            free(okp);
+            continue;
+        }
+        char *p = js_ptr_join(ptr, "dependencies", 12);
+        char *kp = p ? js_ptr_join(p, k, klen) : NULL;
+        report(c, kp ? kp : ptr, "dependency-added", "dependency of \"%.*s\" added or extended",
+               (int)klen, k);
+        free(p);
+        free(kp);
+    }
+    const json_t *onames = json_object_get(o, "propertyNames");
+    if (onames) {
+        compare_member(c, o, n, "propertyNames", ptr, optr);
+    } else if (!accepts_all(json_object_get(n, "propertyNames"))) {
+        char *p = js_ptr_join(ptr, "propertyNames", 13);
+        report(c, p ? p : ptr, "propertyNames-added", "propertyNames added");
+        free(p);
+    }
+out:
+    free(pp);
+    free(opp);
+}
+
+/* items (one schema or positional), additionalItems, contains. */
+static void compare_array(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                          const char *optr) {
+    const json_t *oi = json_object_get(o, "items"), *ni = json_object_get(n, "items");
+    if (!json_is_array(oi) && !json_is_array(ni)) {
+        if (oi) {
+            compare_member(c, o, n, "items", ptr, optr);
+        } else if (!accepts_all(ni)) {
+            char *p = js_ptr_join(ptr, "items", 5);
+            report(c, p ? p : ptr, "items-added", "items now constrained");
+            free(p);
+        }
+    } else if (json_is_array(oi) && json_is_array(ni)) {
+        char *p = js_ptr_join(ptr, "items", 5), *op = js_ptr_join(optr, "items", 5);
+        for (size_t i = 0; p && op && i < json_array_size(ni); i++) {
+            char *ip = js_ptr_index(p, i), *oip = js_ptr_index(op, i);
+            const json_t *ov = json_array_get(oi, i);
+            const json_t *oadd = json_object_get(o, "additionalItems");
+            if (ip && oip) {
+                if (ov) {
+                    compare(c, ov, json_array_get(ni, i), ip, oip);
+                } else if (oadd) {
+                    compare(c, oadd, json_array_get(ni, i), ip, oip);
+                } else if (!accepts_all(json_array_get(ni, i))) {
+                    report(c, ip, "items-added", "item %zu now constrained", i);
+                }
+            }
+            free(ip);
+            free(oip);
+        }
+        free(p);
+        free(op);
+        if (json_array_size(ni) <= json_array_size(oi)) {
+            compare_rest(c, json_object_get(o, "additionalItems"),
+                         json_object_get(n, "additionalItems"), ptr, optr, "additionalItems");
+        }
+    } else if (!json_equal(oi, ni)) {
+        char *p = js_ptr_join(ptr, "items", 5);
+        report(c, p ? p : ptr, "items-changed", "items changed between one schema and a list");
+        free(p);
+    }
+    if (json_object_get(o, "contains")) {
+        compare_member(c, o, n, "contains", ptr, optr);
+    } else if (json_object_get(n, "contains")) {
+        char *p = js_ptr_join(ptr, "contains", 8);
+        report(c, p ? p : ptr, "contains-added", "contains added");
+        free(p);
+    }
+}
+
+/* allOf (pairwise; a new member narrows), anyOf/oneOf (pairwise when the
+ * count is kept), not and if/then/else (any change counts). */
+static void compare_logic(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                          const char *optr) {
+    static const char *const lists[] = {"allOf", "anyOf", "oneOf"};
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *ol = json_object_get(o, lists[i]), *nl = json_object_get(n, lists[i]);
+        if (!nl || json_equal(ol, nl)) {
+            continue;
+        }
+        size_t on = json_array_size(ol), nn = json_array_size(nl);
+        char *p = js_ptr_join(ptr, lists[i], strlen(lists[i]));
+        char *op = js_ptr_join(optr, lists[i], strlen(lists[i]));
+        if (!p || !op) {
+            c->rc = HUB_ENOMEM;
+        } else if (i == 0 || on == nn) {
+            for (size_t k = 0; k < nn; k++) {
+                char *ip = js_ptr_index(p, k), *oip = js_ptr_index(op, k);
+                if (ip && oip && k < on) {
+                    compare(c, json_array_get(ol, k), json_array_get(nl, k), ip, oip);
+                } else if (ip && !accepts_all(json_array_get(nl, k))) {
+                    report(c, ip, "allOf-added", "a new allOf member");
+                }
+                free(ip);
+                free(oip);
+            }
+        } else {
+            report(c, p, i == 1 ? "anyOf-changed" : "oneOf-changed",
+                   "%s members changed in number (%zu to %zu)", lists[i], on, nn);
+        }
+        free(p);
+        free(op);
+    }
+    static const char *const opaque[] = {"not", "if", "then", "else"};
+    for (size_t i = 0; i < 4; i++) {
+        const json_t *ov = json_object_get(o, opaque[i]), *nv = json_object_get(n, opaque[i]);
+        if (nv && !(ov && js_equal(ov, nv))) {
+            char *p = js_ptr_join(ptr, opaque[i], strlen(opaque[i]));
+            report(c, p ? p : ptr, "conditional-changed", "%s %s (not analysed)", opaque[i],
+                   ov ? "changed" : "added");
+            free(p);
+        }
+    }
+}
+
+/*
+ * Reports what makes n (at ptr in the new document) reject a value o (at
+ * optr in the old one) accepted.
+ */
+static void compare(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                    const char *optr) {
+    if (c->rc) {
+        return;
+    }
+    o = deref(c->old_root, o);
+    n = deref(c->new_root, n);
+    if (json_is_false(o) || accepts_all(n) || !first_visit(c, o, n)) {
+        return;
+    }
+    if (json_is_false(n)) {
+        report(c, ptr, "schema-false", "the schema is now false");
+        return;
+    }
+    if (!json_is_object(n)) {
+        return;
+    }
+    if (!json_is_object(o)) {
+        /* true: compare against an empty schema (every keyword is new) */
+        o = c->empty;
+    }
+    const char *oref = json_string_value(json_object_get(o, "$ref"));
+    const char *nref = json_string_value(json_object_get(n, "$ref"));
+    if ((oref || nref) && !(oref && nref && strcmp(oref, nref) == 0)) {
+        char *p = js_ptr_join(ptr, "$ref", 4);
+        report(c, p ? p : ptr, "ref-changed", "a $ref the check cannot follow changed");
+        free(p);
+        return;
+    }
+    compare_values(c, o, n, ptr);
+    compare_bounds(c, o, n, ptr);
+    compare_object(c, o, n, ptr, optr);
+    compare_array(c, o, n, ptr, optr);
+    compare_logic(c, o, n, ptr, optr);
+}
+
 int hub_jschema_compat(const json_t *old_schema, const json_t *new_schema, json_t **changes) {
-    *changes = json_array();
-    return *changes ? 0 : HUB_ENOMEM;
+    *changes = NULL;
+    if ((!json_is_object(old_schema) && !json_is_boolean(old_schema)) ||
+        (!json_is_object(new_schema) && !json_is_boolean(new_schema))) {
+        return HUB_EINVAL;
+    }
+    struct compat c = {.old_root = old_schema,
+                       .new_root = new_schema,
+                       .changes = json_array(),
+                       .empty = json_object()};
+    if (!c.changes || !c.empty) {
+        json_decref(c.changes);
+        json_decref(c.empty);
+        return HUB_ENOMEM;
+    }
+    compare(&c, old_schema, new_schema, "", "");
+    free(c.seen);
+    json_decref(c.empty);
+    if (c.rc) {
+        json_decref(c.changes);
+        return c.rc;
+    }
+    *changes = c.changes;
+    return 0;
 }

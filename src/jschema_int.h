@@ -146,6 +146,14 @@ const struct hub_jschema *js_meta_schema(void);
 int js_validate(const struct hub_jschema *s, const json_t *instance,
                 const struct hub_jschema_limits *l, struct hub_jschema_result *res);
 
+/* base + "/" + seg (len bytes) escaped as RFC 6901 says (~ as ~0, / as
+ * ~1): a JSON pointer one level down.  Returns owned text, NULL on
+ * allocation failure. */
+char *js_ptr_join(const char *base, const char *seg, size_t len);
+
+/* js_ptr_join with an array index as the segment. */
+char *js_ptr_index(const char *base, size_t i);
+
 /* Value equality of the JSON Schema spec: 1 == 1.0; objects by members. */
 int js_equal(const json_t *a, const json_t *b);
 
