@@ -151,6 +151,7 @@ static void event_from_attrs(const struct job *j, const json_t *attrs, struct hu
     ev->subject = json_string_value(json_object_get(attrs, "subject"));
     ev->schema_version = json_string_value(json_object_get(attrs, "schemaversion"));
     ev->dataschema = json_string_value(json_object_get(attrs, "dataschema"));
+    ev->checked_schema_version = j->schema_version;
     ev->traceparent = json_string_value(json_object_get(attrs, "traceparent"));
     ev->tracestate = json_string_value(json_object_get(attrs, "tracestate"));
     json_object_foreach((json_t *)attrs, name, value) {

@@ -300,7 +300,7 @@ static const char *rows_value(const struct job_rows *x, int src, int col, size_t
  */
 static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *x,
                                  struct claim_stamp claim) {
-    enum { N_TEXT = 10 };
+    enum { N_TEXT = 11 };
     static const struct {
         int src, col;
         size_t off;
@@ -315,6 +315,7 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
         {ROWS_SUB, HUB_LOAD_SUB_POLICY, offsetof(struct job, policy)},
         {ROWS_EVENT, HUB_LOAD_EVENT_CONTENT_TYPE, offsetof(struct job, content_type)},
         {ROWS_EVENT, HUB_LOAD_EVENT_ATTRS, offsetof(struct job, attrs)},
+        {ROWS_EVENT, HUB_LOAD_EVENT_SCHEMA_VERSION, offsetof(struct job, schema_version)},
     };
     size_t need = sizeof(struct job), len = 0;
     const char *payload = rows_value(x, ROWS_EVENT, HUB_LOAD_EVENT_PAYLOAD, &len);

@@ -117,6 +117,7 @@ struct job {
     int attempt_count;      /* before this attempt */
     double max_rate;        /* deliveries per second, 0 = unlimited */
     int schema_major;
+    char *schema_version;       /* X-Lerian-Schema-Version (SPEC §3.5), or NULL */
     char *policy;               /* the subscription's policy name, or NULL */
     struct hub_policy_gen *gen; /* held from the attempt's start to the job's free
                                  * (SPEC §8: a job finishes on the generation it

@@ -84,7 +84,8 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "e.content_type,"                                  /* HUB_LOAD_EVENT_CONTENT_TYPE */           \
     " e.headers::text,"                                /* HUB_LOAD_EVENT_ATTRS */                  \
     " e.payload,"                                      /* HUB_LOAD_EVENT_PAYLOAD */                \
-    " e.schema_major::text"                            /* HUB_LOAD_EVENT_SCHEMA_MAJOR */
+    " e.schema_major::text,"                           /* HUB_LOAD_EVENT_SCHEMA_MAJOR */           \
+    " e.schema_version"                                /* HUB_LOAD_EVENT_SCHEMA_VERSION */
 
 /*
  * The claim offers lanes of the last sample in rotation order: a

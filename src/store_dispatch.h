@@ -128,11 +128,12 @@ enum hub_load_sub_col {
  * (NULL there when the event is gone: its partition was dropped).
  */
 enum hub_load_event_col {
-    HUB_LOAD_EVENT_KEY,          /* see above */
-    HUB_LOAD_EVENT_CONTENT_TYPE, /* datacontenttype, or NULL */
-    HUB_LOAD_EVENT_ATTRS,        /* the CloudEvents attributes (JSON object text) */
-    HUB_LOAD_EVENT_PAYLOAD,      /* the payload's bytes (bytea, binary) */
-    HUB_LOAD_EVENT_SCHEMA_MAJOR, /* int as text */
+    HUB_LOAD_EVENT_KEY,            /* see above */
+    HUB_LOAD_EVENT_CONTENT_TYPE,   /* datacontenttype, or NULL */
+    HUB_LOAD_EVENT_ATTRS,          /* the CloudEvents attributes (JSON object text) */
+    HUB_LOAD_EVENT_PAYLOAD,        /* the payload's bytes (bytea, binary) */
+    HUB_LOAD_EVENT_SCHEMA_MAJOR,   /* int as text */
+    HUB_LOAD_EVENT_SCHEMA_VERSION, /* the registered version it was checked against, or NULL */
     HUB_LOAD_EVENT_NCOLS,
 };
 

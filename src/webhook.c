@@ -249,6 +249,9 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
     lines_add(&l, "X-Lerian-Event-Id", msg_id);
     lines_add_encoded(&l, "X-Lerian-Delivery-Id", t->delivery_id);
     lines_add_encoded(&l, "X-Lerian-Event-Type", ev->event_type);
+    if (ev->checked_schema_version != NULL) {
+        lines_add_encoded(&l, "X-Lerian-Schema-Version", ev->checked_schema_version);
+    }
     lines_add_encoded(&l, "X-Lerian-Tenant-Id", t->tenant_id);
     lines_add_encoded(&l, "X-Lerian-Subscription-Id", t->subscription_id);
     snprintf(num, sizeof(num), "%d", t->attempt);

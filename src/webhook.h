@@ -39,9 +39,12 @@ struct hub_webhook_event {
     const char *subject;        /* ce-subject, or NULL */
     const char *schema_version; /* ce-schemaversion, or NULL */
     const char *dataschema;     /* ce-dataschema, or NULL */
-    const char *event_type;     /* X-Lerian-Event-Type, e.g. "transaction.posted" */
-    const char *content_type;   /* Content-Type (datacontenttype); NULL = application/json */
-    const char *traceparent;    /* forwarded as is when set (and free of control bytes) */
+    /* X-Lerian-Schema-Version: the registered version the payload was
+     * checked against (SPEC §3.5), or NULL */
+    const char *checked_schema_version;
+    const char *event_type;   /* X-Lerian-Event-Type, e.g. "transaction.posted" */
+    const char *content_type; /* Content-Type (datacontenttype); NULL = application/json */
+    const char *traceparent;  /* forwarded as is when set (and free of control bytes) */
     const char *tracestate;
     /* extension attributes: name, value, name, value, ..., NULL; names must
      * be [a-z0-9]+ and not a standard attribute, others are skipped.  May be NULL. */
