@@ -231,10 +231,11 @@ static void tenant_list(struct hub *hub, h2o_req_t *req) {
     run_list(a, &hub_sql_admin_tenant_list, tenant_list_done, 1, (const char *[]){a->after});
 }
 
-/* The quarantine reasons of SPEC §3.2, the only values ?reason= takes. */
+/* The quarantine reasons of SPEC §3.2 and §3.5, the only values ?reason= takes. */
 static int quarantine_reason_valid(const char *s) {
     return strcmp(s, "invalid_envelope") == 0 || strcmp(s, "digest_conflict") == 0 ||
-           strcmp(s, "too_large") == 0;
+           strcmp(s, "too_large") == 0 || strcmp(s, "schema_violation") == 0 ||
+           strcmp(s, "unknown_schema_version") == 0;
 }
 
 /* GET /admin/quarantine?tenant=&reason=: quarantined records, newest
@@ -265,7 +266,8 @@ static void quarantine_list(struct hub *hub, h2o_req_t *req) {
     r = hub_api_query_param(req, "reason", &reason);
     if (r < 0 || (r == 1 && !quarantine_reason_valid(reason))) {
         hub_api_errors_add(&errors, "reason",
-                           "must be one of invalid_envelope, digest_conflict, too_large");
+                           "must be one of invalid_envelope, digest_conflict, too_large, "
+                           "schema_violation, unknown_schema_version");
     }
     if (r != 1) {
         reason = NULL;
