@@ -523,6 +523,9 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
+    /* every role: HTTP ingest runs in the delivery role too, and no batch
+     * is checked (or stored) before the registry's first load */
+    hub_schemas_start(hub);
     if (hub_role_ingest(hub)) {
         hub->pg_ingest =
             hub_pg_new(hub->loop, hub->cfg.postgres_dsn, (int)hub->cfg.ingest_pg_connections,
@@ -541,7 +544,6 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
         } else {
             hub->brokers = strdup(hub->cfg.kafka_brokers);
         }
-        hub_schemas_start(hub); /* before ingest: no batch is checked before it loaded */
         if (hub_ingest_start(hub, &hub->ingest) != 0) {
             goto fail_kafka;
         }
@@ -631,10 +633,10 @@ fail_ingest:
         return 1;
     }
 fail_kafka:
-    hub_schemas_stop(hub);
     hub_kafka_mock_stop(hub->mock);
     free(hub->brokers);
 fail_pg:
+    hub_schemas_stop(hub);
     if (hub->pg_ingest) {
         hub_pg_close(hub->pg_ingest, NULL, NULL);
     }
