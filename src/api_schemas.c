@@ -53,6 +53,7 @@ struct schemas_call {
     char *setting;     /* PUT settings: "accept" | "quarantine" */
 };
 
+/* on_free: what the route put in its state (api_util.h). */
 static void schemas_call_free(struct hub_api_call *call) {
     struct schemas_call *c = (struct schemas_call *)call;
 
@@ -83,6 +84,8 @@ static int type_valid(const char *s, size_t len) {
 /* ------------------------------------------------------------ answers -- */
 
 /* A statement's rows of objects as {"schemas": [...]}. */
+/* A list's rows are objects built by the statement: parsed and put in one
+ * array (at most 1,000: the statement's limit). */
 static void list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     json_t *items;
@@ -134,15 +137,19 @@ static void send_first_object(struct hub_api_call *call, const struct hub_pg_out
     hub_api_send_problem(call->req, 404, missing, NULL);
 }
 
+/* A fetch: 200 with the version (the tenant's, else the platform's), or 404. */
 static void get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     send_first_object(call, out, 200, "no such schema version");
 }
 
+/* The settings are stored: this process reloads at once, the others at
+ * their next poll. */
 static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     hub_schemas_poke(call->hub);
     send_first_object(call, out, 200, "the settings were not stored");
 }
 
+/* A retirement: 204, or 404 when no live version had that number. */
 static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     if (hub_api_found(call->req, out, 0, "no such schema version") != NULL) {
         hub_schemas_poke(call->hub);
@@ -152,6 +159,9 @@ static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *
 
 /* ------------------------------------------------------- registration -- */
 
+/* The insert came back: 201 with the new version; a unique violation means
+ * another request registered the same version between our two round
+ * trips, which is a 409 like any other taken version. */
 static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     if (out->status == HUB_PG_ESTMT && out->sqlstate != NULL &&
         strcmp(out->sqlstate, "23505") == 0) {
@@ -443,6 +453,7 @@ static void send_route_status(h2o_req_t *req, int status, const char *allow, con
     }
 }
 
+/* The admin token was checked by api_admin.c: the platform's scope. */
 void hub_api_schemas_admin(struct hub *hub, h2o_req_t *req, const h2o_iovec_t *segs, int n) {
     struct schemas_call *c = hub_api_call_new(hub, req, sizeof(*c), schemas_call_free);
     const char *allow, *detail;
@@ -490,6 +501,8 @@ static void tenant_authed(struct hub_api_call *call, const char *tenant_id, int 
     schemas_run(c);
 }
 
+/* The route is decided before authentication and answered after it (a
+ * 404 or 405 reveals nothing to a caller without a key). */
 int hub_api_schemas_handle(struct hub *hub, h2o_req_t *req) {
     h2o_iovec_t segs[SCHEMAS_MAX_SEGMENTS];
     struct schemas_call *c;

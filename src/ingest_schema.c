@@ -55,6 +55,8 @@ struct check_job {
     struct check_item items[];
 };
 
+/* The evidence is the record's until its owner frees the record (the HTTP
+ * answer reads it after the batch is stored). */
 void ingest_rec_schema_free(struct hub_ingest_rec *r) {
     free(r->schema_evidence);
     r->schema_evidence = NULL;
@@ -90,6 +92,7 @@ static void evidence_set(struct hub_ingest_rec *r, const struct hub_schema_entry
 
 /* One error as the evidence and problem+json write it. */
 static json_t *error_one(const char *pointer, const char *keyword, const char *message) {
+    /* the same members as hub_jschema_result_json's */
     return json_pack("{s:s, s:s, s:s}", "pointer", pointer, "keyword", keyword, "message", message);
 }
 
@@ -147,6 +150,9 @@ static void check_one(struct check_item *it) {
     it->result = HUB_SCHEMA_CHECK_INVALID;
 }
 
+/* The threadpool's side: the job's records, one after the other (a batch's
+ * checks are one work item, so a batch holds one thread at a time and the
+ * other batches' items find the others free). */
 static void check_work(uv_work_t *w) {
     struct check_job *job = w->data;
 
@@ -267,6 +273,10 @@ int ingest_schema_start(struct ingest_batch *b) {
 
 /* ------------------------------------------------------------- storage -- */
 
+/* The versions go with the insert in its transaction: an event is never
+ * stored without the version it passed, nor stamped without being stored.
+ * A separate statement keeps the insert (store_ingest.c) unchanged for
+ * types without schemas. */
 void ingest_schema_txn_add(struct hub_pg_txn *txn, const struct ingest_batch *b) {
     static const uint32_t oids[HUB_SQL_SCHEMA_STAMP_NPARAMS] = {
         HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_BYTEA, HUB_OID_TEXT};

@@ -63,7 +63,9 @@ struct hub_schemas {
 
 /* ------------------------------------------------------------ versions -- */
 
-/* Parses one semver number: digits, no leading zero, <= 9 digits. */
+/* Parses one semver number at s: digits, no leading zero, at most 9 digits
+ * (so it fits an int).  Returns the position after it with *out set, or
+ * NULL when there is no such number. */
 static const char *version_number(const char *s, int *out) {
     int v = 0;
     int n = 0;
@@ -95,6 +97,9 @@ int hub_schema_version_parse(const char *s, int *major, int *minor, int *patch) 
 
 /* ----------------------------------------------------------- snapshots -- */
 
+/* Frees a snapshot and everything it owns: the compiled schemas, the
+ * texts its entries borrow, the groups.  Its last reference is gone (or it
+ * was never published: a load that ran out of memory). */
 static void set_free(struct hub_schema_set *set) {
     for (size_t i = 0; i < set->n_entries; i++) {
         hub_jschema_free(set->entries[i].compiled);
@@ -122,6 +127,8 @@ uint64_t hub_schema_set_generation(const struct hub_schema_set *set) {
     return set->generation;
 }
 
+/* The hash of a group's key (scope, 0x1f, type): the separator cannot occur
+ * in a tenant id or an event type, so ("a", "b.c") and ("a.b", "c") differ. */
 static uint64_t group_hash(const char *scope, const char *type) {
     static const unsigned char sep = 0x1f;
     uint64_t h = hub_fnv1a(HUB_FNV1A_BASIS, scope, strlen(scope));
@@ -263,6 +270,8 @@ struct schema_load {
     char refused_what[256];     /* the first one, for the log */
 };
 
+/* Frees a load's copied rows and the load (its snapshot has been handed on,
+ * or released, by then). */
 static void load_free(struct schema_load *ld) {
     for (size_t i = 0; i < ld->n_rows; i++) {
         free(ld->rows[i].scope);
@@ -353,6 +362,8 @@ static void load_work(uv_work_t *w) {
     ld->set = set;
 }
 
+/* The first snapshot is in use: every batch that waited for it goes on,
+ * in turn (each may submit a transaction before the next runs). */
 static void waiters_run(struct hub_schemas *reg) {
     while (reg->waiters != NULL) {
         struct schema_waiter *w = reg->waiters;
@@ -552,12 +563,15 @@ static void poll_send(struct hub_schemas *reg) {
     hub_pg_txn_submit(txn);
 }
 
+/* The poll timer (repeating every STREAMING_HUB_SCHEMA_POLL). */
 static void poll_tick(uv_timer_t *t) {
     poll_send(t->data);
 }
 
 /* ---------------------------------------------------------- lifecycle -- */
 
+/* The first poll runs at once (timeout 0): until it has loaded, ingest
+ * waits (hub_schemas_when_ready). */
 void hub_schemas_start(struct hub *hub) {
     struct hub_schemas *reg = calloc(1, sizeof(*reg));
 
@@ -634,6 +648,8 @@ int hub_schemas_when_ready(struct hub *hub, void (*cb)(void *arg), void *arg) {
     return 0;
 }
 
+/* The reference is taken on the loop, where the snapshot is swapped: a
+ * snapshot is never freed while a reference can still be taken on it. */
 struct hub_schema_set *hub_schemas_acquire(struct hub *hub) {
     struct hub_schema_set *set = hub->schemas != NULL ? hub->schemas->set : NULL;
 

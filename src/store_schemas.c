@@ -49,6 +49,8 @@ const struct hub_sql hub_sql_schema_put = {
     0,
 };
 
+/* The schema member is the stored text parsed back: what was registered,
+ * keys sorted. */
 const struct hub_sql hub_sql_schema_get = {
     "schema_get",
     "SELECT (" SCH_OBJECT(
@@ -59,6 +61,8 @@ const struct hub_sql hub_sql_schema_get = {
     0,
 };
 
+/* A tenant's list ($3) shows the platform's versions beside its own: the
+ * precedence per major is the registry's to apply, the list shows both. */
 const struct hub_sql hub_sql_schema_list = {
     "schema_list",
     "SELECT " SCH_OBJECT(
@@ -69,6 +73,8 @@ const struct hub_sql hub_sql_schema_list = {
     0,
 };
 
+/* A retired row stays (events keep naming its version); the partial unique
+ * index lets the same version be registered again. */
 const struct hub_sql hub_sql_schema_retire = {
     "schema_retire",
     "WITH s AS ("
@@ -84,6 +90,7 @@ const struct hub_sql hub_sql_schema_retire = {
     0,
 };
 
+/* One row per (scope, type): the last PUT wins, each one audited. */
 const struct hub_sql hub_sql_schema_settings_put = {
     "schema_settings_put",
     "WITH s AS ("
@@ -104,12 +111,15 @@ const struct hub_sql hub_sql_schema_settings_put = {
     0,
 };
 
+/* One row, bumped by the triggers of migration 0016. */
 const struct hub_sql hub_sql_schema_generation = {
     "schema_generation",
     "SELECT generation FROM event_schema_generation WHERE id = 1",
     0,
 };
 
+/* Ordered so that each (scope, type)'s versions are contiguous and
+ * ascending: schema_registry.c groups them in one pass. */
 const struct hub_sql hub_sql_schema_load = {
     "schema_load",
     "SELECT tenant_id, event_type, version, major, minor, patch, digest, schema"
