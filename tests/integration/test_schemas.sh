@@ -232,26 +232,42 @@ scenario_kafka_quarantine() {
 }
 
 scenario_hostile_does_not_stall_others() {
-    local t2 key2 start ms
+    local t2 key2 start ms evil deep batch i
     own_client a
     key2=$(own_tenant_key b)
     t2=$(own_id b)
     # catastrophic backtracking and deep nesting against a bounded validator
     tput "$KEY" "$TYPE" 1.0.0 '{"type":"object","properties":{"s":{"type":"string","pattern":"^(a+)+$"}}}' >/dev/null
     assert_eq 201 "$(http_status)" "a hostile pattern is registered"
-    local evil deep
-    evil=$(printf 'a%.0s' $(seq 1 5000))
+    evil=$(printf 'a%.0s' $(seq 1 3000))b
     deep=$(printf '[%.0s' $(seq 1 3000))$(printf ']%.0s' $(seq 1 3000))
     for i in 1 2 3 4; do
-        ev_post_bg "$KEY" "evil-$i" "{\"s\":\"${evil}b\"}" /schemas -H 'ce-schemaversion: 1.0.0'
+        ev_post_bg "$WORK/evil-$i.out" "$KEY" "evil-$i" "{\"s\":\"$evil\"}" /schemas \
+            -H 'ce-schemaversion: 1.0.0'
     done
-    ev_post_bg "$KEY" deep-1 "{\"s\":$deep}" /schemas -H 'ce-schemaversion: 1.0.0'
+    ev_post_bg "$WORK/deep.out" "$KEY" deep-1 "{\"s\":$deep}" /schemas -H 'ce-schemaversion: 1.0.0'
+    # and a batch of 100 of them at once
+    batch=""
+    for i in $(seq 1 100); do
+        batch+="${batch:+,}{\"specversion\":\"1.0\",\"id\":\"evil-b$i\",\"source\":\"/schemas\",\"type\":\"studio.lerian.account.created\",\"time\":\"$(now3339)\",\"schemaversion\":\"1.0.0\",\"data\":{\"s\":\"$evil\"}}"
+    done
+    printf '[%s]' "$batch" >"$WORK/evil-batch.json"
+    curl -s -o "$WORK/evil-batch.out" -w '%{http_code}' --max-time 120 -X POST \
+        -H "Authorization: Bearer $KEY" -H 'Content-Type: application/cloudevents-batch+json' \
+        --data-binary "@$WORK/evil-batch.json" "$HUB_URL/v1/events" >"$WORK/evil-batch.status" &
+    track_pid $!
+    sleep 0.2
     start=$(date +%s%N)
     TENANT=$t2 ev_post "$key2" calm-1 '{"n":1}' >/dev/null
     ms=$((($(date +%s%N) - start) / 1000000))
     assert_eq 202 "$(http_status)" "the other tenant's event stored"
     assert_le "$ms" 2000 "and answered promptly (${ms} ms)"
-    wait
+    wait_until 60 "[[ -s $WORK/evil-batch.status && -s $WORK/deep.out ]]" ||
+        fail "the hostile requests were not answered"
+    assert_eq 207 "$(cat "$WORK/evil-batch.status")" "the hostile batch answered"
+    assert_eq 100 "$(grep -o '"status":422' "$WORK/evil-batch.out" | wc -l)" \
+        "each of its events quarantined (the regex bound is a violation, never a pass)"
+    assert_contains "$(cat "$WORK/evil-1.out")" "422" "a hostile single event: 422"
     TENANT=$(own_id a) ev_schema "$KEY" after-1 '{"s":"aaa"}' 1.0.0 >/dev/null
     assert_eq 202 "$(http_status)" "the hostile tenant itself still works"
 }
