@@ -476,7 +476,8 @@ void ingest_batch_schema_done(struct ingest_batch *b) {
     for (size_t i = 0; i < b->n; i++) {
         struct hub_ingest_rec *r = &b->recs[i];
         if (r->schema_want && (r->verdict == HUB_V_QUARANTINED_SCHEMA ||
-                               r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA)) {
+                               r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA ||
+                               r->verdict == HUB_V_QUARANTINED_INVALID)) {
             r->state = REC_REFUSED; /* a valid envelope (r->ok): its own key is the evidence */
         }
         r->schema_want = 0;

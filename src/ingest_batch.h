@@ -118,10 +118,13 @@ uint64_t ingest_batch_backoff_ms(struct ingest_batch *b);
  * yet are marked schema_want.  Returns 0 when none of them has a type with
  * registered schemas (nothing to do: the writer goes on at once),
  * HUB_ENOMEM when the step could not start (the batch fails and is tried
- * again: nothing is stored unchecked), else 1: the step has the batch, checks the payloads on the
- * threadpool and calls ingest_batch_schema_done(b) on the loop.  A record it quarantines gets its
- * verdict (HUB_V_QUARANTINED_SCHEMA or _UNKNOWN_SCHEMA) and evidence; a record that passed, the
- * version in schema_version.
+ * again: nothing is stored unchecked), else 1: the step has the batch,
+ * checks the payloads on the threadpool and calls
+ * ingest_batch_schema_done(b) on the loop.  A record it quarantines gets
+ * its verdict (HUB_V_QUARANTINED_SCHEMA or _UNKNOWN_SCHEMA) and evidence,
+ * or, for a payload that is not JSON under a JSON content type, the
+ * verdict it has without schemas (HUB_V_QUARANTINED_INVALID, field data,
+ * in err); a record that passed, the version in schema_version.
  */
 int ingest_schema_start(struct ingest_batch *b);
 

@@ -109,6 +109,17 @@ static void check_one(struct check_item *it) {
     int rc;
 
     doc = json_loadb((const char *)ev->payload, ev->payload_len, JSON_DECODE_ANY, &jerr);
+    if (doc == NULL && ev->json_unchecked) {
+        /* under a JSON content type a payload that is not JSON keeps the
+         * verdict it has without schemas: an invalid envelope (field data) */
+        r->verdict = HUB_V_QUARANTINED_INVALID;
+        r->err.reason = HUB_ENVELOPE_INVALID;
+        snprintf(r->err.field, sizeof(r->err.field), "data");
+        snprintf(r->err.message, sizeof(r->err.message), "payload is not well-formed JSON (%.120s)",
+                 jerr.text);
+        it->result = HUB_SCHEMA_CHECK_NOT_JSON;
+        return;
+    }
     if (doc == NULL) {
         char msg[192];
         snprintf(msg, sizeof(msg), "payload is not JSON: %s", jerr.text);

@@ -153,6 +153,12 @@ scenario_http_validation() {
         "not stored"
     body=$(ev_schema "$KEY" notjson-1 'not json at all' 1.0.0 -H 'Content-Type: text/plain')
     assert_eq 422 "$(http_status)" "a payload that is not JSON: $body"
+    # under a JSON content type it keeps the verdict it has without schemas
+    body=$(ev_schema "$KEY" notjson-2 '{"id": ' 1.0.0)
+    assert_eq 400 "$(http_status)" "malformed JSON under application/json: $body"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id = '$TENANT'
+        AND event_id = 'notjson-2' AND reason = 'invalid_envelope' AND field = 'data'")" \
+        "quarantined invalid_envelope, field data"
     # exact version absent: the highest of the major
     ev_schema "$KEY" minor-1 '{"id":"acc-2"}' 1.7.3 >/dev/null
     assert_eq 202 "$(http_status)" "1.7.3 checked against 1.0.0"
