@@ -193,6 +193,11 @@ scenario_unknown_major() {
         "quarantine row"
     assert_eq 1 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"unknown_schema_version\"}" "$q0")" \
         "counted"
+    # the tenant's own figures (GET /v1/stats) count it with its quarantines
+    wait_until 20 "hub_curl GET /v1/stats '' -H 'Authorization: Bearer $KEY' >/dev/null;
+        [[ \$(json_raw quarantined) == 1 && \$(json_raw accepted) == 1 ]]" &&
+        pass "per-tenant figures: 1 accepted, 1 quarantined" ||
+        fail "per-tenant figures: $(last_body)"
 }
 
 scenario_tenant_precedence_and_isolation() {
