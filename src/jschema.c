@@ -860,6 +860,7 @@ void hub_jschema_free(struct hub_jschema *s) {
     }
     free(s->nodes);
     pcre2_match_context_free(s->mctx);
+    pcre2_match_context_free(s->mctx_first);
     json_decref(s->doc);
     free(s);
 }
@@ -943,13 +944,19 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     }
     struct hub_jschema *s = calloc(1, sizeof *s);
     cc.s = s;
-    if (!s || !(s->doc = json_deep_copy(schema)) || !(s->mctx = pcre2_match_context_create(NULL))) {
+    if (!s || !(s->doc = json_deep_copy(schema)) || !(s->mctx = pcre2_match_context_create(NULL)) ||
+        !(s->mctx_first = pcre2_match_context_create(NULL))) {
         hub_jschema_free(s);
         return cc_fail(&cc, HUB_ENOMEM, "", "out of memory");
     }
     s->limits = l;
     pcre2_set_match_limit(s->mctx, l.regex_match_limit);
     pcre2_set_depth_limit(s->mctx, l.regex_depth_limit);
+    pcre2_set_match_limit(s->mctx_first, JS_REGEX_FIRST_LIMIT);
+    pcre2_set_depth_limit(s->mctx_first, l.regex_depth_limit);
+    /* the interpreter keeps backtracking frames on the heap: 4 MiB each search */
+    pcre2_set_heap_limit(s->mctx, 4096);
+    pcre2_set_heap_limit(s->mctx_first, 4096);
     if (res_add(&cc, "", s->doc) == 0) {
         walk(&cc, s->doc, "", "");
         s->root = compile_at(&cc, s->doc, "", "");

@@ -14,10 +14,15 @@
  *
  * Validate walks the instance with per-call state only: one compiled schema
  * may be validated from any number of threads at once.  Its work is bounded
- * by the instance depth, a step budget (one step per keyword evaluated per
- * instance location) and PCRE2 match and depth limits per regex; a run that
- * reaches a bound stops with HUB_ERANGE and a result that says which bound,
- * so a hostile schema or payload costs at most the budget.
+ * by the instance depth and a step budget: a keyword evaluated at one
+ * instance location, a value compared, costs a step; a regex search costs
+ * 8 steps plus one per 256 bytes of subject, under a PCRE2 match limit of
+ * 100; a search that needs more is re-run once under regex_match_limit and
+ * charged regex_match_limit / 10 steps more.  PCRE2 cannot report how much
+ * of a limit a search used, so the charge is its worst case: a step stands
+ * for about 100 ns, and the default budget for about 0.1-0.3 s of CPU
+ * however hostile the schema and payload (docs/schemas.md has figures).  A
+ * run that reaches a bound stops with HUB_ERANGE and a result saying which.
  *
  * Formats `date-time` (RFC 3339), `uri` (RFC 3986 absolute URI) and `email`
  * (RFC 5321 mailbox, dot-atom or quoted local part) are assertions; other
@@ -107,7 +112,9 @@ int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *l
  * threads may validate against one s at once; s must outlive the calls.
  * Returns 0 when a verdict was reached (res->valid says which, res->errors
  * the first errors found), HUB_ERANGE when a bound stopped it (res->limit
- * says which; res->valid is 0), HUB_ENOMEM when an allocation failed.
+ * says which; res->valid is 0; its last recorded error, keyword "limit",
+ * names the instance location where it stopped), HUB_ENOMEM when an
+ * allocation failed.
  */
 int hub_jschema_validate(const struct hub_jschema *s, const json_t *instance,
                          struct hub_jschema_result *res);

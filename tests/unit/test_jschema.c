@@ -189,6 +189,9 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(check(s, deep, &r), HUB_ERANGE);
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_DEPTH);
     assert_false(r.valid);
+    /* the last error names the first location over the limit: 65 levels down */
+    assert_string_equal(r.errors[r.nerrors - 1].keyword, "limit");
+    assert_int_equal(strlen(r.errors[r.nerrors - 1].instance), 2 * 65);
     assert_int_equal(check(s, "[[[]]]", &r), 0);
     assert_true(r.valid);
     hub_jschema_free(s);
@@ -230,6 +233,26 @@ static void test_bounds_stop_hostile_work(void **state) {
     json_decref(str);
     assert_int_equal(check(s, "\"aaaa\"", &r), 0);
     assert_true(r.valid);
+    hub_jschema_free(s);
+
+    /* many searches just under the limit: each is charged its worst case,
+     * so the step budget ends the run after about a thousand of them (each
+     * item passes: a failing one would end the run with a verdict) */
+    s = compile_ok("{\"items\": {\"not\": {\"pattern\": \"^(a|aa)+$\"}}}");
+    json_t *arr = json_array();
+    memset(evil, 'a', 18);
+    strcpy(evil + 18, "!");
+    for (int i = 0; i < 20000; i++) {
+        json_array_append_new(arr, json_string(evil));
+    }
+    t0 = now_ms();
+    assert_int_equal(hub_jschema_validate(s, arr, &r), HUB_ERANGE);
+    took = now_ms() - t0;
+    printf("20,000 costly searches stopped after %.1f ms at item %s\n", took,
+           r.errors[r.nerrors - 1].instance);
+    assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
+    assert_true(took < 2000);
+    json_decref(arr);
     hub_jschema_free(s);
 }
 
