@@ -20,6 +20,11 @@
 #include "error.h"
 #include "jschema_int.h"
 
+/*
+ * The defaults are sized for event payloads of up to about 1 MiB checked
+ * on worker threads: 1,000,000 steps is roughly 0.1 s of CPU at worst, and a
+ * 1 KiB object of ten properties needs about 30 (tests/unit/test_jschema.c).
+ */
 void hub_jschema_limits_default(struct hub_jschema_limits *l) {
     l->max_schema_nodes = 10000;
     l->max_schema_bytes = 1 << 20;
@@ -101,6 +106,10 @@ char *js_ptr_index(const char *base, size_t i) {
     return js_ptr_join(base, num, (size_t)n);
 }
 
+/*
+ * The slot of j in a table of cap (a power of two) slots: the address,
+ * mixed so that neighbouring allocations do not cluster.
+ */
 static size_t loc_hash(const json_t *j, size_t cap) {
     uintptr_t h = (uintptr_t)j;
     h ^= h >> 17;
@@ -108,6 +117,8 @@ static size_t loc_hash(const json_t *j, size_t cap) {
     return (size_t)(h ^ (h >> 29)) & (cap - 1);
 }
 
+/* The recorded location of the subschema j, or NULL (probes until an
+ * empty slot; the table is never more than half full). */
 static struct js_loc *loc_find(struct js_cc *cc, const json_t *j) {
     if (cc->cap_locs == 0) {
         return NULL;
@@ -177,7 +188,8 @@ static struct js_loc *loc_add(struct js_cc *cc, const json_t *j, const char *bas
     return l;
 }
 
-/* Registers a `$id` (uri copied). */
+/* Registers a `$id`: uri (copied) names the subschema j.  Returns 0 or
+ * HUB_ENOMEM (recorded in cc). */
 static int res_add(struct js_cc *cc, const char *uri, const json_t *j) {
     if (cc->nres == cc->cap_res) {
         size_t ncap = cc->cap_res ? 2 * cc->cap_res : 8;
@@ -198,6 +210,9 @@ static int res_add(struct js_cc *cc, const char *uri, const json_t *j) {
     return 0;
 }
 
+/* The subschema registered under the absolute URI uri (with a "#name"
+ * fragment for an anchor), or NULL.  A linear scan: documents have few
+ * `$id`s, and this runs only at compile time. */
 static const json_t *res_find(struct js_cc *cc, const char *uri) {
     for (size_t i = 0; i < cc->nres; i++) {
         if (strcmp(cc->res[i].uri, uri) == 0) {
@@ -207,7 +222,9 @@ static const json_t *res_find(struct js_cc *cc, const char *uri) {
     return NULL;
 }
 
-/* The length of the scheme of u ("http" in "http://"), 0 when it has none. */
+/* The length of the scheme of u ("http" in "http://"), 0 when it has none:
+ * letters first, then up to a ':' before any '/', '?' or '#' (RFC 3986 §3.1,
+ * loosely: this only tells absolute references from relative ones). */
 static size_t uri_scheme_len(const char *u) {
     size_t i = 0;
     if (!((u[0] >= 'a' && u[0] <= 'z') || (u[0] >= 'A' && u[0] <= 'Z'))) {
@@ -266,6 +283,7 @@ static char *uri_resolve(const char *base, const char *ref) {
     return out;
 }
 
+/* The value of a hex digit, -1 for any other character. */
 static int hexval(char c) {
     if (c >= '0' && c <= '9') {
         return c - '0';
@@ -429,7 +447,8 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
 static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char *base,
                                   const char *ptr);
 
-/* A non-negative count keyword (`maxLength`...): -1 when absent. */
+/* A non-negative count keyword (`maxLength`...) of s: -1 when absent.  The
+ * meta-schema has checked it is a non-negative integer, possibly 2.0. */
 static long long count_of(const json_t *s, const char *key) {
     const json_t *v = json_object_get(s, key);
     if (json_is_integer(v)) {
@@ -443,7 +462,7 @@ static long long count_of(const json_t *s, const char *key) {
     return -1;
 }
 
-/* A number keyword, or NULL. */
+/* A number keyword of s (borrowed from the compiled copy), or NULL. */
 static const json_t *number_of(const json_t *s, const char *key) {
     const json_t *v = json_object_get(s, key);
     return json_is_number(v) ? v : NULL;
@@ -550,7 +569,8 @@ out:
     return n;
 }
 
-/* Compiles the subschema j[key] of the subschema at ptr; NULL when absent. */
+/* Compiles the subschema j[key] of the subschema at ptr (base URI base);
+ * NULL when absent or on failure (cc->rc tells them apart). */
 static struct js_node *child(struct js_cc *cc, const json_t *j, const char *key, const char *base,
                              const char *ptr) {
     const json_t *v = json_object_get(j, key);
@@ -567,7 +587,8 @@ static struct js_node *child(struct js_cc *cc, const json_t *j, const char *key,
     return n;
 }
 
-/* Compiles the array of subschemas j[key] into *list. */
+/* Compiles the array of subschemas j[key] into *list (owned by the node,
+ * freed by hub_jschema_free); an absent or empty array leaves it empty. */
 static void child_list(struct js_cc *cc, const json_t *j, const char *key, const char *base,
                        const char *ptr, struct js_list *list) {
     const json_t *a = json_object_get(j, key);
@@ -595,7 +616,9 @@ static void child_list(struct js_cc *cc, const json_t *j, const char *key, const
     free(ap);
 }
 
-/* Compiles a regex keyword value at ptr/key[/name] under the pattern limit. */
+/* Compiles a regex (`pattern`, or a `patternProperties` key) found at
+ * where, under the pattern length limit.  Returns owned code, or NULL with
+ * the error recorded against where. */
 static pcre2_code *regex_at(struct js_cc *cc, const char *src, size_t len, const char *where) {
     char msg[128];
     if (len > cc->s->limits.max_pattern_bytes) {
@@ -610,6 +633,8 @@ static pcre2_code *regex_at(struct js_cc *cc, const char *src, size_t len, const
     return re;
 }
 
+/* Orders `properties` entries by name bytes, then length, the order
+ * prop_find in jschema_validate.c searches. */
 static int prop_cmp(const void *a, const void *b) {
     const struct js_prop *x = a, *y = b;
     size_t n = x->len < y->len ? x->len : y->len;
@@ -617,7 +642,8 @@ static int prop_cmp(const void *a, const void *b) {
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
-/* The `type` keyword as enum js_type bits. */
+/* The `type` keyword t (a name or an array of names) as enum js_type
+ * bits; 0 when absent, which means any type. */
 static unsigned type_bits(const json_t *t) {
     static const struct {
         const char *name;
@@ -637,7 +663,9 @@ static unsigned type_bits(const json_t *t) {
     return bits;
 }
 
-/* Compiles `properties`, `patternProperties` and `dependencies` of j. */
+/* Compiles `properties` (sorted for binary search), `patternProperties`
+ * (each key a regex) and `dependencies` (a schema, or a list of names kept
+ * as the borrowed array) of j into n. */
 static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const json_t *j,
                                     const char *base, const char *ptr) {
     const char *k;
@@ -714,7 +742,9 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
     }
 }
 
-/* Compiles the keywords of the object schema j into n. */
+/* Compiles the keywords of the object schema j (at ptr, base URI base)
+ * into n.  Keywords draft-07 does not define are ignored, as the spec
+ * says; `default`, `title` and the like are annotations. */
 static void compile_keywords(struct js_cc *cc, struct js_node *n, const json_t *j, const char *base,
                              const char *ptr) {
     const json_t *ref = json_object_get(j, "$ref");
@@ -837,7 +867,8 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
     return n;
 }
 
-/* Frees what a compile built, whole or partial. */
+/* Frees what a compile built, whole or partial: the nodes (never the
+ * meta-schema's, which are not in s->nodes), their regexes, the document. */
 void hub_jschema_free(struct hub_jschema *s) {
     if (!s) {
         return;
@@ -978,6 +1009,8 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     return 0;
 }
 
+/* The public compile always checks the schema against the meta-schema
+ * first, so the node builder can trust the shape of every keyword. */
 int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *limits,
                         struct hub_jschema **out, struct hub_jschema_error *err) {
     return compile_doc(schema, limits, 1, out, err);
@@ -986,6 +1019,10 @@ int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *l
 static struct hub_jschema *meta_schema;
 static pthread_once_t meta_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Builds the meta-schema (pthread_once).  Failure leaves meta_schema NULL,
+ * and every compile then reports HUB_ENOMEM, the only way it can fail.
+ */
 static void meta_build(void) {
     json_t *doc = json_loads(js_meta_schema_text, 0, NULL);
     if (doc) {
@@ -1006,6 +1043,8 @@ const struct hub_jschema *js_meta_schema(void) {
     return meta_schema;
 }
 
+/* One object per recorded error, in the order they were found; the
+ * schema location stays out (evidence names the instance, not our tree). */
 json_t *hub_jschema_result_json(const struct hub_jschema_result *res) {
     json_t *a = json_array();
     for (size_t i = 0; a && i < res->nerrors; i++) {

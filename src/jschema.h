@@ -28,6 +28,26 @@
  * (RFC 5321 mailbox, dot-atom or quoted local part) are assertions; other
  * formats are annotations and always pass.
  */
+/*
+ * Use (a registry compiles on registration or reload, workers validate):
+ *
+ *     struct hub_jschema *s;
+ *     struct hub_jschema_error err;
+ *     if (hub_jschema_compile(doc, NULL, &s, &err) < 0)
+ *         -> 400 naming err.pointer and err.message
+ *     ...on any thread, as often as needed:
+ *     struct hub_jschema_result res;
+ *     int rc = hub_jschema_validate(s, payload, &res);
+ *     rc == 0 && res.valid       -> accept
+ *     rc == 0 && !res.valid      -> schema_violation, evidence from res.errors
+ *     rc == HUB_ERANGE           -> too costly to check: res.limit says which
+ *                                   bound, the last error where (the caller
+ *                                   decides; quarantine keeps the event)
+ *     ...when no thread can still use it: hub_jschema_free(s).
+ *
+ * A struct hub_jschema_result is about 12 KiB: keep it off small stacks
+ * (worker threads have 8 MiB by default; it is fine there).
+ */
 #ifndef HUB_JSCHEMA_H
 #define HUB_JSCHEMA_H
 

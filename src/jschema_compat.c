@@ -4,14 +4,58 @@
  * are walked side by side (local `$ref`s followed in each), and every
  * keyword that can only shrink the accepted set is reported with the JSON
  * pointer of the location in the new schema (in the old one for something
- * removed).  The rules, and what is deliberately not checked, are listed in
- * docs/schemas.md ("Compatibility rules"); the rule names below are the
- * "rule" values callers see.
+ * removed).  docs/schemas.md ("Compatibility rules") has the same list for
+ * operators; the rule names are the "rule" values callers see.
  *
- * Conservative means: a change the walk cannot prove harmless (a changed
- * `pattern`, a different `not`) is reported; a few widenings that could in
- * theory narrow (adding an optional property when the old schema allowed
- * any additional property) are accepted, as schema evolution expects.
+ * Checked, at every location the walk reaches (root, properties,
+ * additionalProperties, patternProperties with the same key, items,
+ * additionalItems, contains, propertyNames, dependencies schemas, allOf
+ * members, anyOf/oneOf members when their count is unchanged):
+ *   required-added        a name in `required` the old location lacked
+ *   property-removed      a `properties` member of the old schema is gone
+ *   type-narrowed         `type` admits fewer JSON types (integer is a part
+ *                         of number: number -> integer narrows, the reverse
+ *                         widens); a `type` where there was none
+ *   enum-narrowed         `enum` lost a value, or appeared
+ *   const-changed         `const` appeared or changed
+ *   bound-narrowed        maximum/exclusiveMaximum lower, minimum/
+ *                         exclusiveMinimum higher (the tighter of each pair
+ *                         is compared; equal values narrow when the new one
+ *                         is exclusive), maxLength/maxItems/maxProperties
+ *                         lower, minLength/minItems/minProperties higher,
+ *                         each also when added; `multipleOf` added, or not
+ *                         dividing the old one
+ *   pattern-narrowed      `pattern` added or changed in any way
+ *   format-added          `format` date-time, uri or email added or changed
+ *                         (other formats are annotations)
+ *   uniqueItems-added, contains-added, propertyNames-added, items-added,
+ *   patternProperties-added, dependency-added (a new or longer dependency)
+ *   additional-tightened  additionalProperties (or additionalItems) false
+ *                         or constrained where it was absent or true; when
+ *                         both are schemas they are compared as any others,
+ *                         and a new property is compared with the old
+ *                         additionalProperties schema that admitted it
+ *   schema-false          a location became `false`
+ *   allOf-added           a new constrained allOf member
+ *   anyOf-changed, oneOf-changed   members added or removed
+ *   conditional-changed   `not`, `if`, `then` or `else` added or changed
+ *   ref-changed           a `$ref` to another document (which the check
+ *                         cannot follow) added, removed or changed
+ *
+ * Not checked (accepted as compatible):
+ *   - a new optional property where the old schema had no
+ *     additionalProperties (the old one admitted any value under that name;
+ *     adding a field is what a minor version is for);
+ *   - whether a changed pattern accepts a superset of the old one (any
+ *     change is reported instead), and the same for not/if/then/else;
+ *   - anyOf/oneOf members compared pairwise by position only: reordered
+ *     members may be reported, and a widened oneOf member that now overlaps
+ *     another (making both match) is not;
+ *   - interactions across keywords (an allOf member narrowing what a
+ *     sibling `properties` admits is compared member by member, not as a
+ *     whole), `dependencies` that became schemas or lists, `format` other
+ *     than date-time, uri and email, `contentMediaType`/`contentEncoding`;
+ *   - `$ref`s to other documents (reported as ref-changed when they change).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -143,6 +187,8 @@ struct bound {
     int exclusive;
 };
 
+/* The effective bound of s from incl ("maximum") and excl
+ * ("exclusiveMaximum"): both may be present, and the tighter one applies. */
 static struct bound bound_of(const json_t *s, const char *incl, const char *excl, int upper) {
     struct bound b = {0};
     const json_t *i = json_object_get(s, incl), *e = json_object_get(s, excl);
@@ -584,6 +630,8 @@ static void compare(struct compat *c, const json_t *o, const json_t *n, const ch
     compare_logic(c, o, n, ptr, optr);
 }
 
+/* Walks both documents from their roots; each reported change is an
+ * object the caller owns through *changes. */
 int hub_jschema_compat(const json_t *old_schema, const json_t *new_schema, json_t **changes) {
     *changes = NULL;
     if ((!json_is_object(old_schema) && !json_is_boolean(old_schema)) ||

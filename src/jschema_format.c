@@ -18,6 +18,8 @@
 
 #include "jschema_int.h"
 
+/* Compiled once per schema; the code is shared read-only by every
+ * validating thread (PCRE2 code and JIT code are immutable after compile). */
 pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap) {
     pcre2_compile_context *cctx = pcre2_compile_context_create(NULL);
     if (!cctx) {
@@ -44,6 +46,8 @@ pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap)
     return re;
 }
 
+/* Every limit error maps to -1 so that the caller can retry a first try
+ * under the larger limit, and stop at a bound after that. */
 int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2_match_data *md,
                     pcre2_match_context *mctx) {
     int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, 0, 0, md, mctx);
@@ -63,6 +67,8 @@ int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2
     }
 }
 
+/* Unknown names are annotations: draft-07 lets a validator ignore
+ * formats it does not implement. */
 enum js_format js_format_parse(const char *name) {
     if (!name) {
         return JS_FMT_NONE;
@@ -91,6 +97,7 @@ static int digits(const char *s, size_t len, size_t *i, int n, int *v) {
     return 1;
 }
 
+/* Consumes one character of the set any at s[*i]; 0 when absent. */
 static int expect(const char *s, size_t len, size_t *i, const char *any) {
     if (*i < len && s[*i] && strchr(any, s[*i])) {
         (*i)++;
@@ -146,6 +153,7 @@ static int date_time_ok(const char *s, size_t len) {
     return 1;
 }
 
+/* ASCII classes, free of the locale that <ctype.h> would consult. */
 static int is_alpha(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
@@ -255,6 +263,7 @@ static int email_ok(const char *s, size_t len) {
     return hostname_ok(dom, dlen);
 }
 
+/* Dispatches on the format; a string of another format passes. */
 int js_format_check(enum js_format f, const char *s, size_t len) {
     switch (f) {
     case JS_FMT_DATE_TIME:

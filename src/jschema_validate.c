@@ -63,7 +63,8 @@ static int stop(struct js_vctx *c, int rc, enum hub_jschema_limit why) {
     return -1;
 }
 
-/* Charges n steps; -1 when the budget is used up. */
+/* Charges n steps; -1 when the budget is used up (the run stops there,
+ * with res->steps past max_steps by less than n). */
 static int charge(struct js_vctx *c, uint64_t n) {
     c->res->steps += n;
     if (c->res->steps > c->l->max_steps) {
@@ -76,6 +77,15 @@ static int charge(struct js_vctx *c, uint64_t n) {
  * are still to be recorded. */
 static int more(const struct js_vctx *c) {
     return c->record && c->res->nerrors < c->l->max_errors;
+}
+
+/*
+ * Marks a subschema failure in *ok (its errors are already recorded) and
+ * says whether to go on evaluating, as more() does.
+ */
+static int failed(const struct js_vctx *c, int *ok) {
+    *ok = 0;
+    return more(c);
 }
 
 /*
@@ -132,17 +142,21 @@ static size_t path_push(struct js_vctx *c, const char *seg, size_t len) {
     return old;
 }
 
+/* path_push of an array index. */
 static size_t path_push_index(struct js_vctx *c, size_t i) {
     char num[24];
     int n = snprintf(num, sizeof num, "%zu", i);
     return path_push(c, num, (size_t)n);
 }
 
+/* Restores the path to the length path_push returned. */
 static void path_pop(struct js_vctx *c, size_t old) {
     c->plen = old;
     c->path[old] = '\0';
 }
 
+/* minLength and maxLength count code points (jansson has checked the
+ * UTF-8 already), not bytes and not UTF-16 units. */
 size_t js_utf8_length(const char *s, size_t len) {
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
@@ -226,6 +240,8 @@ static int equal_bounded(const json_t *a, const json_t *b, uint64_t *budget) {
     }
 }
 
+/* Unbounded: for the compatibility check, which compares schema values,
+ * never payloads. */
 int js_equal(const json_t *a, const json_t *b) {
     uint64_t budget = UINT64_MAX;
     return equal_bounded(a, b, &budget) == 1;
@@ -265,6 +281,7 @@ static int v_child(struct js_vctx *c, const struct js_node *n, const json_t *x) 
     return r;
 }
 
+/* The JSON type of x as `type` names it, for messages. */
 static const char *type_name(const json_t *x) {
     switch (json_typeof(x)) {
     case JSON_OBJECT:
@@ -285,6 +302,8 @@ static const char *type_name(const json_t *x) {
     }
 }
 
+/* 1 when x has one of the types in bits; 2.0 is an integer, as the spec
+ * says ("integer" is any number with a zero fractional part). */
 static int type_ok(unsigned bits, const json_t *x) {
     switch (json_typeof(x)) {
     case JSON_OBJECT:
@@ -329,7 +348,11 @@ static int multiple_ok(const json_t *x, const json_t *m) {
     return fabs(q - nearbyint(q)) <= 1e-9 * fmax(1.0, fabs(q));
 }
 
-/* The numeric keywords. */
+/*
+ * multipleOf and the four bounds on a number x.  Returns 1 valid, 0
+ * invalid (errors recorded while more() allows).  Integer against integer
+ * compares exactly; anything else as doubles, which is exact below 2^53.
+ */
 static int v_number(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1;
     char a[32], b[32];
@@ -392,7 +415,10 @@ static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, 
     return r;
 }
 
-/* The string keywords. */
+/*
+ * maxLength, minLength (in code points), pattern and format on a string x.
+ * Returns 1, 0, or -1 when a regex search stopped the run.
+ */
 static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1;
     const char *s = json_string_value(x);
@@ -431,7 +457,12 @@ static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
-/* The array keywords. */
+/*
+ * maxItems, minItems, uniqueItems, items/additionalItems and contains on
+ * an array x.  uniqueItems compares every pair, charged per value visited,
+ * so a large array meets the step budget instead of running quadratic
+ * time.  Returns 1, 0 or -1.
+ */
 static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_array_size(x);
@@ -511,7 +542,8 @@ unique_done:
     return ok;
 }
 
-/* The `properties` entry named k, or NULL. */
+/* The `properties` entry named k (klen bytes, may hold NUL), or NULL: a
+ * binary search over the entries compile sorted with prop_cmp. */
 static const struct js_node *prop_find(const struct js_node *n, const char *k, size_t klen) {
     size_t lo = 0, hi = n->nprops;
     while (lo < hi) {
@@ -558,7 +590,7 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
             if ((r = v_member(c, p, k, klen, v)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
         }
@@ -573,7 +605,7 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
             if ((r = v_member(c, n->pprops[i].node, k, klen, v)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
         }
@@ -590,7 +622,7 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
                 if ((r = v_member(c, n->additional_props, k, klen, v)) < 0) {
                     return -1;
                 }
-                if (r == 0 && !(ok = 0, more(c))) {
+                if (r == 0 && !failed(c, &ok)) {
                     return 0;
                 }
             }
@@ -621,7 +653,12 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
     return ok;
 }
 
-/* The object keywords. */
+/*
+ * maxProperties, minProperties, required, dependencies, then the member
+ * keywords (v_members) on an object x.  A missing required property is
+ * reported at the object's pointer, its name in the message.  Returns 1,
+ * 0 or -1.
+ */
 static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_object_size(x);
@@ -655,7 +692,7 @@ static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x)
             if ((r = v_node(c, d->schema, x)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
             continue;
@@ -682,14 +719,19 @@ static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
-/* allOf, anyOf, oneOf, not and if/then/else. */
+/*
+ * allOf (each member in recording mode: its errors are the instance's),
+ * anyOf, oneOf and not (speculative: one error for the keyword), and
+ * if/then/else (`if` speculative, the branch taken recording).  oneOf
+ * stops counting at two matches.  Returns 1, 0 or -1.
+ */
 static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     for (size_t i = 0; i < n->all_of.n; i++) {
         if ((r = v_node(c, n->all_of.v[i], x)) < 0) {
             return -1;
         }
-        if (r == 0 && !(ok = 0, more(c))) {
+        if (r == 0 && !failed(c, &ok)) {
             return 0;
         }
     }
@@ -701,8 +743,11 @@ static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             }
             any = r;
         }
-        if (!any && !(ok = fail(c, n, "anyOf", "matches none of the anyOf schemas"), more(c))) {
-            return 0;
+        if (!any) {
+            ok = fail(c, n, "anyOf", "matches none of the anyOf schemas");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->one_of.n) {
@@ -713,19 +758,24 @@ static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             }
             valid += (size_t)r;
         }
-        if (valid != 1 && !(ok = fail(c, n, "oneOf",
-                                      valid ? "matches more than one of the oneOf schemas"
-                                            : "matches none of the oneOf schemas"),
-                            more(c))) {
-            return 0;
+        if (valid != 1) {
+            ok = fail(c, n, "oneOf",
+                      valid ? "matches more than one of the oneOf schemas"
+                            : "matches none of the oneOf schemas");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->not_) {
         if ((r = speculate(c, n->not_, x)) < 0) {
             return -1;
         }
-        if (r && !(ok = fail(c, n, "not", "matches the schema of not"), more(c))) {
-            return 0;
+        if (r) {
+            ok = fail(c, n, "not", "matches the schema of not");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->if_ && (n->then_ || n->else_)) {
@@ -823,6 +873,11 @@ out:
     return r;
 }
 
+/*
+ * Runs one validation: the state lives here, on the caller's stack, and
+ * the only allocation is the PCRE2 match data, made on the first regex
+ * search and freed before return.
+ */
 int js_validate(const struct hub_jschema *s, const json_t *instance,
                 const struct hub_jschema_limits *l, struct hub_jschema_result *res) {
     res->valid = 0;
@@ -840,6 +895,7 @@ int js_validate(const struct hub_jschema *s, const json_t *instance,
     return 0;
 }
 
+/* The public validate runs under the limits the schema was compiled with. */
 int hub_jschema_validate(const struct hub_jschema *s, const json_t *instance,
                          struct hub_jschema_result *res) {
     return js_validate(s, instance, &s->limits, res);
