@@ -19,6 +19,7 @@
 
 #include "error.h"
 #include "jschema_int.h"
+#include "util.h"
 
 /*
  * The defaults are sized for event payloads of up to about 1 MiB checked
@@ -283,26 +284,13 @@ static char *uri_resolve(const char *base, const char *ref) {
     return out;
 }
 
-/* The value of a hex digit, -1 for any other character. */
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 /* Decodes %XX escapes of a URI fragment in place. */
 static void uri_unescape(char *s) {
     char *o = s;
     for (char *p = s; *p; p++) {
         int hi, lo;
-        if (p[0] == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0) {
+        if (p[0] == '%' && (hi = hub_hex_value((unsigned char)p[1])) >= 0 &&
+            (lo = hub_hex_value((unsigned char)p[2])) >= 0) {
             *o++ = (char)(hi * 16 + lo);
             p += 2;
         } else {
@@ -505,6 +493,20 @@ static const json_t *pointer_get(const json_t *doc, const char *ptr) {
     return *ptr ? NULL : v;
 }
 
+const json_t *js_local_ref(const json_t *root, const char *ref) {
+    if (ref[0] != '#') {
+        return NULL;
+    }
+    char *frag = strdup(ref + 1);
+    if (!frag) {
+        return NULL;
+    }
+    uri_unescape(frag);
+    const json_t *t = frag[0] == '\0' || frag[0] == '/' ? pointer_get(root, frag) : NULL;
+    free(frag);
+    return t;
+}
+
 /*
  * Resolves the `$ref` text ref of the subschema at ptr (base URI base) to a
  * node: a subschema of this document, or the built-in meta-schema.  NULL
@@ -525,6 +527,8 @@ static struct js_node *resolve_ref(struct js_cc *cc, const char *ref, const char
     if (hash) {
         *hash = '\0';
     }
+    /* "#/a%25b" names the member "a%b": the fragment is URI-escaped first,
+     * then a JSON pointer (RFC 6901 §6) */
     uri_unescape(frag);
     const json_t *target = NULL;
     const char *tbase = uri;
@@ -552,6 +556,7 @@ static struct js_node *resolve_ref(struct js_cc *cc, const char *ref, const char
         memcpy(tptr, dl ? dl->ptr : "", dlen);
         strcpy(tptr + dlen, frag);
     } else {
+        /* a plain-name fragment: a `$id` of "#name" registered it whole */
         target = res_find(cc, full);
     }
     if (!target) {
@@ -965,11 +970,14 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     if (!json_is_object(schema) && !json_is_boolean(schema)) {
         return cc_fail(&cc, HUB_EINVAL, "", "a schema is an object or a boolean");
     }
+    /* jansson measures the compact text without building it */
     size_t bytes = json_dumpb(schema, NULL, 0, JSON_COMPACT);
     if (bytes > l.max_schema_bytes) {
         return cc_fail(&cc, HUB_ERANGE, "", "schema of %zu bytes is over the limit of %zu", bytes,
                        l.max_schema_bytes);
     }
+    /* the meta-schema check comes before the copy and the walk: a document
+     * that is not a schema costs a validation, not a compile */
     if (check_meta && meta_check(&cc, schema, &l) < 0) {
         return cc.rc;
     }
@@ -988,6 +996,8 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     /* the interpreter keeps backtracking frames on the heap: 4 MiB each search */
     pcre2_set_heap_limit(s->mctx, 4096);
     pcre2_set_heap_limit(s->mctx_first, 4096);
+    /* the document itself answers to the empty URI, so "#..." resolves in
+     * a schema without `$id`; a root `$id` adds its absolute URI */
     if (res_add(&cc, "", s->doc) == 0) {
         walk(&cc, s->doc, "", "");
         s->root = compile_at(&cc, s->doc, "", "");

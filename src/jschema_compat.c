@@ -99,34 +99,15 @@ static void report(struct compat *c, const char *ptr, const char *rule, const ch
 
 /*
  * Follows local `$ref`s ("#..." pointers) from s within root until a
- * subschema without one; a reference to another document stays as is.
+ * subschema without one; a reference to another document, or one that
+ * names nothing, stays as is (compared as text).  32 hops end a cycle of
+ * references that never reaches a schema.
  */
 static const json_t *deref(const json_t *root, const json_t *s) {
     for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
         const char *ref = json_string_value(json_object_get(s, "$ref"));
-        if (!ref || ref[0] != '#') {
-            break;
-        }
-        const json_t *t = root;
-        const char *p = ref + 1;
-        while (*p == '/' && t) {
-            p++;
-            size_t n = strcspn(p, "/");
-            char key[256];
-            size_t o = 0;
-            for (size_t i = 0; i < n && o + 1 < sizeof key; i++) {
-                if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
-                    key[o++] = p[++i] == '0' ? '~' : '/';
-                } else {
-                    key[o++] = p[i];
-                }
-            }
-            key[o] = '\0';
-            t = json_is_array(t) ? json_array_get(t, strtoul(key, NULL, 10))
-                                 : json_object_get(t, key);
-            p += n;
-        }
-        if (!t || *p) {
+        const json_t *t = ref ? js_local_ref(root, ref) : NULL;
+        if (!t) {
             break;
         }
         s = t;

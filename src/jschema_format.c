@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "jschema_int.h"
+#include "util.h"
 
 /* Compiled once per schema; the code is shared read-only by every
  * validating thread (PCRE2 code and JIT code are immutable after compile). */
@@ -85,7 +86,8 @@ enum js_format js_format_parse(const char *name) {
     return JS_FMT_NONE;
 }
 
-/* Reads n digits at s[*i] into *v; 0 when they are not all digits. */
+/* Reads exactly n decimal digits at s[*i] into *v, advancing *i; 0 when
+ * the subject ends or a character is not a digit. */
 static int digits(const char *s, size_t len, size_t *i, int n, int *v) {
     *v = 0;
     for (int k = 0; k < n; k++, (*i)++) {
@@ -106,7 +108,14 @@ static int expect(const char *s, size_t len, size_t *i, const char *any) {
     return 0;
 }
 
-/* RFC 3339 date-time: 1985-04-12T23:20:50.52Z, leap seconds only at 23:59:60 UTC. */
+/*
+ * RFC 3339 §5.6 date-time, e.g. 1985-04-12T23:20:50.52Z: full-date "T"
+ * full-time, with "T" and "Z" in either case (§5.6 note), any number of
+ * fraction digits, an offset of Z or +hh:mm / -hh:mm.  Calendar ranges are
+ * checked (February 29 only in leap years); a leap second (:60) only where
+ * it is 23:59:60 in UTC.  ISO 8601's other shapes (week dates, no
+ * separators, a space for "T") are not RFC 3339 and fail.
+ */
 static int date_time_ok(const char *s, size_t len) {
     static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     size_t i = 0;
@@ -163,10 +172,16 @@ static int is_digit(char c) {
 }
 
 static int is_hex(char c) {
-    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    return hub_hex_value((unsigned char)c) >= 0;
 }
 
-/* RFC 3986 absolute URI: a scheme, then only URI characters and %XX escapes. */
+/*
+ * RFC 3986 §4.3 absolute URI: a scheme (a letter, then letters, digits,
+ * "+", "-", "."), a ":", then only unreserved, reserved and %XX-escaped
+ * characters, at most one "#".  Relative references fail (that is
+ * `uri-reference`); the authority's inner grammar (IPv6 literals, ports)
+ * is not parsed, only its characters checked.
+ */
 static int uri_ok(const char *s, size_t len) {
     size_t i = 0;
     if (len == 0 || !is_alpha(s[0])) {
@@ -196,7 +211,8 @@ static int uri_ok(const char *s, size_t len) {
     return hashes <= 1;
 }
 
-/* A domain of dot-separated labels of letters, digits and inner hyphens. */
+/* A domain of dot-separated labels of letters, digits and inner hyphens
+ * (RFC 1123 host names): each label 1-63 characters, 253 in all. */
 static int hostname_ok(const char *s, size_t len) {
     if (len == 0 || len > 253) {
         return 0;
@@ -217,7 +233,12 @@ static int hostname_ok(const char *s, size_t len) {
     return 1;
 }
 
-/* RFC 5321 mailbox: dot-atom or quoted local part, a domain or an [address literal]. */
+/*
+ * RFC 5321 §4.1.2 mailbox: a local part that is a dot-atom (atext
+ * characters, dots only between them, at most 64) or a quoted string
+ * (printable ASCII, backslash escapes), "@", then a host name or an
+ * address literal in brackets.  Non-ASCII addresses are `idn-email`.
+ */
 static int email_ok(const char *s, size_t len) {
     const char *at = NULL;
     size_t i = 0;

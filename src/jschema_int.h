@@ -132,7 +132,9 @@ int js_format_check(enum js_format f, const char *s, size_t len);
 /* The format named name, or JS_FMT_NONE. */
 enum js_format js_format_parse(const char *name);
 
-/* The draft-07 meta-schema's text (NUL-terminated) and its $id. */
+/* The draft-07 meta-schema's text (NUL-terminated), embedded at build time
+ * from src/jschema_draft07.json (as json-schema.org publishes it), and its
+ * $id. */
 extern const char js_meta_schema_text[];
 #define JS_META_ID "http://json-schema.org/draft-07/schema"
 
@@ -155,6 +157,11 @@ int js_validate(const struct hub_jschema *s, const json_t *instance,
  * ~1): a JSON pointer one level down.  Returns owned text, NULL on
  * allocation failure. */
 char *js_ptr_join(const char *base, const char *seg, size_t len);
+
+/* The subschema a local `$ref` ("#" or "#/json/pointer", URI-escaped)
+ * names in root (borrowed), or NULL: a reference to another document or
+ * to nothing. */
+const json_t *js_local_ref(const json_t *root, const char *ref);
 
 /* js_ptr_join with an array index as the segment. */
 char *js_ptr_index(const char *base, size_t i);
