@@ -38,6 +38,11 @@ void hub_jschema_limits_default(struct hub_jschema_limits *l) {
 }
 
 /* A subschema location: where it is and which base URI applies in it. */
+/*
+ * The walk records one per subschema, keyed by the json_t address in the
+ * compiled copy: the node builder then finds a `$ref` target's base URI
+ * and pointer, and its node if already built, in constant time.
+ */
 struct js_loc {
     const json_t *json; /* NULL: empty slot */
     char *base;         /* absolute URI without fragment ("" for an anonymous root) */
@@ -52,6 +57,11 @@ struct js_res {
 };
 
 /* The state of one compile. */
+/*
+ * Everything a compile needs besides the result: the location table, the
+ * `$id`s, and the first error (later failures, consequences of the first,
+ * do not overwrite it).  Freed before the compile returns.
+ */
 struct js_cc {
     struct hub_jschema *s;
     struct hub_jschema_error *err;
@@ -300,6 +310,12 @@ static void uri_unescape(char *s) {
     *o = '\0';
 }
 
+/*
+ * Where subschemas live in a draft-07 document: the walk descends only
+ * through these, so a `$id` or a location inside `enum`, `const`,
+ * `default` or an unknown keyword is not a schema location (a `$ref` may
+ * still point there; compile_at walks such a target on demand).
+ */
 /* Keywords whose value is one subschema; items is handled apart. */
 static const char *const kw_single[] = {
     "additionalItems",
@@ -349,6 +365,8 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
     }
     char *own = NULL;
     const json_t *id = json_object_get(j, "$id");
+    /* a `$id` changes the base URI of everything below it and registers
+     * this subschema under the resolved URI (and "#name" anchors) */
     if (json_is_string(id) && !json_object_get(j, "$ref")) {
         own = uri_resolve(base, json_string_value(id));
         if (!own) {
@@ -831,6 +849,8 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
             return NULL;
         }
     }
+    /* one node per location: a second `$ref` to it, or the walk reaching a
+     * location a `$ref` compiled first, shares the node */
     if (l->node) {
         return l->node;
     }

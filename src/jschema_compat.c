@@ -372,6 +372,8 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
         c->rc = HUB_ENOMEM;
         goto out;
     }
+    /* every property the old version declared: gone is breaking (consumers
+     * rely on it), kept is compared recursively (retyped, narrowed) */
     json_object_keylen_foreach((json_t *)oprops, k, klen, v) {
         char *op = js_ptr_join(opp, k, klen), *p = js_ptr_join(pp, k, klen);
         const json_t *nv = json_object_getn(nprops, k, klen);
@@ -404,6 +406,9 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
     }
     const json_t *opat = json_object_get(o, "patternProperties"),
                  *npat = json_object_get(n, "patternProperties");
+    /* patternProperties are matched by their source text: the same regex
+     * is compared, a new constrained one is reported (what it matches in
+     * old payloads cannot be known here) */
     json_object_keylen_foreach((json_t *)npat, k, klen, v) {
         const json_t *ov = json_object_getn(opat, k, klen);
         char *p = js_ptr_join(ptr, "patternProperties", 17);
@@ -426,6 +431,8 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
                  "additionalProperties");
     const json_t *odep = json_object_get(o, "dependencies"),
                  *ndep = json_object_get(n, "dependencies");
+    /* a dependency list may only lose names; a dependency schema is
+     * compared; anything new, or a list turned schema, is reported */
     json_object_keylen_foreach((json_t *)ndep, k, klen, v) {
         const json_t *ov = json_object_getn(odep, k, klen);
         if (ov && json_is_array(ov) && json_is_array(v)) {
@@ -489,6 +496,8 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
             free(p);
         }
     } else if (json_is_array(oi) && json_is_array(ni)) {
+        /* positional items: position i of the new list against position i
+         * of the old one, or against old additionalItems past its end */
         char *p = js_ptr_join(ptr, "items", 5), *op = js_ptr_join(optr, "items", 5);
         for (size_t i = 0; p && op && i < json_array_size(ni); i++) {
             char *ip = js_ptr_index(p, i), *oip = js_ptr_index(op, i);
@@ -508,6 +517,8 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
         }
         free(p);
         free(op);
+        /* a longer new list already compared its extra positions against the
+         * old additionalItems; otherwise the two additionalItems compare */
         if (json_array_size(ni) <= json_array_size(oi)) {
             compare_rest(c, json_object_get(o, "additionalItems"),
                          json_object_get(n, "additionalItems"), ptr, optr, "additionalItems");
@@ -582,6 +593,8 @@ static void compare(struct compat *c, const json_t *o, const json_t *n, const ch
     }
     o = deref(c->old_root, o);
     n = deref(c->new_root, n);
+    /* nothing old accepted can break, nothing breaks a schema that accepts
+     * all, and a pair seen before (a recursive schema) is done */
     if (json_is_false(o) || accepts_all(n) || !first_visit(c, o, n)) {
         return;
     }

@@ -74,25 +74,29 @@ struct js_node {
     unsigned types;       /* enum js_type bits; 0: no `type` */
     const json_t *enum_;  /* array */
     const json_t *const_; /* any value (JSON null is a non-NULL json_t) */
-    const json_t *multiple_of, *maximum, *minimum, *exclusive_maximum, *exclusive_minimum;
-    long long max_length, min_length, max_items, min_items, max_props, min_props;
-    pcre2_code *pattern;
-    enum js_format format;
+    const json_t *multiple_of, *maximum, *minimum;       /* numbers, NULL when absent */
+    const json_t *exclusive_maximum, *exclusive_minimum; /* draft-07: numbers, not flags */
+    long long max_length, min_length;                    /* code points */
+    long long max_items, min_items, max_props, min_props;
+    pcre2_code *pattern;   /* owned, searched (not anchored) */
+    enum js_format format; /* JS_FMT_NONE: no assertion */
     bool unique_items;
-    bool items_is_list; /* `items` was an array: items_list is positional */
-    struct js_node *items;
-    struct js_list items_list;
-    struct js_node *additional_items, *contains;
-    const json_t *required; /* array of strings */
-    struct js_prop *props;
+    bool items_is_list;               /* `items` was an array: items_list is positional */
+    struct js_node *items;            /* `items` as one schema for every element */
+    struct js_list items_list;        /* `items` as an array */
+    struct js_node *additional_items; /* only with items_is_list */
+    struct js_node *contains;
+    const json_t *required; /* array of strings, NULL when empty */
+    struct js_prop *props;  /* sorted by name */
     size_t nprops;
-    struct js_pprop *pprops;
+    struct js_pprop *pprops; /* in document order */
     size_t npprops;
-    struct js_node *additional_props;
+    struct js_node *additional_props; /* members neither props nor pprops match */
     struct js_dep *deps;
     size_t ndeps;
-    struct js_node *property_names;
-    struct js_node *if_, *then_, *else_, *not_;
+    struct js_node *property_names;      /* applied to each name as a string */
+    struct js_node *if_, *then_, *else_; /* then/else only count with if */
+    struct js_node *not_;
     struct js_list all_of, any_of, one_of;
 };
 

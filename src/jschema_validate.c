@@ -249,6 +249,7 @@ int js_equal(const json_t *a, const json_t *b) {
 
 /* equal_bounded charged to the validation's steps. */
 static int equal(struct js_vctx *c, const json_t *a, const json_t *b) {
+    /* the comparison may use what is left of the run's steps, no more */
     uint64_t left = c->res->steps < c->l->max_steps ? c->l->max_steps - c->res->steps : 0;
     uint64_t budget = left;
     int r = equal_bounded(a, b, &budget);
@@ -478,6 +479,7 @@ static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             return 0;
         }
     }
+    /* the first equal pair is enough: uniqueItems is one error, not one per pair */
     if (n->unique_items) {
         for (size_t i = 1; i < size; i++) {
             for (size_t k = 0; k < i; k++) {
@@ -505,6 +507,7 @@ unique_done:
             in = n->additional_items;
         }
         if (!in) {
+            /* past a positional list without additionalItems: nothing more applies */
             if (n->items_is_list && i >= n->items_list.n) {
                 break;
             }
@@ -523,6 +526,8 @@ unique_done:
             }
         }
     }
+    /* contains needs one match: items are tried speculatively, nothing is
+     * recorded for the ones that fail, one error when none matches */
     if (n->contains) {
         int found = 0;
         for (size_t i = 0; i < size && !found; i++) {
@@ -594,6 +599,7 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
                 return 0;
             }
         }
+        /* every matching patternProperties schema applies, besides `properties` */
         for (size_t i = 0; i < n->npprops; i++) {
             if ((r = regex_search(c, n->pprops[i].re, k, klen)) < 0) {
                 return -1;
@@ -609,6 +615,7 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
                 return 0;
             }
         }
+        /* additionalProperties sees only members neither keyword matched */
         if (!matched && n->additional_props) {
             if (n->additional_props->boolean == 0) {
                 /* name the keyword the schema author wrote, not "false" */
@@ -627,6 +634,8 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
                 }
             }
         }
+        /* propertyNames validates the name as a string instance; the error is
+         * reported at the member, which is what a producer needs to find */
         if (n->property_names) {
             json_t *name = json_stringn_nocheck(k, klen);
             if (!name) {
@@ -831,6 +840,9 @@ static int v_node(struct js_vctx *c, const struct js_node *n, const json_t *x) {
             }                                                                                      \
         }                                                                                          \
     } while (0)
+    /* while errors are recorded every keyword runs even after one failed,
+     * so a producer sees all the problems of a payload at once (up to
+     * max_errors); speculative runs return at the first failure */
     if (n->types && !type_ok(n->types, x)) {
         STEP(fail(c, n, "type", "%s is not of the allowed types", type_name(x)));
     }
@@ -886,6 +898,7 @@ int js_validate(const struct hub_jschema *s, const json_t *instance,
     res->nerrors = res->total_errors = 0;
     struct js_vctx c = {
         .l = l, .res = res, .mctx = s->mctx, .mctx_first = s->mctx_first, .record = 1};
+    /* the path starts as "" (the root pointer); record is on at the top */
     int r = v_node(&c, s->root, instance);
     pcre2_match_data_free(c.md);
     if (r < 0) {
