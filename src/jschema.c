@@ -956,6 +956,32 @@ static int meta_check(struct js_cc *cc, const json_t *schema, const struct hub_j
 }
 
 /*
+ * Builds the node of every walked location no `$ref` reached from the
+ * root (unused `definitions`, siblings of a `$ref`), so that a pattern
+ * PCRE2 refuses anywhere in the document is a compile error, not a
+ * surprise when a later version starts referring to it.
+ */
+static void compile_rest(struct js_cc *cc) {
+    size_t n = 0;
+    const json_t **todo = malloc(cc->nlocs * sizeof *todo);
+    if (!todo) {
+        cc_fail(cc, HUB_ENOMEM, "", "out of memory");
+        return;
+    }
+    /* collected first: building nodes may grow (rehash) the table */
+    for (size_t i = 0; i < cc->cap_locs; i++) {
+        if (cc->locs[i].json && !cc->locs[i].node) {
+            todo[n++] = cc->locs[i].json;
+        }
+    }
+    for (size_t i = 0; i < n && !cc->rc; i++) {
+        const struct js_loc *l = loc_find(cc, todo[i]);
+        compile_at(cc, todo[i], l->base, l->ptr);
+    }
+    free(todo);
+}
+
+/*
  * The compile behind hub_jschema_compile; check_meta is 0 only for the
  * meta-schema itself.
  */
@@ -1021,6 +1047,7 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     if (res_add(&cc, "", s->doc) == 0) {
         walk(&cc, s->doc, "", "");
         s->root = compile_at(&cc, s->doc, "", "");
+        compile_rest(&cc);
     }
     for (size_t i = 0; i < cc.cap_locs; i++) {
         free(cc.locs[i].base);

@@ -82,6 +82,9 @@ static void test_compile_errors_name_the_pointer(void **state) {
     compile_fails("{\"properties\": {\"a\": {\"pattern\": \"(unclosed\"}}}", NULL, HUB_EINVAL,
                   "/properties/a/pattern");
     compile_fails("{\"patternProperties\": {\"[\": {}}}", NULL, HUB_EINVAL, "/patternProperties/[");
+    /* in a definition nothing refers to yet */
+    compile_fails("{\"definitions\": {\"later\": {\"pattern\": \"a{2,1}\"}}}", NULL, HUB_EINVAL,
+                  "/definitions/later/pattern");
     compile_fails(
         "{\"$ref\": \"#/properties/a/type\", \"properties\": {\"a\": {\"type\": \"string\"}}}",
         NULL, HUB_EINVAL, "/$ref");
