@@ -922,6 +922,29 @@ void hub_jschema_free(struct hub_jschema *s) {
 }
 
 /*
+ * Refuses a root `$schema` naming another dialect: its keywords would
+ * silently mean something else here (2019-09's `$defs`, 2020-12's
+ * `prefixItems`).  Absent, or draft-07 with or without "#" and over http
+ * or https, is accepted.
+ */
+static int dialect_check(struct js_cc *cc, const json_t *schema) {
+    const char *d = json_string_value(json_object_get(schema, "$schema"));
+    if (!d) {
+        return 0;
+    }
+    size_t n = strcspn(d, "#");
+    static const char *const ok[] = {"http://json-schema.org/draft-07/schema",
+                                     "https://json-schema.org/draft-07/schema"};
+    for (size_t i = 0; i < 2; i++) {
+        if (n == strlen(ok[i]) && strncmp(d, ok[i], n) == 0 && (d[n] == '\0' || !d[n + 1])) {
+            return 0;
+        }
+    }
+    return cc_fail(cc, HUB_EINVAL, "/$schema", "only draft-07 schemas are supported, not \"%s\"",
+                   d);
+}
+
+/*
  * Checks schema against the meta-schema with limits scaled from l (a
  * schema is about twice as deep as the instances it describes).  Returns 0
  * or the error code with cc's error set.
@@ -946,10 +969,24 @@ static int meta_check(struct js_cc *cc, const json_t *schema, const struct hub_j
                                                            : "schema too large to check");
     } else if (rc < 0) {
         rc = cc_fail(cc, rc, "", "out of memory");
-    } else if (!res->valid) {
+    } else if (!res->valid && res->nerrors > 0) {
+        /* the meta-schema's own wording ("matches none of the anyOf
+         * schemas") means little to a schema author: name the keyword
+         * whose value is wrong, the last segment of the pointer */
         const struct hub_jschema_issue *e = &res->errors[0];
-        rc = cc_fail(cc, HUB_EINVAL, res->nerrors ? e->instance : "", "not valid draft-07: %s: %s",
-                     res->nerrors ? e->keyword : "?", res->nerrors ? e->message : "invalid");
+        const char *slash = strrchr(e->instance, '/');
+        if (slash && strcmp(e->keyword, "type") != 0 && strcmp(e->keyword, "required") != 0) {
+            rc = cc_fail(cc, HUB_EINVAL, e->instance,
+                         "not valid draft-07: the value of \"%s\" is not allowed (%s)", slash + 1,
+                         e->message);
+        } else {
+            rc = cc_fail(cc, HUB_EINVAL, e->instance, "not valid draft-07: %s", e->message);
+        }
+    } else if (!res->valid) {
+        rc = cc_fail(cc, HUB_EINVAL, "", "not valid draft-07");
+    }
+    if (rc == 0) {
+        rc = dialect_check(cc, schema);
     }
     free(res);
     return rc;

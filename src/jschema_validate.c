@@ -303,6 +303,20 @@ static const char *type_name(const json_t *x) {
     }
 }
 
+/* The names of the types in bits, "a or b or c", into buf. */
+static void type_names(unsigned bits, char *buf, size_t cap) {
+    static const char *const names[] = {"null",   "boolean", "object", "array",
+                                        "number", "string",  "integer"};
+    size_t o = 0;
+    buf[0] = '\0';
+    for (unsigned k = 0; k < 7 && o < cap; k++) {
+        if (bits & (1u << k)) {
+            int w = snprintf(buf + o, cap - o, "%s%s", o ? " or " : "", names[k]);
+            o += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
 /* 1 when x has one of the types in bits; 2.0 is an integer, as the spec
  * says ("integer" is any number with a zero fractional part). */
 static int type_ok(unsigned bits, const json_t *x) {
@@ -844,7 +858,9 @@ static int v_node(struct js_vctx *c, const struct js_node *n, const json_t *x) {
      * so a producer sees all the problems of a payload at once (up to
      * max_errors); speculative runs return at the first failure */
     if (n->types && !type_ok(n->types, x)) {
-        STEP(fail(c, n, "type", "%s is not of the allowed types", type_name(x)));
+        char want[80];
+        type_names(n->types, want, sizeof want);
+        STEP(fail(c, n, "type", "%s where %s is expected", type_name(x), want));
     }
     if (n->const_) {
         int e = equal(c, x, n->const_);

@@ -89,6 +89,11 @@ static void test_compile_errors_name_the_pointer(void **state) {
         "{\"$ref\": \"#/properties/a/type\", \"properties\": {\"a\": {\"type\": \"string\"}}}",
         NULL, HUB_EINVAL, "/$ref");
     compile_fails("42", NULL, HUB_EINVAL, "");
+    compile_fails("{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\"}", NULL,
+                  HUB_EINVAL, "/$schema");
+    struct hub_jschema *ok =
+        compile_ok("{\"$schema\": \"http://json-schema.org/draft-07/schema#\"}");
+    hub_jschema_free(ok);
     struct hub_jschema_limits l = {.max_schema_bytes = 64};
     compile_fails("{\"properties\": {\"a\": {\"description\": "
                   "\"a description long enough to pass sixty-four bytes\"}}}",
