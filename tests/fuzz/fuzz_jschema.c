@@ -7,7 +7,8 @@
  * a verdict or at a bound (never another code), a valid verdict has no
  * errors and an invalid one has at least one, both runs agree, and the
  * step count stays within the budget.  The schema is also compared with
- * itself by the compatibility check, which must find no breaking change.
+ * itself by the compatibility check, which must find no breaking change,
+ * and with the instance (read as a schema) both ways, for crashes only.
  * Any broken invariant aborts; crashes, leaks and UB are the sanitizers'.
  */
 #include <stdint.h>
@@ -58,6 +59,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         }
         json_decref(changes);
+        /* the instance read as a schema: the check must not crash on pairs
+         * of unrelated documents either way round */
+        if (inst && (json_is_object(inst) || json_is_boolean(inst))) {
+            if (hub_jschema_compat(schema, inst, &changes) == 0) {
+                json_decref(changes);
+            }
+            if (hub_jschema_compat(inst, schema, &changes) == 0) {
+                json_decref(changes);
+            }
+        }
     }
     hub_jschema_free(s);
     json_decref(inst);

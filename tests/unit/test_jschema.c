@@ -431,6 +431,40 @@ static void test_concurrent_validation(void **state) {
     hub_jschema_free(s);
 }
 
+/* Compiles the bench schema and validates once; counts failures. */
+static void *compile_run(void *arg) {
+    int *wrong = arg;
+    for (int i = 0; i < 20; i++) {
+        json_t *j = json_loads(bench_schema, 0, NULL);
+        struct hub_jschema *s = NULL;
+        json_t *inst = bench_instance();
+        struct hub_jschema_result r;
+        if (!j || hub_jschema_compile(j, NULL, &s, NULL) != 0 ||
+            hub_jschema_validate(s, inst, &r) != 0 || !r.valid) {
+            (*wrong)++;
+        }
+        hub_jschema_free(s);
+        json_decref(inst);
+        json_decref(j);
+    }
+    return NULL;
+}
+
+/* Compiles from several threads at once: the first ones race to build the
+ * shared meta-schema (built once, by pthread_once). */
+static void test_concurrent_compile(void **state) {
+    (void)state;
+    int wrong[4] = {0};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_create(&t[i], NULL, compile_run, &wrong[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(wrong[i], 0);
+    }
+}
+
 /* The rules hub_jschema_compat reports, as "rule@pointer" lines. */
 static char *compat_rules(const char *old_text, const char *new_text) {
     json_t *o = parse(old_text), *n = parse(new_text), *changes = NULL;
@@ -521,6 +555,8 @@ static void test_compat_rules(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        /* first: the meta-schema is built by whichever thread gets there */
+        cmocka_unit_test(test_concurrent_compile),
         cmocka_unit_test(test_compile_errors_name_the_pointer),
         cmocka_unit_test(test_errors_name_pointer_keyword_and_schema),
         cmocka_unit_test(test_bounds_stop_hostile_work),
