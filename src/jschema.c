@@ -69,6 +69,7 @@ struct js_cc {
     size_t cap_locs, nlocs;
     struct js_res *res;
     size_t nres, cap_res;
+    unsigned depth; /* nested compile_at calls: nesting plus chains of $refs */
     int rc;
 };
 
@@ -854,6 +855,12 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
     if (l->node) {
         return l->node;
     }
+    /* nesting is bounded by the meta-schema check, but a chain of distinct
+     * `$ref`s (a -> b -> c ...) is flat in the document and deep here */
+    if (cc->depth >= 8 * cc->s->limits.max_depth) {
+        cc_fail(cc, HUB_ERANGE, l->ptr, "schema nested or chained by $ref too deeply");
+        return NULL;
+    }
     struct hub_jschema *s = cc->s;
     if (s->nnodes == s->cap_nodes) {
         size_t ncap = s->cap_nodes ? 2 * s->cap_nodes : 32;
@@ -886,7 +893,9 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
         n->boolean = json_is_true(j);
     } else {
         n->boolean = -1;
+        cc->depth++;
         compile_keywords(cc, n, j, nbase, n->ptr);
+        cc->depth--;
     }
     free(nbase);
     return n;

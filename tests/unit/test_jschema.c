@@ -117,6 +117,18 @@ static void test_compile_errors_name_the_pointer(void **state) {
     struct hub_jschema_error err;
     assert_int_equal(hub_jschema_compile(j, NULL, &s, &err), HUB_ERANGE);
     json_decref(j);
+    /* a flat chain of 5,000 $refs: deep for the compiler, not for the meta-schema check */
+    json_t *defs = json_object();
+    for (int i = 0; i < 5000; i++) {
+        char name[16], ref[40];
+        snprintf(name, sizeof name, "d%d", i);
+        snprintf(ref, sizeof ref, "#/definitions/d%d", i + 1);
+        json_object_set_new(defs, name, i < 4999 ? json_pack("{s:s}", "$ref", ref) : json_true());
+    }
+    j = json_pack("{s:o, s:s}", "definitions", defs, "$ref", "#/definitions/d0");
+    assert_int_equal(hub_jschema_compile(j, NULL, &s, &err), HUB_ERANGE);
+    assert_null(s);
+    json_decref(j);
 }
 
 static void test_errors_name_pointer_keyword_and_schema(void **state) {
