@@ -39,6 +39,8 @@
  *   allOf-added           a new constrained allOf member
  *   anyOf-changed, oneOf-changed   members added or removed
  *   conditional-changed   `not`, `if`, `then` or `else` added or changed
+ *   not-checked           the schemas are too large or deep to compare
+ *                         (over 20,000 subschema pairs or 512 levels)
  *   ref-changed           a `$ref` to another document (which the check
  *                         cannot follow) added, removed or changed
  *
@@ -66,6 +68,9 @@
 #include "error.h"
 #include "jschema_int.h"
 
+/* Nested comparisons at most (the compiler's own bound is 8 x 64). */
+#define COMPAT_MAX_DEPTH 512
+
 /* Pairs of (old, new) subschemas compared at most; a larger walk stops
  * there (each pair is compared once, so cycles end anyway). */
 #define COMPAT_MAX_PAIRS 20000
@@ -81,6 +86,8 @@ struct compat {
     json_t *empty; /* {}, standing in for an old `true` */
     struct compat_pair *seen;
     size_t nseen, cap_seen;
+    unsigned depth; /* nested compare calls */
+    int gave_up;    /* the too-large change has been reported */
     int rc;
 };
 
@@ -123,6 +130,11 @@ static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
         }
     }
     if (c->nseen >= COMPAT_MAX_PAIRS) {
+        if (!c->gave_up) {
+            c->gave_up = 1;
+            report(c, "", "not-checked", "more than %d subschema pairs to compare",
+                   COMPAT_MAX_PAIRS);
+        }
         return 0;
     }
     if (c->nseen == c->cap_seen) {
@@ -202,6 +214,8 @@ static int bound_narrower(struct bound o, struct bound n, int upper) {
 
 static void compare(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
                     const char *optr);
+static void compare_schema(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                           const char *optr);
 
 /* Compares o[key] with n[key] when both exist. */
 static void compare_member(struct compat *c, const json_t *o, const json_t *n, const char *key,
@@ -598,6 +612,21 @@ static void compare(struct compat *c, const json_t *o, const json_t *n, const ch
     if (json_is_false(o) || accepts_all(n) || !first_visit(c, o, n)) {
         return;
     }
+    /* what cannot be compared is reported, so registration refuses rather
+     * than accepts it unchecked (a compiled schema never nests this deep) */
+    if (c->depth >= COMPAT_MAX_DEPTH) {
+        report(c, ptr, "not-checked", "nested too deeply to compare");
+        return;
+    }
+    c->depth++;
+    compare_schema(c, o, n, ptr, optr);
+    c->depth--;
+}
+
+/* The comparison of two subschemas compare has dereferenced and not seen
+ * before. */
+static void compare_schema(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                           const char *optr) {
     if (json_is_false(n)) {
         report(c, ptr, "schema-false", "the schema is now false");
         return;
