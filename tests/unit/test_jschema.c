@@ -69,6 +69,12 @@ static int check(const struct hub_jschema *s, const char *text, struct hub_jsche
     return rc;
 }
 
+/*
+ * A registration refused with 400 must say where: every kind of compile
+ * error (not draft-07, unresolvable or non-local $ref, a pattern PCRE2
+ * refuses, over a size, node or pattern limit, nested too deeply) names
+ * the JSON pointer of the offending schema location.
+ */
 static void test_compile_errors_name_the_pointer(void **state) {
     (void)state;
     compile_fails("{\"properties\": {\"a\": {\"type\": \"strin\"}}}", NULL, HUB_EINVAL,
@@ -131,6 +137,12 @@ static void test_compile_errors_name_the_pointer(void **state) {
     json_decref(j);
 }
 
+/*
+ * Quarantine evidence and the 422 answer list the errors a producer must
+ * fix: each with the instance pointer (escaped as RFC 6901 says), the
+ * keyword and where in the schema it is; all of them up to max_errors,
+ * in instance order, through `$ref`s.
+ */
 static void test_errors_name_pointer_keyword_and_schema(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(
@@ -194,6 +206,12 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/*
+ * A hostile payload or schema stops at a bound, fast, with HUB_ERANGE and
+ * the bound named: a deep instance, a $ref cycle, a quadratic uniqueItems,
+ * catastrophic backtracking, and many searches each just under the
+ * regex limit (charged their worst case, so the step budget ends them).
+ */
 static void test_bounds_stop_hostile_work(void **state) {
     (void)state;
     struct hub_jschema_result r;
@@ -276,6 +294,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     hub_jschema_free(s);
 }
 
+/* Patterns behave as ECMA-262 says where schemas rely on it: searched,
+ * `$` only at the very end, code points not bytes, \u escapes. */
 static void test_pattern_dialect(void **state) {
     (void)state;
     struct hub_jschema_result r;
@@ -303,6 +323,8 @@ static void test_pattern_dialect(void **state) {
     hub_jschema_free(s);
 }
 
+/* The three asserting formats, valid and invalid shapes of each, and an
+ * annotation-only format that always passes. */
 static void test_formats(void **state) {
     (void)state;
     static const struct {
@@ -374,6 +396,8 @@ static json_t *bench_instance(void) {
     return j;
 }
 
+/* Prints (does not assert) the cost of the issue's reference payload, and
+ * jansson's parse of the same text for scale: ingest parses it anyway. */
 static void test_bench_1k_object(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(bench_schema);
@@ -409,6 +433,7 @@ struct worker {
     int wrong;
 };
 
+/* Validates a good and a bad instance alternately; counts wrong answers. */
 static void *worker_run(void *arg) {
     struct worker *w = arg;
     for (int i = 0; i < 3000; i++) {
@@ -422,6 +447,8 @@ static void *worker_run(void *arg) {
     return NULL;
 }
 
+/* One compiled schema, four threads validating at once: every answer and
+ * error pointer is the same as a lone thread's (run under TSan too). */
 static void test_concurrent_validation(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(bench_schema);
@@ -478,6 +505,8 @@ static void test_concurrent_compile(void **state) {
 }
 
 /* The rules hub_jschema_compat reports, as "rule@pointer" lines. */
+/* Registration's 409 lists these: compared here as one string so a test
+ * shows every rule and pointer at once when it fails. */
 static char *compat_rules(const char *old_text, const char *new_text) {
     json_t *o = parse(old_text), *n = parse(new_text), *changes = NULL;
     assert_int_equal(hub_jschema_compat(o, n, &changes), 0);
@@ -504,6 +533,11 @@ static void expect_compat(const char *old_text, const char *new_text, const char
     free(got);
 }
 
+/*
+ * Compatible evolutions report nothing; each breaking rule is reported
+ * with its pointer, in walk order; $refs are followed on both sides and a
+ * recursive schema terminates; true/false schemas; non-schemas refused.
+ */
 static void test_compat_rules(void **state) {
     (void)state;
     const char *base = "{\"type\": \"object\", \"required\": [\"id\"], \"properties\": {"
