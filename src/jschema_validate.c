@@ -511,7 +511,8 @@ static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) 
         }
     }
 unique_done:
-    for (size_t i = 0; i < size; i++) {
+    /* without items, nothing applies to the elements: skip the walk */
+    for (size_t i = 0; (n->items || n->items_is_list) && i < size; i++) {
         const struct js_node *in = NULL;
         if (!n->items_is_list) {
             in = n->items;
