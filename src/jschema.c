@@ -19,7 +19,13 @@
 
 #include "error.h"
 #include "jschema_int.h"
+#include "util.h"
 
+/*
+ * The defaults are sized for event payloads of up to about 1 MiB checked
+ * on worker threads: 1,000,000 steps is roughly 0.1 s of CPU at worst, and a
+ * 1 KiB object of ten properties needs about 30 (tests/unit/test_jschema.c).
+ */
 void hub_jschema_limits_default(struct hub_jschema_limits *l) {
     l->max_schema_nodes = 10000;
     l->max_schema_bytes = 1 << 20;
@@ -32,6 +38,11 @@ void hub_jschema_limits_default(struct hub_jschema_limits *l) {
 }
 
 /* A subschema location: where it is and which base URI applies in it. */
+/*
+ * The walk records one per subschema, keyed by the json_t address in the
+ * compiled copy: the node builder then finds a `$ref` target's base URI
+ * and pointer, and its node if already built, in constant time.
+ */
 struct js_loc {
     const json_t *json; /* NULL: empty slot */
     char *base;         /* absolute URI without fragment ("" for an anonymous root) */
@@ -46,6 +57,11 @@ struct js_res {
 };
 
 /* The state of one compile. */
+/*
+ * Everything a compile needs besides the result: the location table, the
+ * `$id`s, and the first error (later failures, consequences of the first,
+ * do not overwrite it).  Freed before the compile returns.
+ */
 struct js_cc {
     struct hub_jschema *s;
     struct hub_jschema_error *err;
@@ -53,6 +69,7 @@ struct js_cc {
     size_t cap_locs, nlocs;
     struct js_res *res;
     size_t nres, cap_res;
+    unsigned depth; /* nested compile_at calls: nesting plus chains of $refs */
     int rc;
 };
 
@@ -101,6 +118,10 @@ char *js_ptr_index(const char *base, size_t i) {
     return js_ptr_join(base, num, (size_t)n);
 }
 
+/*
+ * The slot of j in a table of cap (a power of two) slots: the address,
+ * mixed so that neighbouring allocations do not cluster.
+ */
 static size_t loc_hash(const json_t *j, size_t cap) {
     uintptr_t h = (uintptr_t)j;
     h ^= h >> 17;
@@ -108,6 +129,8 @@ static size_t loc_hash(const json_t *j, size_t cap) {
     return (size_t)(h ^ (h >> 29)) & (cap - 1);
 }
 
+/* The recorded location of the subschema j, or NULL (probes until an
+ * empty slot; the table is never more than half full). */
 static struct js_loc *loc_find(struct js_cc *cc, const json_t *j) {
     if (cc->cap_locs == 0) {
         return NULL;
@@ -177,7 +200,8 @@ static struct js_loc *loc_add(struct js_cc *cc, const json_t *j, const char *bas
     return l;
 }
 
-/* Registers a `$id` (uri copied). */
+/* Registers a `$id`: uri (copied) names the subschema j.  Returns 0 or
+ * HUB_ENOMEM (recorded in cc). */
 static int res_add(struct js_cc *cc, const char *uri, const json_t *j) {
     if (cc->nres == cc->cap_res) {
         size_t ncap = cc->cap_res ? 2 * cc->cap_res : 8;
@@ -198,6 +222,9 @@ static int res_add(struct js_cc *cc, const char *uri, const json_t *j) {
     return 0;
 }
 
+/* The subschema registered under the absolute URI uri (with a "#name"
+ * fragment for an anchor), or NULL.  A linear scan: documents have few
+ * `$id`s, and this runs only at compile time. */
 static const json_t *res_find(struct js_cc *cc, const char *uri) {
     for (size_t i = 0; i < cc->nres; i++) {
         if (strcmp(cc->res[i].uri, uri) == 0) {
@@ -207,7 +234,9 @@ static const json_t *res_find(struct js_cc *cc, const char *uri) {
     return NULL;
 }
 
-/* The length of the scheme of u ("http" in "http://"), 0 when it has none. */
+/* The length of the scheme of u ("http" in "http://"), 0 when it has none:
+ * letters first, then up to a ':' before any '/', '?' or '#' (RFC 3986 §3.1,
+ * loosely: this only tells absolute references from relative ones). */
 static size_t uri_scheme_len(const char *u) {
     size_t i = 0;
     if (!((u[0] >= 'a' && u[0] <= 'z') || (u[0] >= 'A' && u[0] <= 'Z'))) {
@@ -266,25 +295,13 @@ static char *uri_resolve(const char *base, const char *ref) {
     return out;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 /* Decodes %XX escapes of a URI fragment in place. */
 static void uri_unescape(char *s) {
     char *o = s;
     for (char *p = s; *p; p++) {
         int hi, lo;
-        if (p[0] == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0) {
+        if (p[0] == '%' && (hi = hub_hex_value((unsigned char)p[1])) >= 0 &&
+            (lo = hub_hex_value((unsigned char)p[2])) >= 0) {
             *o++ = (char)(hi * 16 + lo);
             p += 2;
         } else {
@@ -294,6 +311,12 @@ static void uri_unescape(char *s) {
     *o = '\0';
 }
 
+/*
+ * Where subschemas live in a draft-07 document: the walk descends only
+ * through these, so a `$id` or a location inside `enum`, `const`,
+ * `default` or an unknown keyword is not a schema location (a `$ref` may
+ * still point there; compile_at walks such a target on demand).
+ */
 /* Keywords whose value is one subschema; items is handled apart. */
 static const char *const kw_single[] = {
     "additionalItems",
@@ -343,6 +366,8 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
     }
     char *own = NULL;
     const json_t *id = json_object_get(j, "$id");
+    /* a `$id` changes the base URI of everything below it and registers
+     * this subschema under the resolved URI (and "#name" anchors) */
     if (json_is_string(id) && !json_object_get(j, "$ref")) {
         own = uri_resolve(base, json_string_value(id));
         if (!own) {
@@ -429,7 +454,8 @@ static void walk(struct js_cc *cc, const json_t *j, const char *base, const char
 static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char *base,
                                   const char *ptr);
 
-/* A non-negative count keyword (`maxLength`...): -1 when absent. */
+/* A non-negative count keyword (`maxLength`...) of s: -1 when absent.  The
+ * meta-schema has checked it is a non-negative integer, possibly 2.0. */
 static long long count_of(const json_t *s, const char *key) {
     const json_t *v = json_object_get(s, key);
     if (json_is_integer(v)) {
@@ -443,7 +469,7 @@ static long long count_of(const json_t *s, const char *key) {
     return -1;
 }
 
-/* A number keyword, or NULL. */
+/* A number keyword of s (borrowed from the compiled copy), or NULL. */
 static const json_t *number_of(const json_t *s, const char *key) {
     const json_t *v = json_object_get(s, key);
     return json_is_number(v) ? v : NULL;
@@ -486,6 +512,20 @@ static const json_t *pointer_get(const json_t *doc, const char *ptr) {
     return *ptr ? NULL : v;
 }
 
+const json_t *js_local_ref(const json_t *root, const char *ref) {
+    if (ref[0] != '#') {
+        return NULL;
+    }
+    char *frag = strdup(ref + 1);
+    if (!frag) {
+        return NULL;
+    }
+    uri_unescape(frag);
+    const json_t *t = frag[0] == '\0' || frag[0] == '/' ? pointer_get(root, frag) : NULL;
+    free(frag);
+    return t;
+}
+
 /*
  * Resolves the `$ref` text ref of the subschema at ptr (base URI base) to a
  * node: a subschema of this document, or the built-in meta-schema.  NULL
@@ -506,6 +546,8 @@ static struct js_node *resolve_ref(struct js_cc *cc, const char *ref, const char
     if (hash) {
         *hash = '\0';
     }
+    /* "#/a%25b" names the member "a%b": the fragment is URI-escaped first,
+     * then a JSON pointer (RFC 6901 §6) */
     uri_unescape(frag);
     const json_t *target = NULL;
     const char *tbase = uri;
@@ -533,6 +575,7 @@ static struct js_node *resolve_ref(struct js_cc *cc, const char *ref, const char
         memcpy(tptr, dl ? dl->ptr : "", dlen);
         strcpy(tptr + dlen, frag);
     } else {
+        /* a plain-name fragment: a `$id` of "#name" registered it whole */
         target = res_find(cc, full);
     }
     if (!target) {
@@ -550,7 +593,8 @@ out:
     return n;
 }
 
-/* Compiles the subschema j[key] of the subschema at ptr; NULL when absent. */
+/* Compiles the subschema j[key] of the subschema at ptr (base URI base);
+ * NULL when absent or on failure (cc->rc tells them apart). */
 static struct js_node *child(struct js_cc *cc, const json_t *j, const char *key, const char *base,
                              const char *ptr) {
     const json_t *v = json_object_get(j, key);
@@ -567,7 +611,8 @@ static struct js_node *child(struct js_cc *cc, const json_t *j, const char *key,
     return n;
 }
 
-/* Compiles the array of subschemas j[key] into *list. */
+/* Compiles the array of subschemas j[key] into *list (owned by the node,
+ * freed by hub_jschema_free); an absent or empty array leaves it empty. */
 static void child_list(struct js_cc *cc, const json_t *j, const char *key, const char *base,
                        const char *ptr, struct js_list *list) {
     const json_t *a = json_object_get(j, key);
@@ -595,7 +640,9 @@ static void child_list(struct js_cc *cc, const json_t *j, const char *key, const
     free(ap);
 }
 
-/* Compiles a regex keyword value at ptr/key[/name] under the pattern limit. */
+/* Compiles a regex (`pattern`, or a `patternProperties` key) found at
+ * where, under the pattern length limit.  Returns owned code, or NULL with
+ * the error recorded against where. */
 static pcre2_code *regex_at(struct js_cc *cc, const char *src, size_t len, const char *where) {
     char msg[128];
     if (len > cc->s->limits.max_pattern_bytes) {
@@ -610,6 +657,8 @@ static pcre2_code *regex_at(struct js_cc *cc, const char *src, size_t len, const
     return re;
 }
 
+/* Orders `properties` entries by name bytes, then length, the order
+ * prop_find in jschema_validate.c searches. */
 static int prop_cmp(const void *a, const void *b) {
     const struct js_prop *x = a, *y = b;
     size_t n = x->len < y->len ? x->len : y->len;
@@ -617,7 +666,8 @@ static int prop_cmp(const void *a, const void *b) {
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
-/* The `type` keyword as enum js_type bits. */
+/* The `type` keyword t (a name or an array of names) as enum js_type
+ * bits; 0 when absent, which means any type. */
 static unsigned type_bits(const json_t *t) {
     static const struct {
         const char *name;
@@ -637,7 +687,9 @@ static unsigned type_bits(const json_t *t) {
     return bits;
 }
 
-/* Compiles `properties`, `patternProperties` and `dependencies` of j. */
+/* Compiles `properties` (sorted for binary search), `patternProperties`
+ * (each key a regex) and `dependencies` (a schema, or a list of names kept
+ * as the borrowed array) of j into n. */
 static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const json_t *j,
                                     const char *base, const char *ptr) {
     const char *k;
@@ -714,7 +766,9 @@ static void compile_object_keywords(struct js_cc *cc, struct js_node *n, const j
     }
 }
 
-/* Compiles the keywords of the object schema j into n. */
+/* Compiles the keywords of the object schema j (at ptr, base URI base)
+ * into n.  Keywords draft-07 does not define are ignored, as the spec
+ * says; `default`, `title` and the like are annotations. */
 static void compile_keywords(struct js_cc *cc, struct js_node *n, const json_t *j, const char *base,
                              const char *ptr) {
     const json_t *ref = json_object_get(j, "$ref");
@@ -796,8 +850,16 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
             return NULL;
         }
     }
+    /* one node per location: a second `$ref` to it, or the walk reaching a
+     * location a `$ref` compiled first, shares the node */
     if (l->node) {
         return l->node;
+    }
+    /* nesting is bounded by the meta-schema check, but a chain of distinct
+     * `$ref`s (a -> b -> c ...) is flat in the document and deep here */
+    if (cc->depth >= 8 * cc->s->limits.max_depth) {
+        cc_fail(cc, HUB_ERANGE, l->ptr, "schema nested or chained by $ref too deeply");
+        return NULL;
     }
     struct hub_jschema *s = cc->s;
     if (s->nnodes == s->cap_nodes) {
@@ -831,13 +893,16 @@ static struct js_node *compile_at(struct js_cc *cc, const json_t *j, const char 
         n->boolean = json_is_true(j);
     } else {
         n->boolean = -1;
+        cc->depth++;
         compile_keywords(cc, n, j, nbase, n->ptr);
+        cc->depth--;
     }
     free(nbase);
     return n;
 }
 
-/* Frees what a compile built, whole or partial. */
+/* Frees what a compile built, whole or partial: the nodes (never the
+ * meta-schema's, which are not in s->nodes), their regexes, the document. */
 void hub_jschema_free(struct hub_jschema *s) {
     if (!s) {
         return;
@@ -860,8 +925,32 @@ void hub_jschema_free(struct hub_jschema *s) {
     }
     free(s->nodes);
     pcre2_match_context_free(s->mctx);
+    pcre2_match_context_free(s->mctx_first);
     json_decref(s->doc);
     free(s);
+}
+
+/*
+ * Refuses a root `$schema` naming another dialect: its keywords would
+ * silently mean something else here (2019-09's `$defs`, 2020-12's
+ * `prefixItems`).  Absent, or draft-07 with or without "#" and over http
+ * or https, is accepted.
+ */
+static int dialect_check(struct js_cc *cc, const json_t *schema) {
+    const char *d = json_string_value(json_object_get(schema, "$schema"));
+    if (!d) {
+        return 0;
+    }
+    size_t n = strcspn(d, "#");
+    static const char *const ok[] = {"http://json-schema.org/draft-07/schema",
+                                     "https://json-schema.org/draft-07/schema"};
+    for (size_t i = 0; i < 2; i++) {
+        if (n == strlen(ok[i]) && strncmp(d, ok[i], n) == 0 && (d[n] == '\0' || !d[n + 1])) {
+            return 0;
+        }
+    }
+    return cc_fail(cc, HUB_EINVAL, "/$schema", "only draft-07 schemas are supported, not \"%s\"",
+                   d);
 }
 
 /*
@@ -889,13 +978,53 @@ static int meta_check(struct js_cc *cc, const json_t *schema, const struct hub_j
                                                            : "schema too large to check");
     } else if (rc < 0) {
         rc = cc_fail(cc, rc, "", "out of memory");
-    } else if (!res->valid) {
+    } else if (!res->valid && res->nerrors > 0) {
+        /* the meta-schema's own wording ("matches none of the anyOf
+         * schemas") means little to a schema author: name the keyword
+         * whose value is wrong, the last segment of the pointer */
         const struct hub_jschema_issue *e = &res->errors[0];
-        rc = cc_fail(cc, HUB_EINVAL, res->nerrors ? e->instance : "", "not valid draft-07: %s: %s",
-                     res->nerrors ? e->keyword : "?", res->nerrors ? e->message : "invalid");
+        const char *slash = strrchr(e->instance, '/');
+        if (slash && strcmp(e->keyword, "type") != 0 && strcmp(e->keyword, "required") != 0) {
+            rc = cc_fail(cc, HUB_EINVAL, e->instance,
+                         "not valid draft-07: the value of \"%s\" is not allowed (%s)", slash + 1,
+                         e->message);
+        } else {
+            rc = cc_fail(cc, HUB_EINVAL, e->instance, "not valid draft-07: %s", e->message);
+        }
+    } else if (!res->valid) {
+        rc = cc_fail(cc, HUB_EINVAL, "", "not valid draft-07");
+    }
+    if (rc == 0) {
+        rc = dialect_check(cc, schema);
     }
     free(res);
     return rc;
+}
+
+/*
+ * Builds the node of every walked location no `$ref` reached from the
+ * root (unused `definitions`, siblings of a `$ref`), so that a pattern
+ * PCRE2 refuses anywhere in the document is a compile error, not a
+ * surprise when a later version starts referring to it.
+ */
+static void compile_rest(struct js_cc *cc) {
+    size_t n = 0;
+    const json_t **todo = malloc(cc->nlocs * sizeof *todo);
+    if (!todo) {
+        cc_fail(cc, HUB_ENOMEM, "", "out of memory");
+        return;
+    }
+    /* collected first: building nodes may grow (rehash) the table */
+    for (size_t i = 0; i < cc->cap_locs; i++) {
+        if (cc->locs[i].json && !cc->locs[i].node) {
+            todo[n++] = cc->locs[i].json;
+        }
+    }
+    for (size_t i = 0; i < n && !cc->rc; i++) {
+        const struct js_loc *l = loc_find(cc, todo[i]);
+        compile_at(cc, todo[i], l->base, l->ptr);
+    }
+    free(todo);
 }
 
 /*
@@ -933,26 +1062,38 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     if (!json_is_object(schema) && !json_is_boolean(schema)) {
         return cc_fail(&cc, HUB_EINVAL, "", "a schema is an object or a boolean");
     }
+    /* jansson measures the compact text without building it */
     size_t bytes = json_dumpb(schema, NULL, 0, JSON_COMPACT);
     if (bytes > l.max_schema_bytes) {
         return cc_fail(&cc, HUB_ERANGE, "", "schema of %zu bytes is over the limit of %zu", bytes,
                        l.max_schema_bytes);
     }
+    /* the meta-schema check comes before the copy and the walk: a document
+     * that is not a schema costs a validation, not a compile */
     if (check_meta && meta_check(&cc, schema, &l) < 0) {
         return cc.rc;
     }
     struct hub_jschema *s = calloc(1, sizeof *s);
     cc.s = s;
-    if (!s || !(s->doc = json_deep_copy(schema)) || !(s->mctx = pcre2_match_context_create(NULL))) {
+    if (!s || !(s->doc = json_deep_copy(schema)) || !(s->mctx = pcre2_match_context_create(NULL)) ||
+        !(s->mctx_first = pcre2_match_context_create(NULL))) {
         hub_jschema_free(s);
         return cc_fail(&cc, HUB_ENOMEM, "", "out of memory");
     }
     s->limits = l;
     pcre2_set_match_limit(s->mctx, l.regex_match_limit);
     pcre2_set_depth_limit(s->mctx, l.regex_depth_limit);
+    pcre2_set_match_limit(s->mctx_first, JS_REGEX_FIRST_LIMIT);
+    pcre2_set_depth_limit(s->mctx_first, l.regex_depth_limit);
+    /* the interpreter keeps backtracking frames on the heap: 4 MiB each search */
+    pcre2_set_heap_limit(s->mctx, 4096);
+    pcre2_set_heap_limit(s->mctx_first, 4096);
+    /* the document itself answers to the empty URI, so "#..." resolves in
+     * a schema without `$id`; a root `$id` adds its absolute URI */
     if (res_add(&cc, "", s->doc) == 0) {
         walk(&cc, s->doc, "", "");
         s->root = compile_at(&cc, s->doc, "", "");
+        compile_rest(&cc);
     }
     for (size_t i = 0; i < cc.cap_locs; i++) {
         free(cc.locs[i].base);
@@ -971,6 +1112,8 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     return 0;
 }
 
+/* The public compile always checks the schema against the meta-schema
+ * first, so the node builder can trust the shape of every keyword. */
 int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *limits,
                         struct hub_jschema **out, struct hub_jschema_error *err) {
     return compile_doc(schema, limits, 1, out, err);
@@ -979,6 +1122,10 @@ int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *l
 static struct hub_jschema *meta_schema;
 static pthread_once_t meta_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Builds the meta-schema (pthread_once).  Failure leaves meta_schema NULL,
+ * and every compile then reports HUB_ENOMEM, the only way it can fail.
+ */
 static void meta_build(void) {
     json_t *doc = json_loads(js_meta_schema_text, 0, NULL);
     if (doc) {
@@ -999,6 +1146,8 @@ const struct hub_jschema *js_meta_schema(void) {
     return meta_schema;
 }
 
+/* One object per recorded error, in the order they were found; the
+ * schema location stays out (evidence names the instance, not our tree). */
 json_t *hub_jschema_result_json(const struct hub_jschema_result *res) {
     json_t *a = json_array();
     for (size_t i = 0; a && i < res->nerrors; i++) {

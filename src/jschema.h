@@ -14,14 +14,40 @@
  *
  * Validate walks the instance with per-call state only: one compiled schema
  * may be validated from any number of threads at once.  Its work is bounded
- * by the instance depth, a step budget (one step per keyword evaluated per
- * instance location) and PCRE2 match and depth limits per regex; a run that
- * reaches a bound stops with HUB_ERANGE and a result that says which bound,
- * so a hostile schema or payload costs at most the budget.
+ * by the instance depth and a step budget: a keyword evaluated at one
+ * instance location, a value compared, costs a step; a regex search costs
+ * 8 steps plus one per 256 bytes of subject, under a PCRE2 match limit of
+ * 100; a search that needs more is re-run once under regex_match_limit and
+ * charged regex_match_limit / 10 steps more.  PCRE2 cannot report how much
+ * of a limit a search used, so the charge is its worst case: a step stands
+ * for about 100 ns, and the default budget for about 0.1-0.3 s of CPU
+ * however hostile the schema and payload (docs/schemas.md has figures).  A
+ * run that reaches a bound stops with HUB_ERANGE and a result saying which.
  *
  * Formats `date-time` (RFC 3339), `uri` (RFC 3986 absolute URI) and `email`
  * (RFC 5321 mailbox, dot-atom or quoted local part) are assertions; other
  * formats are annotations and always pass.
+ */
+/*
+ * Use (a registry compiles on registration or reload, workers validate):
+ *
+ *     struct hub_jschema *s;
+ *     struct hub_jschema_error err;
+ *     if (hub_jschema_compile(doc, NULL, &s, &err) < 0)
+ *         -> 400 naming err.pointer and err.message
+ *     ...on any thread, as often as needed:
+ *     struct hub_jschema_result res;
+ *     int rc = hub_jschema_validate(s, payload, &res);
+ *     rc == 0 && res.valid       -> accept
+ *     rc == 0 && !res.valid      -> schema_violation, evidence from res.errors
+ *     rc == HUB_ERANGE           -> too costly to check: res.limit says which
+ *                                   bound, the last error where (the caller
+ *                                   decides; quarantine keeps the event)
+ *     ...when no thread can still use it: hub_jschema_free(s).
+ *
+ * A struct hub_jschema_result is about 12 KiB, and a validation at the
+ * deepest the default limits allow uses under 256 KiB of stack (1 MiB in
+ * the sanitizer build): any libuv or pthread worker thread has room.
  */
 #ifndef HUB_JSCHEMA_H
 #define HUB_JSCHEMA_H
@@ -107,7 +133,9 @@ int hub_jschema_compile(const json_t *schema, const struct hub_jschema_limits *l
  * threads may validate against one s at once; s must outlive the calls.
  * Returns 0 when a verdict was reached (res->valid says which, res->errors
  * the first errors found), HUB_ERANGE when a bound stopped it (res->limit
- * says which; res->valid is 0), HUB_ENOMEM when an allocation failed.
+ * says which; res->valid is 0; its last recorded error, keyword "limit",
+ * names the instance location where it stopped), HUB_ENOMEM when an
+ * allocation failed.
  */
 int hub_jschema_validate(const struct hub_jschema *s, const json_t *instance,
                          struct hub_jschema_result *res);

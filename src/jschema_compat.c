@@ -4,14 +4,60 @@
  * are walked side by side (local `$ref`s followed in each), and every
  * keyword that can only shrink the accepted set is reported with the JSON
  * pointer of the location in the new schema (in the old one for something
- * removed).  The rules, and what is deliberately not checked, are listed in
- * docs/schemas.md ("Compatibility rules"); the rule names below are the
- * "rule" values callers see.
+ * removed).  docs/schemas.md ("Compatibility rules") has the same list for
+ * operators; the rule names are the "rule" values callers see.
  *
- * Conservative means: a change the walk cannot prove harmless (a changed
- * `pattern`, a different `not`) is reported; a few widenings that could in
- * theory narrow (adding an optional property when the old schema allowed
- * any additional property) are accepted, as schema evolution expects.
+ * Checked, at every location the walk reaches (root, properties,
+ * additionalProperties, patternProperties with the same key, items,
+ * additionalItems, contains, propertyNames, dependencies schemas, allOf
+ * members, anyOf/oneOf members when their count is unchanged):
+ *   required-added        a name in `required` the old location lacked
+ *   property-removed      a `properties` member of the old schema is gone
+ *   type-narrowed         `type` admits fewer JSON types (integer is a part
+ *                         of number: number -> integer narrows, the reverse
+ *                         widens); a `type` where there was none
+ *   enum-narrowed         `enum` lost a value, or appeared
+ *   const-changed         `const` appeared or changed
+ *   bound-narrowed        maximum/exclusiveMaximum lower, minimum/
+ *                         exclusiveMinimum higher (the tighter of each pair
+ *                         is compared; equal values narrow when the new one
+ *                         is exclusive), maxLength/maxItems/maxProperties
+ *                         lower, minLength/minItems/minProperties higher,
+ *                         each also when added; `multipleOf` added, or not
+ *                         dividing the old one
+ *   pattern-narrowed      `pattern` added or changed in any way
+ *   format-added          `format` date-time, uri or email added or changed
+ *                         (other formats are annotations)
+ *   uniqueItems-added, contains-added, propertyNames-added, items-added,
+ *   patternProperties-added, dependency-added (a new or longer dependency)
+ *   additional-tightened  additionalProperties (or additionalItems) false
+ *                         or constrained where it was absent or true; when
+ *                         both are schemas they are compared as any others,
+ *                         and a new property is compared with the old
+ *                         additionalProperties schema that admitted it
+ *   schema-false          a location became `false`
+ *   allOf-added           a new constrained allOf member
+ *   anyOf-changed, oneOf-changed   members added or removed
+ *   conditional-changed   `not`, `if`, `then` or `else` added or changed
+ *   not-checked           the schemas are too large or deep to compare
+ *                         (over 20,000 subschema pairs or 512 levels)
+ *   ref-changed           a `$ref` to another document (which the check
+ *                         cannot follow) added, removed or changed
+ *
+ * Not checked (accepted as compatible):
+ *   - a new optional property where the old schema had no
+ *     additionalProperties (the old one admitted any value under that name;
+ *     adding a field is what a minor version is for);
+ *   - whether a changed pattern accepts a superset of the old one (any
+ *     change is reported instead), and the same for not/if/then/else;
+ *   - anyOf/oneOf members compared pairwise by position only: reordered
+ *     members may be reported, and a widened oneOf member that now overlaps
+ *     another (making both match) is not;
+ *   - interactions across keywords (an allOf member narrowing what a
+ *     sibling `properties` admits is compared member by member, not as a
+ *     whole), `dependencies` that became schemas or lists, `format` other
+ *     than date-time, uri and email, `contentMediaType`/`contentEncoding`;
+ *   - `$ref`s to other documents (reported as ref-changed when they change).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -21,6 +67,9 @@
 
 #include "error.h"
 #include "jschema_int.h"
+
+/* Nested comparisons at most (the compiler's own bound is 8 x 64). */
+#define COMPAT_MAX_DEPTH 512
 
 /* Pairs of (old, new) subschemas compared at most; a larger walk stops
  * there (each pair is compared once, so cycles end anyway). */
@@ -37,6 +86,8 @@ struct compat {
     json_t *empty; /* {}, standing in for an old `true` */
     struct compat_pair *seen;
     size_t nseen, cap_seen;
+    unsigned depth; /* nested compare calls */
+    int gave_up;    /* the too-large change has been reported */
     int rc;
 };
 
@@ -55,34 +106,15 @@ static void report(struct compat *c, const char *ptr, const char *rule, const ch
 
 /*
  * Follows local `$ref`s ("#..." pointers) from s within root until a
- * subschema without one; a reference to another document stays as is.
+ * subschema without one; a reference to another document, or one that
+ * names nothing, stays as is (compared as text).  32 hops end a cycle of
+ * references that never reaches a schema.
  */
 static const json_t *deref(const json_t *root, const json_t *s) {
     for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
         const char *ref = json_string_value(json_object_get(s, "$ref"));
-        if (!ref || ref[0] != '#') {
-            break;
-        }
-        const json_t *t = root;
-        const char *p = ref + 1;
-        while (*p == '/' && t) {
-            p++;
-            size_t n = strcspn(p, "/");
-            char key[256];
-            size_t o = 0;
-            for (size_t i = 0; i < n && o + 1 < sizeof key; i++) {
-                if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
-                    key[o++] = p[++i] == '0' ? '~' : '/';
-                } else {
-                    key[o++] = p[i];
-                }
-            }
-            key[o] = '\0';
-            t = json_is_array(t) ? json_array_get(t, strtoul(key, NULL, 10))
-                                 : json_object_get(t, key);
-            p += n;
-        }
-        if (!t || *p) {
+        const json_t *t = ref ? js_local_ref(root, ref) : NULL;
+        if (!t) {
             break;
         }
         s = t;
@@ -98,6 +130,11 @@ static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
         }
     }
     if (c->nseen >= COMPAT_MAX_PAIRS) {
+        if (!c->gave_up) {
+            c->gave_up = 1;
+            report(c, "", "not-checked", "more than %d subschema pairs to compare",
+                   COMPAT_MAX_PAIRS);
+        }
         return 0;
     }
     if (c->nseen == c->cap_seen) {
@@ -143,6 +180,8 @@ struct bound {
     int exclusive;
 };
 
+/* The effective bound of s from incl ("maximum") and excl
+ * ("exclusiveMaximum"): both may be present, and the tighter one applies. */
 static struct bound bound_of(const json_t *s, const char *incl, const char *excl, int upper) {
     struct bound b = {0};
     const json_t *i = json_object_get(s, incl), *e = json_object_get(s, excl);
@@ -175,6 +214,8 @@ static int bound_narrower(struct bound o, struct bound n, int upper) {
 
 static void compare(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
                     const char *optr);
+static void compare_schema(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                           const char *optr);
 
 /* Compares o[key] with n[key] when both exist. */
 static void compare_member(struct compat *c, const json_t *o, const json_t *n, const char *key,
@@ -345,6 +386,8 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
         c->rc = HUB_ENOMEM;
         goto out;
     }
+    /* every property the old version declared: gone is breaking (consumers
+     * rely on it), kept is compared recursively (retyped, narrowed) */
     json_object_keylen_foreach((json_t *)oprops, k, klen, v) {
         char *op = js_ptr_join(opp, k, klen), *p = js_ptr_join(pp, k, klen);
         const json_t *nv = json_object_getn(nprops, k, klen);
@@ -377,6 +420,9 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
     }
     const json_t *opat = json_object_get(o, "patternProperties"),
                  *npat = json_object_get(n, "patternProperties");
+    /* patternProperties are matched by their source text: the same regex
+     * is compared, a new constrained one is reported (what it matches in
+     * old payloads cannot be known here) */
     json_object_keylen_foreach((json_t *)npat, k, klen, v) {
         const json_t *ov = json_object_getn(opat, k, klen);
         char *p = js_ptr_join(ptr, "patternProperties", 17);
@@ -399,6 +445,8 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
                  "additionalProperties");
     const json_t *odep = json_object_get(o, "dependencies"),
                  *ndep = json_object_get(n, "dependencies");
+    /* a dependency list may only lose names; a dependency schema is
+     * compared; anything new, or a list turned schema, is reported */
     json_object_keylen_foreach((json_t *)ndep, k, klen, v) {
         const json_t *ov = json_object_getn(odep, k, klen);
         if (ov && json_is_array(ov) && json_is_array(v)) {
@@ -462,6 +510,8 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
             free(p);
         }
     } else if (json_is_array(oi) && json_is_array(ni)) {
+        /* positional items: position i of the new list against position i
+         * of the old one, or against old additionalItems past its end */
         char *p = js_ptr_join(ptr, "items", 5), *op = js_ptr_join(optr, "items", 5);
         for (size_t i = 0; p && op && i < json_array_size(ni); i++) {
             char *ip = js_ptr_index(p, i), *oip = js_ptr_index(op, i);
@@ -481,6 +531,8 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
         }
         free(p);
         free(op);
+        /* a longer new list already compared its extra positions against the
+         * old additionalItems; otherwise the two additionalItems compare */
         if (json_array_size(ni) <= json_array_size(oi)) {
             compare_rest(c, json_object_get(o, "additionalItems"),
                          json_object_get(n, "additionalItems"), ptr, optr, "additionalItems");
@@ -555,9 +607,26 @@ static void compare(struct compat *c, const json_t *o, const json_t *n, const ch
     }
     o = deref(c->old_root, o);
     n = deref(c->new_root, n);
+    /* nothing old accepted can break, nothing breaks a schema that accepts
+     * all, and a pair seen before (a recursive schema) is done */
     if (json_is_false(o) || accepts_all(n) || !first_visit(c, o, n)) {
         return;
     }
+    /* what cannot be compared is reported, so registration refuses rather
+     * than accepts it unchecked (a compiled schema never nests this deep) */
+    if (c->depth >= COMPAT_MAX_DEPTH) {
+        report(c, ptr, "not-checked", "nested too deeply to compare");
+        return;
+    }
+    c->depth++;
+    compare_schema(c, o, n, ptr, optr);
+    c->depth--;
+}
+
+/* The comparison of two subschemas compare has dereferenced and not seen
+ * before. */
+static void compare_schema(struct compat *c, const json_t *o, const json_t *n, const char *ptr,
+                           const char *optr) {
     if (json_is_false(n)) {
         report(c, ptr, "schema-false", "the schema is now false");
         return;
@@ -584,6 +653,8 @@ static void compare(struct compat *c, const json_t *o, const json_t *n, const ch
     compare_logic(c, o, n, ptr, optr);
 }
 
+/* Walks both documents from their roots; each reported change is an
+ * object the caller owns through *changes. */
 int hub_jschema_compat(const json_t *old_schema, const json_t *new_schema, json_t **changes) {
     *changes = NULL;
     if ((!json_is_object(old_schema) && !json_is_boolean(old_schema)) ||

@@ -17,7 +17,10 @@
 #include <string.h>
 
 #include "jschema_int.h"
+#include "util.h"
 
+/* Compiled once per schema; the code is shared read-only by every
+ * validating thread (PCRE2 code and JIT code are immutable after compile). */
 pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap) {
     pcre2_compile_context *cctx = pcre2_compile_context_create(NULL);
     if (!cctx) {
@@ -44,6 +47,8 @@ pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap)
     return re;
 }
 
+/* Every limit error maps to -1 so that the caller can retry a first try
+ * under the larger limit, and stop at a bound after that. */
 int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2_match_data *md,
                     pcre2_match_context *mctx) {
     int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, 0, 0, md, mctx);
@@ -63,6 +68,8 @@ int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2
     }
 }
 
+/* Unknown names are annotations: draft-07 lets a validator ignore
+ * formats it does not implement. */
 enum js_format js_format_parse(const char *name) {
     if (!name) {
         return JS_FMT_NONE;
@@ -79,7 +86,8 @@ enum js_format js_format_parse(const char *name) {
     return JS_FMT_NONE;
 }
 
-/* Reads n digits at s[*i] into *v; 0 when they are not all digits. */
+/* Reads exactly n decimal digits at s[*i] into *v, advancing *i; 0 when
+ * the subject ends or a character is not a digit. */
 static int digits(const char *s, size_t len, size_t *i, int n, int *v) {
     *v = 0;
     for (int k = 0; k < n; k++, (*i)++) {
@@ -91,6 +99,7 @@ static int digits(const char *s, size_t len, size_t *i, int n, int *v) {
     return 1;
 }
 
+/* Consumes one character of the set any at s[*i]; 0 when absent. */
 static int expect(const char *s, size_t len, size_t *i, const char *any) {
     if (*i < len && s[*i] && strchr(any, s[*i])) {
         (*i)++;
@@ -99,7 +108,14 @@ static int expect(const char *s, size_t len, size_t *i, const char *any) {
     return 0;
 }
 
-/* RFC 3339 date-time: 1985-04-12T23:20:50.52Z, leap seconds only at 23:59:60 UTC. */
+/*
+ * RFC 3339 §5.6 date-time, e.g. 1985-04-12T23:20:50.52Z: full-date "T"
+ * full-time, with "T" and "Z" in either case (§5.6 note), any number of
+ * fraction digits, an offset of Z or +hh:mm / -hh:mm.  Calendar ranges are
+ * checked (February 29 only in leap years); a leap second (:60) only where
+ * it is 23:59:60 in UTC.  ISO 8601's other shapes (week dates, no
+ * separators, a space for "T") are not RFC 3339 and fail.
+ */
 static int date_time_ok(const char *s, size_t len) {
     static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     size_t i = 0;
@@ -146,6 +162,7 @@ static int date_time_ok(const char *s, size_t len) {
     return 1;
 }
 
+/* ASCII classes, free of the locale that <ctype.h> would consult. */
 static int is_alpha(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
@@ -155,10 +172,16 @@ static int is_digit(char c) {
 }
 
 static int is_hex(char c) {
-    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    return hub_hex_value((unsigned char)c) >= 0;
 }
 
-/* RFC 3986 absolute URI: a scheme, then only URI characters and %XX escapes. */
+/*
+ * RFC 3986 §4.3 absolute URI: a scheme (a letter, then letters, digits,
+ * "+", "-", "."), a ":", then only unreserved, reserved and %XX-escaped
+ * characters, at most one "#".  Relative references fail (that is
+ * `uri-reference`); the authority's inner grammar (IPv6 literals, ports)
+ * is not parsed, only its characters checked.
+ */
 static int uri_ok(const char *s, size_t len) {
     size_t i = 0;
     if (len == 0 || !is_alpha(s[0])) {
@@ -188,7 +211,8 @@ static int uri_ok(const char *s, size_t len) {
     return hashes <= 1;
 }
 
-/* A domain of dot-separated labels of letters, digits and inner hyphens. */
+/* A domain of dot-separated labels of letters, digits and inner hyphens
+ * (RFC 1123 host names): each label 1-63 characters, 253 in all. */
 static int hostname_ok(const char *s, size_t len) {
     if (len == 0 || len > 253) {
         return 0;
@@ -209,7 +233,12 @@ static int hostname_ok(const char *s, size_t len) {
     return 1;
 }
 
-/* RFC 5321 mailbox: dot-atom or quoted local part, a domain or an [address literal]. */
+/*
+ * RFC 5321 §4.1.2 mailbox: a local part that is a dot-atom (atext
+ * characters, dots only between them, at most 64) or a quoted string
+ * (printable ASCII, backslash escapes), "@", then a host name or an
+ * address literal in brackets.  Non-ASCII addresses are `idn-email`.
+ */
 static int email_ok(const char *s, size_t len) {
     const char *at = NULL;
     size_t i = 0;
@@ -255,6 +284,7 @@ static int email_ok(const char *s, size_t len) {
     return hostname_ok(dom, dlen);
 }
 
+/* Dispatches on the format; a string of another format passes. */
 int js_format_check(enum js_format f, const char *s, size_t len) {
     switch (f) {
     case JS_FMT_DATE_TIME:

@@ -74,25 +74,29 @@ struct js_node {
     unsigned types;       /* enum js_type bits; 0: no `type` */
     const json_t *enum_;  /* array */
     const json_t *const_; /* any value (JSON null is a non-NULL json_t) */
-    const json_t *multiple_of, *maximum, *minimum, *exclusive_maximum, *exclusive_minimum;
-    long long max_length, min_length, max_items, min_items, max_props, min_props;
-    pcre2_code *pattern;
-    enum js_format format;
+    const json_t *multiple_of, *maximum, *minimum;       /* numbers, NULL when absent */
+    const json_t *exclusive_maximum, *exclusive_minimum; /* draft-07: numbers, not flags */
+    long long max_length, min_length;                    /* code points */
+    long long max_items, min_items, max_props, min_props;
+    pcre2_code *pattern;   /* owned, searched (not anchored) */
+    enum js_format format; /* JS_FMT_NONE: no assertion */
     bool unique_items;
-    bool items_is_list; /* `items` was an array: items_list is positional */
-    struct js_node *items;
-    struct js_list items_list;
-    struct js_node *additional_items, *contains;
-    const json_t *required; /* array of strings */
-    struct js_prop *props;
+    bool items_is_list;               /* `items` was an array: items_list is positional */
+    struct js_node *items;            /* `items` as one schema for every element */
+    struct js_list items_list;        /* `items` as an array */
+    struct js_node *additional_items; /* only with items_is_list */
+    struct js_node *contains;
+    const json_t *required; /* array of strings, NULL when empty */
+    struct js_prop *props;  /* sorted by name */
     size_t nprops;
-    struct js_pprop *pprops;
+    struct js_pprop *pprops; /* in document order */
     size_t npprops;
-    struct js_node *additional_props;
+    struct js_node *additional_props; /* members neither props nor pprops match */
     struct js_dep *deps;
     size_t ndeps;
-    struct js_node *property_names;
-    struct js_node *if_, *then_, *else_, *not_;
+    struct js_node *property_names;      /* applied to each name as a string */
+    struct js_node *if_, *then_, *else_; /* then/else only count with if */
+    struct js_node *not_;
     struct js_list all_of, any_of, one_of;
 };
 
@@ -103,8 +107,13 @@ struct hub_jschema {
     struct js_node **nodes; /* every node, owned */
     size_t nnodes, cap_nodes;
     struct hub_jschema_limits limits;
-    pcre2_match_context *mctx; /* read-only after compile; shared by validations */
+    pcre2_match_context *mctx;       /* regex_match_limit; read-only after compile */
+    pcre2_match_context *mctx_first; /* JS_REGEX_FIRST_LIMIT: the cheap first try */
 };
+
+/* The PCRE2 match limit of a first search; normal patterns need under 30
+ * (measured: anchored ids, e-mail shapes, searches in 10 KB subjects). */
+#define JS_REGEX_FIRST_LIMIT 100
 
 /*
  * Compiles a regex source (UTF-8, len bytes) with the module's
@@ -127,7 +136,9 @@ int js_format_check(enum js_format f, const char *s, size_t len);
 /* The format named name, or JS_FMT_NONE. */
 enum js_format js_format_parse(const char *name);
 
-/* The draft-07 meta-schema's text (NUL-terminated) and its $id. */
+/* The draft-07 meta-schema's text (NUL-terminated), embedded at build time
+ * from src/jschema_draft07.json (as json-schema.org publishes it), and its
+ * $id. */
 extern const char js_meta_schema_text[];
 #define JS_META_ID "http://json-schema.org/draft-07/schema"
 
@@ -150,6 +161,11 @@ int js_validate(const struct hub_jschema *s, const json_t *instance,
  * ~1): a JSON pointer one level down.  Returns owned text, NULL on
  * allocation failure. */
 char *js_ptr_join(const char *base, const char *seg, size_t len);
+
+/* The subschema a local `$ref` ("#" or "#/json/pointer", URI-escaped)
+ * names in root (borrowed), or NULL: a reference to another document or
+ * to nothing. */
+const json_t *js_local_ref(const json_t *root, const char *ref);
 
 /* js_ptr_join with an array index as the segment. */
 char *js_ptr_index(const char *base, size_t i);

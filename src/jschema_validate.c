@@ -27,7 +27,7 @@
 struct js_vctx {
     const struct hub_jschema_limits *l;
     struct hub_jschema_result *res;
-    pcre2_match_context *mctx;
+    pcre2_match_context *mctx, *mctx_first;
     pcre2_match_data *md; /* made on the first regex search */
     int record;           /* errors are recorded (not inside a speculative branch) */
     unsigned depth;       /* instance nesting of the current location */
@@ -37,16 +37,34 @@ struct js_vctx {
     char path[HUB_JSCHEMA_POINTER_MAX];
 };
 
-/* Ends the run at a bound (HUB_ERANGE) or on allocation failure. */
+/*
+ * Ends the run at a bound (HUB_ERANGE) or on allocation failure.  A bound
+ * is recorded as a last error with keyword "limit" at the instance location
+ * reached, so evidence says where a payload became too costly.
+ */
 static int stop(struct js_vctx *c, int rc, enum hub_jschema_limit why) {
-    if (!c->stop) {
-        c->stop = rc;
-        c->res->limit = why;
+    static const char *const names[] = {"", "depth", "step", "regex"};
+    if (c->stop) {
+        return -1;
+    }
+    c->stop = rc;
+    c->res->limit = why;
+    if (why != HUB_JSCHEMA_LIMIT_NONE && c->l->max_errors > 0) {
+        struct hub_jschema_result *r = c->res;
+        /* the last slot is overwritten when all are taken: where it stopped matters most */
+        size_t i = r->nerrors < c->l->max_errors ? r->nerrors++ : r->nerrors - 1;
+        struct hub_jschema_issue *e = &r->errors[i];
+        snprintf(e->instance, sizeof e->instance, "%s", c->path);
+        snprintf(e->keyword, sizeof e->keyword, "limit");
+        e->schema[0] = '\0';
+        snprintf(e->message, sizeof e->message, "validation stopped at the %s limit", names[why]);
+        r->total_errors++;
     }
     return -1;
 }
 
-/* Charges n steps; -1 when the budget is used up. */
+/* Charges n steps; -1 when the budget is used up (the run stops there,
+ * with res->steps past max_steps by less than n). */
 static int charge(struct js_vctx *c, uint64_t n) {
     c->res->steps += n;
     if (c->res->steps > c->l->max_steps) {
@@ -59,6 +77,15 @@ static int charge(struct js_vctx *c, uint64_t n) {
  * are still to be recorded. */
 static int more(const struct js_vctx *c) {
     return c->record && c->res->nerrors < c->l->max_errors;
+}
+
+/*
+ * Marks a subschema failure in *ok (its errors are already recorded) and
+ * says whether to go on evaluating, as more() does.
+ */
+static int failed(const struct js_vctx *c, int *ok) {
+    *ok = 0;
+    return more(c);
 }
 
 /*
@@ -115,17 +142,21 @@ static size_t path_push(struct js_vctx *c, const char *seg, size_t len) {
     return old;
 }
 
+/* path_push of an array index. */
 static size_t path_push_index(struct js_vctx *c, size_t i) {
     char num[24];
     int n = snprintf(num, sizeof num, "%zu", i);
     return path_push(c, num, (size_t)n);
 }
 
+/* Restores the path to the length path_push returned. */
 static void path_pop(struct js_vctx *c, size_t old) {
     c->plen = old;
     c->path[old] = '\0';
 }
 
+/* minLength and maxLength count code points (jansson has checked the
+ * UTF-8 already), not bytes and not UTF-16 units. */
 size_t js_utf8_length(const char *s, size_t len) {
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
@@ -209,6 +240,8 @@ static int equal_bounded(const json_t *a, const json_t *b, uint64_t *budget) {
     }
 }
 
+/* Unbounded: for the compatibility check, which compares schema values,
+ * never payloads. */
 int js_equal(const json_t *a, const json_t *b) {
     uint64_t budget = UINT64_MAX;
     return equal_bounded(a, b, &budget) == 1;
@@ -216,6 +249,7 @@ int js_equal(const json_t *a, const json_t *b) {
 
 /* equal_bounded charged to the validation's steps. */
 static int equal(struct js_vctx *c, const json_t *a, const json_t *b) {
+    /* the comparison may use what is left of the run's steps, no more */
     uint64_t left = c->res->steps < c->l->max_steps ? c->l->max_steps - c->res->steps : 0;
     uint64_t budget = left;
     int r = equal_bounded(a, b, &budget);
@@ -248,6 +282,7 @@ static int v_child(struct js_vctx *c, const struct js_node *n, const json_t *x) 
     return r;
 }
 
+/* The JSON type of x as `type` names it, for messages. */
 static const char *type_name(const json_t *x) {
     switch (json_typeof(x)) {
     case JSON_OBJECT:
@@ -268,6 +303,22 @@ static const char *type_name(const json_t *x) {
     }
 }
 
+/* The names of the types in bits, "a or b or c", into buf. */
+static void type_names(unsigned bits, char *buf, size_t cap) {
+    static const char *const names[] = {"null",   "boolean", "object", "array",
+                                        "number", "string",  "integer"};
+    size_t o = 0;
+    buf[0] = '\0';
+    for (unsigned k = 0; k < 7 && o < cap; k++) {
+        if (bits & (1u << k)) {
+            int w = snprintf(buf + o, cap - o, "%s%s", o ? " or " : "", names[k]);
+            o += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
+/* 1 when x has one of the types in bits; 2.0 is an integer, as the spec
+ * says ("integer" is any number with a zero fractional part). */
 static int type_ok(unsigned bits, const json_t *x) {
     switch (json_typeof(x)) {
     case JSON_OBJECT:
@@ -312,7 +363,11 @@ static int multiple_ok(const json_t *x, const json_t *m) {
     return fabs(q - nearbyint(q)) <= 1e-9 * fmax(1.0, fabs(q));
 }
 
-/* The numeric keywords. */
+/*
+ * multipleOf and the four bounds on a number x.  Returns 1 valid, 0
+ * invalid (errors recorded while more() allows).  Integer against integer
+ * compares exactly; anything else as doubles, which is exact below 2^53.
+ */
 static int v_number(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1;
     char a[32], b[32];
@@ -348,22 +403,37 @@ static int v_number(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
-/* Searches s for re, charging one step per 256 bytes scanned. */
+/*
+ * Searches s for re.  The first try runs under JS_REGEX_FIRST_LIMIT and
+ * costs 8 steps plus one per 256 bytes; only a search that needs more is
+ * re-run under regex_match_limit, charged its worst case, limit / 10 steps
+ * (a step is ~100 ns of keyword work; a match-limit unit ~1-13 ns of
+ * matching, measured on a loaded 2-core machine).
+ */
 static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, size_t len) {
-    if (charge(c, 1 + len / 256) < 0) {
+    if (charge(c, 8 + len / 256) < 0) {
         return -1;
     }
     if (!c->md && !(c->md = pcre2_match_data_create(1, NULL))) {
         return stop(c, HUB_ENOMEM, HUB_JSCHEMA_LIMIT_NONE);
     }
-    int r = js_regex_search(re, s, len, c->md, c->mctx);
+    int r = js_regex_search(re, s, len, c->md, c->mctx_first);
+    if (r == -1) {
+        if (charge(c, c->l->regex_match_limit / 10) < 0) {
+            return -1;
+        }
+        r = js_regex_search(re, s, len, c->md, c->mctx);
+    }
     if (r < 0) {
         return stop(c, HUB_ERANGE, HUB_JSCHEMA_LIMIT_REGEX);
     }
     return r;
 }
 
-/* The string keywords. */
+/*
+ * maxLength, minLength (in code points), pattern and format on a string x.
+ * Returns 1, 0, or -1 when a regex search stopped the run.
+ */
 static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1;
     const char *s = json_string_value(x);
@@ -402,7 +472,12 @@ static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
-/* The array keywords. */
+/*
+ * maxItems, minItems, uniqueItems, items/additionalItems and contains on
+ * an array x.  uniqueItems compares every pair, charged per value visited,
+ * so a large array meets the step budget instead of running quadratic
+ * time.  Returns 1, 0 or -1.
+ */
 static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_array_size(x);
@@ -418,6 +493,7 @@ static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             return 0;
         }
     }
+    /* the first equal pair is enough: uniqueItems is one error, not one per pair */
     if (n->unique_items) {
         for (size_t i = 1; i < size; i++) {
             for (size_t k = 0; k < i; k++) {
@@ -435,7 +511,8 @@ static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) 
         }
     }
 unique_done:
-    for (size_t i = 0; i < size; i++) {
+    /* without items, nothing applies to the elements: skip the walk */
+    for (size_t i = 0; (n->items || n->items_is_list) && i < size; i++) {
         const struct js_node *in = NULL;
         if (!n->items_is_list) {
             in = n->items;
@@ -445,6 +522,7 @@ unique_done:
             in = n->additional_items;
         }
         if (!in) {
+            /* past a positional list without additionalItems: nothing more applies */
             if (n->items_is_list && i >= n->items_list.n) {
                 break;
             }
@@ -463,6 +541,8 @@ unique_done:
             }
         }
     }
+    /* contains needs one match: items are tried speculatively, nothing is
+     * recorded for the ones that fail, one error when none matches */
     if (n->contains) {
         int found = 0;
         for (size_t i = 0; i < size && !found; i++) {
@@ -482,7 +562,8 @@ unique_done:
     return ok;
 }
 
-/* The `properties` entry named k, or NULL. */
+/* The `properties` entry named k (klen bytes, may hold NUL), or NULL: a
+ * binary search over the entries compile sorted with prop_cmp. */
 static const struct js_node *prop_find(const struct js_node *n, const char *k, size_t klen) {
     size_t lo = 0, hi = n->nprops;
     while (lo < hi) {
@@ -529,10 +610,11 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
             if ((r = v_member(c, p, k, klen, v)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
         }
+        /* every matching patternProperties schema applies, besides `properties` */
         for (size_t i = 0; i < n->npprops; i++) {
             if ((r = regex_search(c, n->pprops[i].re, k, klen)) < 0) {
                 return -1;
@@ -544,10 +626,11 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
             if ((r = v_member(c, n->pprops[i].node, k, klen, v)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
         }
+        /* additionalProperties sees only members neither keyword matched */
         if (!matched && n->additional_props) {
             if (n->additional_props->boolean == 0) {
                 /* name the keyword the schema author wrote, not "false" */
@@ -561,11 +644,13 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
                 if ((r = v_member(c, n->additional_props, k, klen, v)) < 0) {
                     return -1;
                 }
-                if (r == 0 && !(ok = 0, more(c))) {
+                if (r == 0 && !failed(c, &ok)) {
                     return 0;
                 }
             }
         }
+        /* propertyNames validates the name as a string instance; the error is
+         * reported at the member, which is what a producer needs to find */
         if (n->property_names) {
             json_t *name = json_stringn_nocheck(k, klen);
             if (!name) {
@@ -592,7 +677,12 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
     return ok;
 }
 
-/* The object keywords. */
+/*
+ * maxProperties, minProperties, required, dependencies, then the member
+ * keywords (v_members) on an object x.  A missing required property is
+ * reported at the object's pointer, its name in the message.  Returns 1,
+ * 0 or -1.
+ */
 static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_object_size(x);
@@ -626,7 +716,7 @@ static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x)
             if ((r = v_node(c, d->schema, x)) < 0) {
                 return -1;
             }
-            if (r == 0 && !(ok = 0, more(c))) {
+            if (r == 0 && !failed(c, &ok)) {
                 return 0;
             }
             continue;
@@ -653,14 +743,19 @@ static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
-/* allOf, anyOf, oneOf, not and if/then/else. */
+/*
+ * allOf (each member in recording mode: its errors are the instance's),
+ * anyOf, oneOf and not (speculative: one error for the keyword), and
+ * if/then/else (`if` speculative, the branch taken recording).  oneOf
+ * stops counting at two matches.  Returns 1, 0 or -1.
+ */
 static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     for (size_t i = 0; i < n->all_of.n; i++) {
         if ((r = v_node(c, n->all_of.v[i], x)) < 0) {
             return -1;
         }
-        if (r == 0 && !(ok = 0, more(c))) {
+        if (r == 0 && !failed(c, &ok)) {
             return 0;
         }
     }
@@ -672,8 +767,11 @@ static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             }
             any = r;
         }
-        if (!any && !(ok = fail(c, n, "anyOf", "matches none of the anyOf schemas"), more(c))) {
-            return 0;
+        if (!any) {
+            ok = fail(c, n, "anyOf", "matches none of the anyOf schemas");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->one_of.n) {
@@ -684,19 +782,24 @@ static int v_logic(struct js_vctx *c, const struct js_node *n, const json_t *x) 
             }
             valid += (size_t)r;
         }
-        if (valid != 1 && !(ok = fail(c, n, "oneOf",
-                                      valid ? "matches more than one of the oneOf schemas"
-                                            : "matches none of the oneOf schemas"),
-                            more(c))) {
-            return 0;
+        if (valid != 1) {
+            ok = fail(c, n, "oneOf",
+                      valid ? "matches more than one of the oneOf schemas"
+                            : "matches none of the oneOf schemas");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->not_) {
         if ((r = speculate(c, n->not_, x)) < 0) {
             return -1;
         }
-        if (r && !(ok = fail(c, n, "not", "matches the schema of not"), more(c))) {
-            return 0;
+        if (r) {
+            ok = fail(c, n, "not", "matches the schema of not");
+            if (!more(c)) {
+                return 0;
+            }
         }
     }
     if (n->if_ && (n->then_ || n->else_)) {
@@ -752,8 +855,13 @@ static int v_node(struct js_vctx *c, const struct js_node *n, const json_t *x) {
             }                                                                                      \
         }                                                                                          \
     } while (0)
+    /* while errors are recorded every keyword runs even after one failed,
+     * so a producer sees all the problems of a payload at once (up to
+     * max_errors); speculative runs return at the first failure */
     if (n->types && !type_ok(n->types, x)) {
-        STEP(fail(c, n, "type", "%s is not of the allowed types", type_name(x)));
+        char want[80];
+        type_names(n->types, want, sizeof want);
+        STEP(fail(c, n, "type", "%s where %s is expected", type_name(x), want));
     }
     if (n->const_) {
         int e = equal(c, x, n->const_);
@@ -794,13 +902,20 @@ out:
     return r;
 }
 
+/*
+ * Runs one validation: the state lives here, on the caller's stack, and
+ * the only allocation is the PCRE2 match data, made on the first regex
+ * search and freed before return.
+ */
 int js_validate(const struct hub_jschema *s, const json_t *instance,
                 const struct hub_jschema_limits *l, struct hub_jschema_result *res) {
     res->valid = 0;
     res->limit = HUB_JSCHEMA_LIMIT_NONE;
     res->steps = 0;
     res->nerrors = res->total_errors = 0;
-    struct js_vctx c = {.l = l, .res = res, .mctx = s->mctx, .record = 1};
+    struct js_vctx c = {
+        .l = l, .res = res, .mctx = s->mctx, .mctx_first = s->mctx_first, .record = 1};
+    /* the path starts as "" (the root pointer); record is on at the top */
     int r = v_node(&c, s->root, instance);
     pcre2_match_data_free(c.md);
     if (r < 0) {
@@ -810,6 +925,7 @@ int js_validate(const struct hub_jschema *s, const json_t *instance,
     return 0;
 }
 
+/* The public validate runs under the limits the schema was compiled with. */
 int hub_jschema_validate(const struct hub_jschema *s, const json_t *instance,
                          struct hub_jschema_result *res) {
     return js_validate(s, instance, &s->limits, res);

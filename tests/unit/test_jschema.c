@@ -69,6 +69,12 @@ static int check(const struct hub_jschema *s, const char *text, struct hub_jsche
     return rc;
 }
 
+/*
+ * A registration refused with 400 must say where: every kind of compile
+ * error (not draft-07, unresolvable or non-local $ref, a pattern PCRE2
+ * refuses, over a size, node or pattern limit, nested too deeply) names
+ * the JSON pointer of the offending schema location.
+ */
 static void test_compile_errors_name_the_pointer(void **state) {
     (void)state;
     compile_fails("{\"properties\": {\"a\": {\"type\": \"strin\"}}}", NULL, HUB_EINVAL,
@@ -82,10 +88,18 @@ static void test_compile_errors_name_the_pointer(void **state) {
     compile_fails("{\"properties\": {\"a\": {\"pattern\": \"(unclosed\"}}}", NULL, HUB_EINVAL,
                   "/properties/a/pattern");
     compile_fails("{\"patternProperties\": {\"[\": {}}}", NULL, HUB_EINVAL, "/patternProperties/[");
+    /* in a definition nothing refers to yet */
+    compile_fails("{\"definitions\": {\"later\": {\"pattern\": \"a{2,1}\"}}}", NULL, HUB_EINVAL,
+                  "/definitions/later/pattern");
     compile_fails(
         "{\"$ref\": \"#/properties/a/type\", \"properties\": {\"a\": {\"type\": \"string\"}}}",
         NULL, HUB_EINVAL, "/$ref");
     compile_fails("42", NULL, HUB_EINVAL, "");
+    compile_fails("{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\"}", NULL,
+                  HUB_EINVAL, "/$schema");
+    struct hub_jschema *ok =
+        compile_ok("{\"$schema\": \"http://json-schema.org/draft-07/schema#\"}");
+    hub_jschema_free(ok);
     struct hub_jschema_limits l = {.max_schema_bytes = 64};
     compile_fails("{\"properties\": {\"a\": {\"description\": "
                   "\"a description long enough to pass sixty-four bytes\"}}}",
@@ -109,8 +123,26 @@ static void test_compile_errors_name_the_pointer(void **state) {
     struct hub_jschema_error err;
     assert_int_equal(hub_jschema_compile(j, NULL, &s, &err), HUB_ERANGE);
     json_decref(j);
+    /* a flat chain of 5,000 $refs: deep for the compiler, not for the meta-schema check */
+    json_t *defs = json_object();
+    for (int i = 0; i < 5000; i++) {
+        char name[16], ref[40];
+        snprintf(name, sizeof name, "d%d", i);
+        snprintf(ref, sizeof ref, "#/definitions/d%d", i + 1);
+        json_object_set_new(defs, name, i < 4999 ? json_pack("{s:s}", "$ref", ref) : json_true());
+    }
+    j = json_pack("{s:o, s:s}", "definitions", defs, "$ref", "#/definitions/d0");
+    assert_int_equal(hub_jschema_compile(j, NULL, &s, &err), HUB_ERANGE);
+    assert_null(s);
+    json_decref(j);
 }
 
+/*
+ * Quarantine evidence and the 422 answer list the errors a producer must
+ * fix: each with the instance pointer (escaped as RFC 6901 says), the
+ * keyword and where in the schema it is; all of them up to max_errors,
+ * in instance order, through `$ref`s.
+ */
 static void test_errors_name_pointer_keyword_and_schema(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(
@@ -174,6 +206,12 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/*
+ * A hostile payload or schema stops at a bound, fast, with HUB_ERANGE and
+ * the bound named: a deep instance, a $ref cycle, a quadratic uniqueItems,
+ * catastrophic backtracking, and many searches each just under the
+ * regex limit (charged their worst case, so the step budget ends them).
+ */
 static void test_bounds_stop_hostile_work(void **state) {
     (void)state;
     struct hub_jschema_result r;
@@ -189,6 +227,9 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(check(s, deep, &r), HUB_ERANGE);
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_DEPTH);
     assert_false(r.valid);
+    /* the last error names the first location over the limit: 65 levels down */
+    assert_string_equal(r.errors[r.nerrors - 1].keyword, "limit");
+    assert_int_equal(strlen(r.errors[r.nerrors - 1].instance), 2 * 65);
     assert_int_equal(check(s, "[[[]]]", &r), 0);
     assert_true(r.valid);
     hub_jschema_free(s);
@@ -231,8 +272,30 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(check(s, "\"aaaa\"", &r), 0);
     assert_true(r.valid);
     hub_jschema_free(s);
+
+    /* many searches just under the limit: each is charged its worst case,
+     * so the step budget ends the run after about a thousand of them (each
+     * item passes: a failing one would end the run with a verdict) */
+    s = compile_ok("{\"items\": {\"not\": {\"pattern\": \"^(a|aa)+$\"}}}");
+    json_t *arr = json_array();
+    memset(evil, 'a', 18);
+    strcpy(evil + 18, "!");
+    for (int i = 0; i < 20000; i++) {
+        json_array_append_new(arr, json_string(evil));
+    }
+    t0 = now_ms();
+    assert_int_equal(hub_jschema_validate(s, arr, &r), HUB_ERANGE);
+    took = now_ms() - t0;
+    printf("20,000 costly searches stopped after %.1f ms at item %s\n", took,
+           r.errors[r.nerrors - 1].instance);
+    assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
+    assert_true(took < 2000);
+    json_decref(arr);
+    hub_jschema_free(s);
 }
 
+/* Patterns behave as ECMA-262 says where schemas rely on it: searched,
+ * `$` only at the very end, code points not bytes, \u escapes. */
 static void test_pattern_dialect(void **state) {
     (void)state;
     struct hub_jschema_result r;
@@ -260,6 +323,8 @@ static void test_pattern_dialect(void **state) {
     hub_jschema_free(s);
 }
 
+/* The three asserting formats, valid and invalid shapes of each, and an
+ * annotation-only format that always passes. */
 static void test_formats(void **state) {
     (void)state;
     static const struct {
@@ -331,6 +396,8 @@ static json_t *bench_instance(void) {
     return j;
 }
 
+/* Prints (does not assert) the cost of the issue's reference payload, and
+ * jansson's parse of the same text for scale: ingest parses it anyway. */
 static void test_bench_1k_object(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(bench_schema);
@@ -366,6 +433,7 @@ struct worker {
     int wrong;
 };
 
+/* Validates a good and a bad instance alternately; counts wrong answers. */
 static void *worker_run(void *arg) {
     struct worker *w = arg;
     for (int i = 0; i < 3000; i++) {
@@ -379,6 +447,8 @@ static void *worker_run(void *arg) {
     return NULL;
 }
 
+/* One compiled schema, four threads validating at once: every answer and
+ * error pointer is the same as a lone thread's (run under TSan too). */
 static void test_concurrent_validation(void **state) {
     (void)state;
     struct hub_jschema *s = compile_ok(bench_schema);
@@ -400,7 +470,43 @@ static void test_concurrent_validation(void **state) {
     hub_jschema_free(s);
 }
 
+/* Compiles the bench schema and validates once; counts failures. */
+static void *compile_run(void *arg) {
+    int *wrong = arg;
+    for (int i = 0; i < 20; i++) {
+        json_t *j = json_loads(bench_schema, 0, NULL);
+        struct hub_jschema *s = NULL;
+        json_t *inst = bench_instance();
+        struct hub_jschema_result r;
+        if (!j || hub_jschema_compile(j, NULL, &s, NULL) != 0 ||
+            hub_jschema_validate(s, inst, &r) != 0 || !r.valid) {
+            (*wrong)++;
+        }
+        hub_jschema_free(s);
+        json_decref(inst);
+        json_decref(j);
+    }
+    return NULL;
+}
+
+/* Compiles from several threads at once: the first ones race to build the
+ * shared meta-schema (built once, by pthread_once). */
+static void test_concurrent_compile(void **state) {
+    (void)state;
+    int wrong[4] = {0};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_create(&t[i], NULL, compile_run, &wrong[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(wrong[i], 0);
+    }
+}
+
 /* The rules hub_jschema_compat reports, as "rule@pointer" lines. */
+/* Registration's 409 lists these: compared here as one string so a test
+ * shows every rule and pointer at once when it fails. */
 static char *compat_rules(const char *old_text, const char *new_text) {
     json_t *o = parse(old_text), *n = parse(new_text), *changes = NULL;
     assert_int_equal(hub_jschema_compat(o, n, &changes), 0);
@@ -427,6 +533,11 @@ static void expect_compat(const char *old_text, const char *new_text, const char
     free(got);
 }
 
+/*
+ * Compatible evolutions report nothing; each breaking rule is reported
+ * with its pointer, in walk order; $refs are followed on both sides and a
+ * recursive schema terminates; true/false schemas; non-schemas refused.
+ */
 static void test_compat_rules(void **state) {
     (void)state;
     const char *base = "{\"type\": \"object\", \"required\": [\"id\"], \"properties\": {"
@@ -490,6 +601,8 @@ static void test_compat_rules(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        /* first: the meta-schema is built by whichever thread gets there */
+        cmocka_unit_test(test_concurrent_compile),
         cmocka_unit_test(test_compile_errors_name_the_pointer),
         cmocka_unit_test(test_errors_name_pointer_keyword_and_schema),
         cmocka_unit_test(test_bounds_stop_hostile_work),

@@ -65,6 +65,8 @@ static char **list_json(const char *dir, size_t *n) {
 }
 
 /* Runs the cases of one file into *t; failures go to the failures log. */
+/* A group whose schema does not compile fails all its cases (the compile
+ * error is printed); each case compares the verdict with "valid". */
 static void run_file(const char *path, const char *label, struct tally *t, FILE *failures) {
     json_error_t jerr;
     json_t *groups = json_load_file(path, 0, &jerr);
@@ -111,6 +113,11 @@ static void run_file(const char *path, const char *label, struct tally *t, FILE 
     json_decref(groups);
 }
 
+/*
+ * The README table comes from this output: one row per keyword file with
+ * passed, failed and skipped counts, the required total and rate, then one
+ * line per failure (optional files included) saying what was expected.
+ */
 static void test_official_suite(void **state) {
     (void)state;
     const char *dir = getenv("JSON_SCHEMA_TEST_SUITE");
