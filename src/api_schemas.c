@@ -106,6 +106,20 @@ static void list_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
         }
         json_array_append_new(items, one);
     }
+    /* a type's list also says what an unknown major of it gets */
+    r = out->n_results > 1 ? out->results[1] : NULL;
+    if (body != NULL && r != NULL) {
+        json_t *set =
+            PQntuples(r) > 0
+                ? hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_OBJECT_COL),
+                                    (size_t)PQgetlength(r, 0, HUB_SCHEMA_OBJECT_COL))
+                : json_pack("{s:s, s:s}", "unknown_version", "accept", "scope", "default");
+        if (set == NULL) {
+            json_decref(body);
+            return; /* answered 500 */
+        }
+        json_object_set_new(body, "settings", set);
+    }
     if (body == NULL) {
         hub_api_send_oom(call->req);
         return;
@@ -339,7 +353,16 @@ static void schemas_run(struct schemas_call *c) {
     case OP_LIST: {
         const char *p[HUB_SQL_SCHEMA_LIST_NPARAMS] = {c->scope, c->type,
                                                       c->tenant ? "true" : "false"};
-        hub_api_call_query(call, list_done, &hub_sql_schema_list, HUB_SQL_SCHEMA_LIST_NPARAMS, p);
+        struct hub_pg_txn *txn = hub_api_call_txn(call, list_done);
+        if (txn == NULL) {
+            return;
+        }
+        hub_pg_txn_add(txn, &hub_sql_schema_list, HUB_SQL_SCHEMA_LIST_NPARAMS, p, NULL, NULL);
+        if (c->type != NULL) { /* one type's list: its settings too */
+            hub_pg_txn_add(txn, &hub_sql_schema_settings_get, HUB_SQL_SCHEMA_SETTINGS_GET_NPARAMS,
+                           p, NULL, NULL);
+        }
+        hub_api_call_submit(call, txn);
         return;
     }
     case OP_GET: {

@@ -91,6 +91,25 @@ const struct hub_sql hub_sql_schema_retire = {
 };
 
 /* One row per (scope, type): the last PUT wins, each one audited. */
+/* The settings object of a row alias s. */
+#define SCH_SETTINGS(s)                                                                            \
+    "json_build_object('event_type', " s ".event_type,"                                            \
+    " 'scope', CASE WHEN " s ".tenant_id = '' THEN 'platform' ELSE 'tenant' END,"                  \
+    " 'unknown_version', " s                                                                       \
+    ".unknown_version, 'updated_at', " SCH_TS(s ".updated_at") ","                                 \
+                                                               " 'updated_by', " s                 \
+                                                               ".updated_by)::text"
+
+/* The tenant's row first: it is the one that applies. */
+const struct hub_sql hub_sql_schema_settings_get = {
+    "schema_settings_get",
+    "SELECT " SCH_SETTINGS("s") " FROM event_schema_settings s"
+                                " WHERE s.event_type = $2::text AND (s.tenant_id = $1::text OR "
+                                "($3::boolean AND s.tenant_id = ''))"
+                                " ORDER BY s.tenant_id DESC LIMIT 1",
+    0,
+};
+
 const struct hub_sql hub_sql_schema_settings_put = {
     "schema_settings_put",
     "WITH s AS ("
@@ -103,11 +122,7 @@ const struct hub_sql hub_sql_schema_settings_put = {
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
     "       SELECT NULLIF(s.tenant_id, ''), $4::text, 'schema.settings', s.event_type,"
     "              json_build_object('unknown_version', s.unknown_version) FROM s)"
-    " SELECT json_build_object('event_type', s.event_type,"
-    "        'scope', CASE WHEN s.tenant_id = '' THEN 'platform' ELSE 'tenant' END,"
-    "        'unknown_version', s.unknown_version, 'updated_at', " SCH_TS(
-        "s.updated_at") ","
-                        "        'updated_by', s.updated_by)::text FROM s",
+    " SELECT " SCH_SETTINGS("s") " FROM s",
     0,
 };
 

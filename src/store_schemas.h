@@ -72,6 +72,13 @@ extern const struct hub_sql hub_sql_schema_retire;
 #define HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS 4
 extern const struct hub_sql hub_sql_schema_settings_put;
 
+/* The settings that apply to a type: $1 scope  $2 event type  $3 'true' to
+ * fall back to the platform's (a tenant's read).  One row
+ * (HUB_SCHEMA_OBJECT_COL, the settings object) or none: the default,
+ * accept. */
+#define HUB_SQL_SCHEMA_SETTINGS_GET_NPARAMS 3
+extern const struct hub_sql hub_sql_schema_settings_get;
+
 /* No parameters.  One row: HUB_SCHEMA_GEN_COL, the registry's generation
  * (int8 text). */
 extern const struct hub_sql hub_sql_schema_generation;

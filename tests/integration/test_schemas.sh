@@ -184,6 +184,9 @@ scenario_unknown_major() {
         "and counted"
     hub_curl PUT "/v1/schemas/$TYPE" '{"unknown_version":"quarantine"}' -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 200 "$(http_status)" "the type's setting"
+    body=$(hub_curl GET "/v1/schemas/$TYPE" "" -H "Authorization: Bearer $KEY")
+    assert_contains "$body" '"settings":{"event_type":"account.created","scope":"tenant","unknown_version":"quarantine"' \
+        "the type's list says which setting applies"
     hub_curl PUT "/v1/schemas/$TYPE" '{"unknown_version":"drop"}' -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 400 "$(http_status)" "a setting that does not exist"
     q0=$(metric "$M{verdict=\"quarantined\",reason=\"unknown_schema_version\"}")
