@@ -66,19 +66,10 @@ static void schemas_call_free(struct hub_api_call *call) {
     free(c->setting);
 }
 
-/* 1 when s[0..len) is an event type a route takes: 1..200 of [A-Za-z0-9._-]. */
+/* 1 when s[0..len) is an event type a route takes: 1..200 of
+ * [A-Za-z0-9._-], the tenant ids' alphabet (safe in paths and logs). */
 static int type_valid(const char *s, size_t len) {
-    if (len == 0 || len > SCHEMAS_TYPE_MAX) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '_' || ch == '-')) {
-            return 0;
-        }
-    }
-    return 1;
+    return len <= SCHEMAS_TYPE_MAX && hub_api_tenant_id_valid(s, len);
 }
 
 /* ------------------------------------------------------------ answers -- */
