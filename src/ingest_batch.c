@@ -240,7 +240,9 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b) {
             continue;
         }
         ingest_rec_pos(r, &pos);
-        hub_store_ingest_rows_add(&rows, (int32_t)i, &r->ev, &pos);
+        /* with the version the schema step checked it against, if any */
+        hub_store_ingest_rows_add_checked(&rows, (int32_t)i, &r->ev, &pos,
+                                          r->schema_version[0] ? r->schema_version : NULL);
         r->sent = 1;
     }
     return hub_store_ingest_rows_txn_add(&rows, txn);
@@ -610,7 +612,6 @@ void ingest_batch_submit(struct ingest_batch *b) {
     }
     if (w.inserts > 0) {
         add_insert(txn, b);
-        ingest_schema_txn_add(txn, b); /* after the insert: the versions checked */
     }
     b->in_txn = 1;
     hub_pg_txn_submit(txn);

@@ -132,11 +132,6 @@ int ingest_schema_start(struct ingest_batch *b);
  * batch goes on. */
 void ingest_batch_schema_done(struct ingest_batch *b);
 
-/* Adds to txn, after the insert, the statement that records the checked
- * version of each record the insert carries (sent, with schema_version);
- * nothing when none has one. */
-void ingest_schema_txn_add(struct hub_pg_txn *txn, const struct ingest_batch *b);
-
 /* ------------------------------------------------ records (ingest.c) -- */
 
 /*

@@ -32,9 +32,7 @@
 #include "ingest_batch.h"
 #include "jschema.h"
 #include "log.h"
-#include "pg_array.h"
 #include "schema_registry.h"
-#include "store_schemas.h"
 
 /* Errors the evidence keeps (SPEC §3.5: "the first errors"). */
 #define SCHEMA_EVIDENCE_ERRORS 5
@@ -280,40 +278,4 @@ int ingest_schema_start(struct ingest_batch *b) {
         return HUB_ENOMEM;
     }
     return 1;
-}
-
-/* ------------------------------------------------------------- storage -- */
-
-/* The versions go with the insert in its transaction: an event is never
- * stored without the version it passed, nor stamped without being stored.
- * A separate statement keeps the insert (store_ingest.c) unchanged for
- * types without schemas. */
-void ingest_schema_txn_add(struct hub_pg_txn *txn, const struct ingest_batch *b) {
-    static const uint32_t oids[HUB_SQL_SCHEMA_STAMP_NPARAMS] = {
-        HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_TEXT, HUB_OID_BYTEA, HUB_OID_TEXT};
-    struct hub_pgarr a[HUB_SQL_SCHEMA_STAMP_NPARAMS];
-    size_t n = 0;
-
-    for (size_t i = 0; i < b->n; i++) {
-        n += b->recs[i].sent && b->recs[i].schema_version[0] != '\0';
-    }
-    if (n == 0) {
-        return;
-    }
-    for (int k = 0; k < HUB_SQL_SCHEMA_STAMP_NPARAMS; k++) {
-        hub_pgarr_init(&a[k], oids[k]);
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        const struct hub_ingest_rec *r = &b->recs[i];
-        if (!r->sent || r->schema_version[0] == '\0') {
-            continue;
-        }
-        hub_pgarr_add_text(&a[0], r->ev.tenant);
-        hub_pgarr_add_text(&a[1], r->ev.source);
-        hub_pgarr_add_text(&a[2], r->ev.id);
-        hub_pgarr_add(&a[3], r->ev.digest, sizeof(r->ev.digest));
-        hub_pgarr_add_text(&a[4], r->schema_version);
-    }
-    /* on OOM txn is marked failed and the batch is tried again */
-    hub_pgarr_txn_add(txn, &hub_sql_schema_stamp, a, HUB_SQL_SCHEMA_STAMP_NPARAMS);
 }

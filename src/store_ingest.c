@@ -60,10 +60,10 @@
     "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"           \
     "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"  \
     "                       $11::bytea[], $12::bytea[], $13::text[], $14::int4[], $15::int8[],"    \
-    "                       $16::bool[])"                                                          \
+    "                       $16::bool[], $17::text[])"                                             \
     "    AS u(ord, tenant_id, source, event_id, ce_type, event_type, schema_major, event_time,"    \
     "         content_type, headers, payload, digest, topic, kafka_partition, kafka_offset,"       \
-    "         json_check)"                                                                         \
+    "         json_check, schema_version)"                                                         \
     "), r AS ("                                                                                    \
     "  SELECT b.*, t.status FROM b LEFT JOIN tenants t ON t.id = b.tenant_id"                      \
     "   WHERE (NOT b.json_check OR convert_from(b.payload, 'UTF8')::json IS NOT NULL)"             \
@@ -84,11 +84,11 @@
     "), ins AS ("                                                                                  \
     "  INSERT INTO event_inbox (seq, day, tenant_id, source, event_id, ce_type, event_type,"       \
     "                           schema_major, event_time, content_type, headers, payload,"         \
-    "                           digest, topic, kafka_partition, kafka_offset)"                     \
+    "                           digest, topic, kafka_partition, kafka_offset, schema_version)"     \
     "  SELECT nextval('event_seq'), (hub_ingest_clock() AT TIME ZONE 'UTC')::date, n.tenant_id,"   \
     "         n.source, n.event_id, n.ce_type, n.event_type, n.schema_major, n.event_time,"        \
     "         n.content_type, n.headers, n.payload, n.digest, n.topic, n.kafka_partition,"         \
-    "         n.kafka_offset"                                                                      \
+    "         n.kafka_offset, n.schema_version"                                                    \
     "    FROM n"                                                                                   \
     "   WHERE (SELECT NOT hub_ingest_near_midnight())"                                             \
     "      OR EXISTS (SELECT 1 FROM mk WHERE mk.tenant_id = n.tenant_id"                           \
@@ -184,12 +184,12 @@ static void add_pos(struct hub_pgarr *a, const struct hub_store_kafka_pos *pos) 
 }
 
 void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
-    /* the element types of $1..$16, in order */
+    /* the element types of $1..$17, in order */
     static const uint32_t oids[HUB_INGEST_NPARAMS] = {
-        HUB_OID_INT4, HUB_OID_TEXT,  HUB_OID_TEXT,  HUB_OID_TEXT,
-        HUB_OID_TEXT, HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ,
-        HUB_OID_TEXT, HUB_OID_JSONB, HUB_OID_BYTEA, HUB_OID_BYTEA,
-        HUB_OID_TEXT, HUB_OID_INT4,  HUB_OID_INT8,  HUB_OID_BOOL};
+        HUB_OID_INT4,  HUB_OID_TEXT,  HUB_OID_TEXT,        HUB_OID_TEXT, HUB_OID_TEXT,
+        HUB_OID_TEXT,  HUB_OID_INT4,  HUB_OID_TIMESTAMPTZ, HUB_OID_TEXT, HUB_OID_JSONB,
+        HUB_OID_BYTEA, HUB_OID_BYTEA, HUB_OID_TEXT,        HUB_OID_INT4, HUB_OID_INT8,
+        HUB_OID_BOOL,  HUB_OID_TEXT};
 
     rows->n = 0;
     for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
@@ -199,6 +199,13 @@ void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
 
 void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
                                const struct hub_event *ev, const struct hub_store_kafka_pos *pos) {
+    hub_store_ingest_rows_add_checked(rows, ord, ev, pos, NULL);
+}
+
+void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32_t ord,
+                                       const struct hub_event *ev,
+                                       const struct hub_store_kafka_pos *pos,
+                                       const char *schema_version) {
     struct hub_pgarr *a = rows->a;
 
     hub_pgarr_add_i32(&a[0], ord);
@@ -216,6 +223,7 @@ void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
     hub_pgarr_add(&a[11], ev->digest, sizeof(ev->digest));
     add_pos(&a[12], pos);
     hub_pgarr_add_bool(&a[15], ev->json_unchecked);
+    hub_pgarr_add_text(&a[16], schema_version); /* NULL: not checked (SPEC §3.5) */
     rows->n++;
 }
 

@@ -56,10 +56,12 @@ struct hub_store_kafka_pos {
  *   $16 json_check bool    the payload's JSON grammar is to be checked: one
  *                          that is not well-formed fails the whole statement
  *                          (hub_sqlstate_json_grammar tells it apart).
+ *   $17 schema_version text  the registered schema version the payload
+ *                          passed (SPEC §3.5), NULL when none checked it
  * Result rows (text), one per row given, ordered by ord; see enum
  * hub_ingest_insert_col.
  */
-#define HUB_INGEST_NPARAMS 16
+#define HUB_INGEST_NPARAMS 17
 extern const struct hub_sql hub_sql_ingest_insert;
 /* The same statement, prepared once per connection (generic plan): for
  * small batches, where planning would cost more than it saves. */
@@ -88,6 +90,13 @@ void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows);
  * pos says where it was read (topic NULL for HTTP ingest). */
 void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
                                const struct hub_event *ev, const struct hub_store_kafka_pos *pos);
+
+/* The same, for an event the schema step checked: schema_version (borrowed
+ * for the call; NULL: not checked) is stored with it. */
+void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32_t ord,
+                                       const struct hub_event *ev,
+                                       const struct hub_store_kafka_pos *pos,
+                                       const char *schema_version);
 
 /*
  * Appends the insert over the rows to txn: the prepared statement for a few

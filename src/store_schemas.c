@@ -148,16 +148,3 @@ const struct hub_sql hub_sql_schema_settings_load = {
     "SELECT tenant_id, event_type, unknown_version FROM event_schema_settings",
     0,
 };
-
-/* Today's partition only: the insert of the same transaction put the row
- * there (hub_ingest_clock, as the insert reads it). */
-const struct hub_sql hub_sql_schema_stamp = {
-    "schema_stamp",
-    "UPDATE event_inbox e SET schema_version = u.version"
-    "  FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[])"
-    "    AS u(tenant_id, source, event_id, digest, version)"
-    " WHERE e.day = (hub_ingest_clock() AT TIME ZONE 'UTC')::date"
-    "   AND e.tenant_id = u.tenant_id AND e.source = u.source AND e.event_id = u.event_id"
-    "   AND e.digest = u.digest AND e.schema_version IS NULL",
-    0,
-};

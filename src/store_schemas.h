@@ -106,16 +106,4 @@ enum hub_schema_settings_col {
     HUB_SCHEMA_SETTINGS_COL_UNKNOWN,
 };
 
-/*
- * Records the version each event of an ingest insert was checked against
- * (event_inbox.schema_version), in the insert's transaction, after it:
- * today's row of the key whose digest is the event's own (so a digest
- * conflict or an older row is never stamped).
- *   $1 tenant ids text[]  $2 sources text[]  $3 event ids text[]
- *   $4 digests bytea[]  $5 versions text[]
- * No rows.
- */
-#define HUB_SQL_SCHEMA_STAMP_NPARAMS 5
-extern const struct hub_sql hub_sql_schema_stamp;
-
 #endif
