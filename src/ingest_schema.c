@@ -212,6 +212,7 @@ int ingest_schema_start(struct ingest_batch *b) {
     struct hub_schema_set *set;
     struct check_job *job;
     size_t want = 0;
+    size_t quarantined = 0;
 
     if (!hub_schemas_ready(hub)) {
         /* nothing is checked before the registry is known: the batch waits
@@ -222,12 +223,40 @@ int ingest_schema_start(struct ingest_batch *b) {
     if (set == NULL) {
         return 0; /* no schema registered at all: types pass as before */
     }
+    /* first the picks: most batches have no record of a type with schemas,
+     * and go on at once without a job or a thread */
     for (size_t i = 0; i < b->n; i++) {
-        want += b->recs[i].schema_want;
+        struct hub_ingest_rec *r = &b->recs[i];
+        const struct hub_schema_entry *e;
+        if (!r->schema_want) {
+            continue;
+        }
+        switch (hub_schema_set_pick(set, r->ev.tenant, r->ev.event_type, r->ev.schema_version,
+                                    r->ev.schema_major, &e)) {
+        case HUB_SCHEMA_CHECK:
+            want++;
+            break;
+        case HUB_SCHEMA_UNKNOWN_ACCEPT:
+            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_ACCEPTED]++;
+            r->schema_want = 0;
+            break;
+        case HUB_SCHEMA_UNKNOWN_QUARANTINE:
+            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_QUARANTINED]++;
+            unknown_quarantine(r);
+            quarantined++;
+            break;
+        default: /* a type without schemas: unchanged */
+            r->schema_want = 0;
+            break;
+        }
     }
     if (want == 0) {
         hub_schemas_release(set);
-        return 0;
+        if (quarantined == 0) {
+            return 0;
+        }
+        ingest_batch_schema_done(b);
+        return 1;
     }
     job = malloc(sizeof(*job) + want * sizeof(job->items[0]));
     if (job == NULL) {
@@ -238,38 +267,17 @@ int ingest_schema_start(struct ingest_batch *b) {
     job->b = b;
     job->set = set;
     job->n = 0;
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n && job->n < want; i++) {
         struct hub_ingest_rec *r = &b->recs[i];
         const struct hub_schema_entry *e;
-        if (!r->schema_want) {
-            continue;
-        }
-        switch (hub_schema_set_pick(set, r->ev.tenant, r->ev.event_type, r->ev.schema_version,
-                                    r->ev.schema_major, &e)) {
-        case HUB_SCHEMA_CHECK:
+        if (r->schema_want && r->verdict != HUB_V_QUARANTINED_UNKNOWN_SCHEMA &&
+            hub_schema_set_pick(set, r->ev.tenant, r->ev.event_type, r->ev.schema_version,
+                                r->ev.schema_major, &e) == HUB_SCHEMA_CHECK) {
             job->items[job->n].r = r;
             job->items[job->n].e = e;
             job->items[job->n].result = HUB_SCHEMA_CHECK_VALID;
             job->n++;
-            break;
-        case HUB_SCHEMA_UNKNOWN_ACCEPT:
-            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_ACCEPTED]++;
-            r->schema_want = 0;
-            break;
-        case HUB_SCHEMA_UNKNOWN_QUARANTINE:
-            hub->metrics.schema_checks[HUB_SCHEMA_CHECK_UNKNOWN_QUARANTINED]++;
-            unknown_quarantine(r);
-            break;
-        default: /* a type without schemas: unchanged */
-            r->schema_want = 0;
-            break;
         }
-    }
-    if (job->n == 0) {
-        hub_schemas_release(set);
-        free(job);
-        ingest_batch_schema_done(b);
-        return 1;
     }
     job->work.data = job;
     if (uv_queue_work(hub->loop, &job->work, check_work, check_done) != 0) {
