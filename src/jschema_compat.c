@@ -91,17 +91,35 @@ struct compat {
     int rc;
 };
 
-/* Appends one breaking change {pointer, rule, reason}. */
-static void report(struct compat *c, const char *ptr, const char *rule, const char *fmt, ...) {
+/* Appends one breaking change {pointer, rule, reason}, reason formatted
+ * from fmt and ap. */
+static void vreport(struct compat *c, const char *ptr, const char *rule, const char *fmt,
+                    va_list ap) {
     char reason[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
-    va_end(ap);
     json_t *o = json_pack("{s:s, s:s, s:s}", "pointer", ptr, "rule", rule, "reason", reason);
     if (!o || json_array_append_new(c->changes, o) < 0) {
         c->rc = HUB_ENOMEM;
     }
+}
+
+/* A breaking change at ptr. */
+static void report(struct compat *c, const char *ptr, const char *rule, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(c, ptr, rule, fmt, ap);
+    va_end(ap);
+}
+
+/* A breaking change at the keyword kw of the subschema at ptr. */
+static void report_kw(struct compat *c, const char *ptr, const char *kw, const char *rule,
+                      const char *fmt, ...) {
+    char *p = js_ptr_join(ptr, kw, strlen(kw));
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(c, p ? p : ptr, rule, fmt, ap);
+    va_end(ap);
+    free(p);
 }
 
 /*
@@ -259,11 +277,9 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
         struct bound nb = bound_of(n, pairs[i].incl, ex, pairs[i].upper);
         if (bound_narrower(ob, nb, pairs[i].upper)) {
             const char *kw = nb.exclusive ? ex : pairs[i].incl;
-            char *p = js_ptr_join(ptr, kw, strlen(kw));
-            report(c, p ? p : ptr, "bound-narrowed", "%s %.17g %s than %s", kw, nb.v,
-                   pairs[i].upper ? "is lower" : "is higher",
-                   ob.set ? "before" : "no bound before");
-            free(p);
+            report_kw(c, ptr, kw, "bound-narrowed", "%s %.17g %s than %s", kw, nb.v,
+                      pairs[i].upper ? "is lower" : "is higher",
+                      ob.set ? "before" : "no bound before");
         }
     }
     const json_t *om = json_object_get(o, "multipleOf"), *nm = json_object_get(n, "multipleOf");
@@ -271,17 +287,14 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
         /* every multiple of the old step must stay a multiple of the new one */
         double q = json_is_number(om) ? json_number_value(om) / json_number_value(nm) : NAN;
         if (!isfinite(q) || fabs(q - nearbyint(q)) > 1e-9 * fmax(1.0, fabs(q))) {
-            char *p = js_ptr_join(ptr, "multipleOf", 10);
-            report(c, p ? p : ptr, "bound-narrowed", "multipleOf %.17g %s", json_number_value(nm),
-                   json_is_number(om) ? "does not divide the old step" : "added");
-            free(p);
+            report_kw(c, ptr, "multipleOf", "bound-narrowed", "multipleOf %.17g %s",
+                      json_number_value(nm),
+                      json_is_number(om) ? "does not divide the old step" : "added");
         }
     }
     if (json_is_true(json_object_get(n, "uniqueItems")) &&
         !json_is_true(json_object_get(o, "uniqueItems"))) {
-        char *p = js_ptr_join(ptr, "uniqueItems", 11);
-        report(c, p ? p : ptr, "uniqueItems-added", "uniqueItems added");
-        free(p);
+        report_kw(c, ptr, "uniqueItems", "uniqueItems-added", "uniqueItems added");
     }
 }
 
@@ -289,9 +302,7 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
 static void compare_values(struct compat *c, const json_t *o, const json_t *n, const char *ptr) {
     unsigned ot = types_of(o), nt = types_of(n);
     if (ot & ~nt) {
-        char *p = js_ptr_join(ptr, "type", 4);
-        report(c, p ? p : ptr, "type-narrowed", "type no longer admits what it admitted before");
-        free(p);
+        report_kw(c, ptr, "type", "type-narrowed", "type no longer admits what it admitted before");
     }
     const json_t *oe = json_object_get(o, "enum"), *ne = json_object_get(n, "enum");
     if (json_is_array(ne)) {
@@ -304,17 +315,13 @@ static void compare_values(struct compat *c, const json_t *o, const json_t *n, c
             lost = !found;
         }
         if (lost) {
-            char *p = js_ptr_join(ptr, "enum", 4);
-            report(c, p ? p : ptr, "enum-narrowed",
-                   json_is_array(oe) ? "enum lost a value it had" : "enum added");
-            free(p);
+            report_kw(c, ptr, "enum", "enum-narrowed",
+                      json_is_array(oe) ? "enum lost a value it had" : "enum added");
         }
     }
     const json_t *oc = json_object_get(o, "const"), *nc = json_object_get(n, "const");
     if (nc && !(oc && js_equal(oc, nc))) {
-        char *p = js_ptr_join(ptr, "const", 5);
-        report(c, p ? p : ptr, "const-changed", oc ? "const changed" : "const added");
-        free(p);
+        report_kw(c, ptr, "const", "const-changed", oc ? "const changed" : "const added");
     }
     static const char *const text_kw[] = {"pattern", "format"};
     for (size_t i = 0; i < 2; i++) {
@@ -488,9 +495,7 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
     if (onames) {
         compare_member(c, o, n, "propertyNames", ptr, optr);
     } else if (!accepts_all(json_object_get(n, "propertyNames"))) {
-        char *p = js_ptr_join(ptr, "propertyNames", 13);
-        report(c, p ? p : ptr, "propertyNames-added", "propertyNames added");
-        free(p);
+        report_kw(c, ptr, "propertyNames", "propertyNames-added", "propertyNames added");
     }
 out:
     free(pp);
@@ -505,9 +510,7 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
         if (oi) {
             compare_member(c, o, n, "items", ptr, optr);
         } else if (!accepts_all(ni)) {
-            char *p = js_ptr_join(ptr, "items", 5);
-            report(c, p ? p : ptr, "items-added", "items now constrained");
-            free(p);
+            report_kw(c, ptr, "items", "items-added", "items now constrained");
         }
     } else if (json_is_array(oi) && json_is_array(ni)) {
         /* positional items: position i of the new list against position i
@@ -538,16 +541,12 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
                          json_object_get(n, "additionalItems"), ptr, optr, "additionalItems");
         }
     } else if (!json_equal(oi, ni)) {
-        char *p = js_ptr_join(ptr, "items", 5);
-        report(c, p ? p : ptr, "items-changed", "items changed between one schema and a list");
-        free(p);
+        report_kw(c, ptr, "items", "items-changed", "items changed between one schema and a list");
     }
     if (json_object_get(o, "contains")) {
         compare_member(c, o, n, "contains", ptr, optr);
     } else if (json_object_get(n, "contains")) {
-        char *p = js_ptr_join(ptr, "contains", 8);
-        report(c, p ? p : ptr, "contains-added", "contains added");
-        free(p);
+        report_kw(c, ptr, "contains", "contains-added", "contains added");
     }
 }
 
@@ -588,10 +587,8 @@ static void compare_logic(struct compat *c, const json_t *o, const json_t *n, co
     for (size_t i = 0; i < 4; i++) {
         const json_t *ov = json_object_get(o, opaque[i]), *nv = json_object_get(n, opaque[i]);
         if (nv && !(ov && js_equal(ov, nv))) {
-            char *p = js_ptr_join(ptr, opaque[i], strlen(opaque[i]));
-            report(c, p ? p : ptr, "conditional-changed", "%s %s (not analysed)", opaque[i],
-                   ov ? "changed" : "added");
-            free(p);
+            report_kw(c, ptr, opaque[i], "conditional-changed", "%s %s (not analysed)", opaque[i],
+                      ov ? "changed" : "added");
         }
     }
 }
@@ -641,9 +638,7 @@ static void compare_schema(struct compat *c, const json_t *o, const json_t *n, c
     const char *oref = json_string_value(json_object_get(o, "$ref"));
     const char *nref = json_string_value(json_object_get(n, "$ref"));
     if ((oref || nref) && !(oref && nref && strcmp(oref, nref) == 0)) {
-        char *p = js_ptr_join(ptr, "$ref", 4);
-        report(c, p ? p : ptr, "ref-changed", "a $ref the check cannot follow changed");
-        free(p);
+        report_kw(c, ptr, "$ref", "ref-changed", "a $ref the check cannot follow changed");
         return;
     }
     compare_values(c, o, n, ptr);

@@ -298,29 +298,26 @@ static void test_bounds_stop_hostile_work(void **state) {
  * `$` only at the very end, code points not bytes, \u escapes. */
 static void test_pattern_dialect(void **state) {
     (void)state;
-    struct hub_jschema_result r;
-    /* unanchored search; $ only at the very end; UTF-8 characters; \u escapes */
-    struct hub_jschema *s = compile_ok("{\"pattern\": \"b\"}");
-    assert_int_equal(check(s, "\"abc\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^abc$\"}");
-    assert_int_equal(check(s, "\"abc\\n\"", &r), 0);
-    assert_false(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^.$\"}");
-    assert_int_equal(check(s, "\"\\u00e9\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^\\\\u0041$\"}");
-    assert_int_equal(check(s, "\"A\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    /* minLength counts characters, not bytes */
-    s = compile_ok("{\"maxLength\": 2}");
-    assert_int_equal(check(s, "\"\\u00e9\\u00e9\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
+    static const struct {
+        const char *schema, *instance;
+        int valid;
+    } cases[] = {
+        {"{\"pattern\": \"b\"}", "\"abc\"", 1},            /* searched, not anchored */
+        {"{\"pattern\": \"^abc$\"}", "\"abc\\n\"", 0},     /* $ only at the very end */
+        {"{\"pattern\": \"^.$\"}", "\"\\u00e9\"", 1},      /* . is a character */
+        {"{\"pattern\": \"^\\\\u0041$\"}", "\"A\"", 1},    /* \u escapes */
+        {"{\"maxLength\": 2}", "\"\\u00e9\\u00e9\"", 1},   /* code points, not bytes */
+        {"{\"pattern\": \"^\\\\d+$\"}", "\"\\u0663\"", 0}, /* \d is ASCII */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct hub_jschema *s = compile_ok(cases[i].schema);
+        struct hub_jschema_result r;
+        assert_int_equal(check(s, cases[i].instance, &r), 0);
+        if (r.valid != cases[i].valid) {
+            fail_msg("%s on %s: got %d", cases[i].schema, cases[i].instance, r.valid);
+        }
+        hub_jschema_free(s);
+    }
 }
 
 /* The three asserting formats, valid and invalid shapes of each, and an
