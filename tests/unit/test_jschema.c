@@ -252,7 +252,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
     double took = now_ms() - t0;
     printf("uniqueItems over 20,000 objects stopped after %.1f ms\n", took);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(big);
     hub_jschema_free(s);
 
@@ -267,7 +268,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_REGEX);
     took = now_ms() - t0;
     printf("(a+)+$ over 60 a's and a '!' stopped after %.1f ms\n", took);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(str);
     assert_int_equal(check(s, "\"aaaa\"", &r), 0);
     assert_true(r.valid);
@@ -289,7 +291,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     printf("20,000 costly searches stopped after %.1f ms at item %s\n", took,
            r.errors[r.nerrors - 1].instance);
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(arr);
     hub_jschema_free(s);
 }
