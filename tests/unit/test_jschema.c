@@ -591,6 +591,27 @@ static void test_compat_rules(void **state) {
                   "{\"$ref\": \"#/definitions/n\"}, \"v\": {\"type\": \"integer\"}}}}, \"$ref\": "
                   "\"#/definitions/n\"}",
                   "type-narrowed@/properties/v/type");
+    expect_compat("{\"multipleOf\": 2}", "{\"multipleOf\": 4}", "bound-narrowed@/multipleOf");
+    expect_compat("{\"multipleOf\": 4}", "{\"multipleOf\": 2}", "");
+    expect_compat("{\"multipleOf\": 0.5}", "{\"multipleOf\": 0.25}", "");
+    expect_compat("{\"type\": \"string\"}", "{\"type\": \"string\", \"minLength\": 1}",
+                  "bound-narrowed@/minLength");
+    expect_compat("{}", "{\"patternProperties\": {\"^x-\": {\"type\": \"string\"}}}",
+                  "patternProperties-added@/patternProperties/^x-");
+    expect_compat("{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}",
+                  "{\"anyOf\": [{\"type\": \"string\"}]}", "anyOf-changed@/anyOf");
+    expect_compat("{\"dependencies\": {\"a\": [\"b\"]}}",
+                  "{\"dependencies\": {\"a\": [\"b\", \"c\"]}}",
+                  "dependency-added@/dependencies/a");
+    expect_compat("{\"dependencies\": {\"a\": [\"b\", \"c\"]}}",
+                  "{\"dependencies\": {\"a\": [\"b\"]}}", "");
+    expect_compat("{\"additionalProperties\": {\"type\": \"string\"}}",
+                  "{\"additionalProperties\": false}", "schema-false@/additionalProperties");
+    expect_compat("{\"not\": {\"type\": \"null\"}}", "{\"not\": {\"type\": \"string\"}}",
+                  "conditional-changed@/not");
+    expect_compat("{\"properties\": {\"a\": {\"$ref\": \"http://example.com/a.json\"}}}",
+                  "{\"properties\": {\"a\": {\"$ref\": \"http://example.com/b.json\"}}}",
+                  "ref-changed@/properties/a/$ref");
     expect_compat("true", "false", "schema-false@");
     expect_compat("false", "{\"type\": \"string\"}", "");
     json_t *changes = NULL, *num = json_integer(3), *obj = json_object();
