@@ -61,6 +61,7 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,9 +141,32 @@ static const json_t *deref(const json_t *root, const json_t *s) {
     return s;
 }
 
-/* 1 the first time the pair (o, n) is seen; 0 after, or past the cap. */
+/* The slot of the pair (o, n) in a table of cap (a power of two) slots. */
+static size_t pair_slot(const json_t *o, const json_t *n, size_t cap) {
+    uint64_t h = (uint64_t)(uintptr_t)o * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)n;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (size_t)(h ^ (h >> 32)) & (cap - 1);
+}
+
+/* Puts the pair in the first free slot of its probe run (the caller knows
+ * it is absent and that the table has room). */
+static void pair_put(struct compat_pair *t, size_t cap, const json_t *o, const json_t *n) {
+    size_t i = pair_slot(o, n, cap);
+    while (t[i].old) {
+        i = (i + 1) & (cap - 1);
+    }
+    t[i] = (struct compat_pair){o, n};
+}
+
+/*
+ * 1 the first time the pair (o, n) is seen; 0 after, or past the cap (then
+ * reported once as not-checked).  An open-addressing set kept at most half
+ * full, so a large schema compares in linear time.
+ */
 static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
-    for (size_t i = 0; i < c->nseen; i++) {
+    for (size_t i = c->cap_seen ? pair_slot(o, n, c->cap_seen) : 0; c->cap_seen && c->seen[i].old;
+         i = (i + 1) & (c->cap_seen - 1)) {
         if (c->seen[i].old == o && c->seen[i].new_ == n) {
             return 0;
         }
@@ -155,17 +179,24 @@ static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
         }
         return 0;
     }
-    if (c->nseen == c->cap_seen) {
+    if (2 * (c->nseen + 1) > c->cap_seen) {
         size_t ncap = c->cap_seen ? 2 * c->cap_seen : 64;
-        struct compat_pair *v = realloc(c->seen, ncap * sizeof *v);
-        if (!v) {
+        struct compat_pair *t = calloc(ncap, sizeof *t);
+        if (!t) {
             c->rc = HUB_ENOMEM;
             return 0;
         }
-        c->seen = v;
+        for (size_t i = 0; i < c->cap_seen; i++) {
+            if (c->seen[i].old) {
+                pair_put(t, ncap, c->seen[i].old, c->seen[i].new_);
+            }
+        }
+        free(c->seen);
+        c->seen = t;
         c->cap_seen = ncap;
     }
-    c->seen[c->nseen++] = (struct compat_pair){o, n};
+    pair_put(c->seen, c->cap_seen, o, n);
+    c->nseen++;
     return 1;
 }
 

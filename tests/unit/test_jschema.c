@@ -613,6 +613,20 @@ static void test_compat_rules(void **state) {
                   "{\"properties\": {\"a\": {\"$ref\": \"http://example.com/b.json\"}}}",
                   "ref-changed@/properties/a/$ref");
     expect_compat("true", "false", "schema-false@");
+    /* past the pair cap the check refuses rather than passes what it did not compare */
+    json_t *props = json_object();
+    for (int i = 0; i < 25000; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "p%d", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "string"));
+    }
+    json_t *big = json_pack("{s:o}", "properties", props), *found = NULL;
+    assert_int_equal(hub_jschema_compat(big, big, &found), 0);
+    assert_int_equal(json_array_size(found), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(found, 0), "rule")),
+                        "not-checked");
+    json_decref(found);
+    json_decref(big);
     expect_compat("false", "{\"type\": \"string\"}", "");
     json_t *changes = NULL, *num = json_integer(3), *obj = json_object();
     assert_int_equal(hub_jschema_compat(num, obj, &changes), HUB_EINVAL);
