@@ -61,6 +61,7 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,17 +92,35 @@ struct compat {
     int rc;
 };
 
-/* Appends one breaking change {pointer, rule, reason}. */
-static void report(struct compat *c, const char *ptr, const char *rule, const char *fmt, ...) {
+/* Appends one breaking change {pointer, rule, reason}, reason formatted
+ * from fmt and ap. */
+static void vreport(struct compat *c, const char *ptr, const char *rule, const char *fmt,
+                    va_list ap) {
     char reason[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
-    va_end(ap);
     json_t *o = json_pack("{s:s, s:s, s:s}", "pointer", ptr, "rule", rule, "reason", reason);
     if (!o || json_array_append_new(c->changes, o) < 0) {
         c->rc = HUB_ENOMEM;
     }
+}
+
+/* A breaking change at ptr. */
+static void report(struct compat *c, const char *ptr, const char *rule, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(c, ptr, rule, fmt, ap);
+    va_end(ap);
+}
+
+/* A breaking change at the keyword kw of the subschema at ptr. */
+static void report_kw(struct compat *c, const char *ptr, const char *kw, const char *rule,
+                      const char *fmt, ...) {
+    char *p = js_ptr_join(ptr, kw, strlen(kw));
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(c, p ? p : ptr, rule, fmt, ap);
+    va_end(ap);
+    free(p);
 }
 
 /*
@@ -122,9 +141,32 @@ static const json_t *deref(const json_t *root, const json_t *s) {
     return s;
 }
 
-/* 1 the first time the pair (o, n) is seen; 0 after, or past the cap. */
+/* The slot of the pair (o, n) in a table of cap (a power of two) slots. */
+static size_t pair_slot(const json_t *o, const json_t *n, size_t cap) {
+    uint64_t h = (uint64_t)(uintptr_t)o * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)n;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (size_t)(h ^ (h >> 32)) & (cap - 1);
+}
+
+/* Puts the pair in the first free slot of its probe run (the caller knows
+ * it is absent and that the table has room). */
+static void pair_put(struct compat_pair *t, size_t cap, const json_t *o, const json_t *n) {
+    size_t i = pair_slot(o, n, cap);
+    while (t[i].old) {
+        i = (i + 1) & (cap - 1);
+    }
+    t[i] = (struct compat_pair){o, n};
+}
+
+/*
+ * 1 the first time the pair (o, n) is seen; 0 after, or past the cap (then
+ * reported once as not-checked).  An open-addressing set kept at most half
+ * full, so a large schema compares in linear time.
+ */
 static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
-    for (size_t i = 0; i < c->nseen; i++) {
+    for (size_t i = c->cap_seen ? pair_slot(o, n, c->cap_seen) : 0; c->cap_seen && c->seen[i].old;
+         i = (i + 1) & (c->cap_seen - 1)) {
         if (c->seen[i].old == o && c->seen[i].new_ == n) {
             return 0;
         }
@@ -137,17 +179,24 @@ static int first_visit(struct compat *c, const json_t *o, const json_t *n) {
         }
         return 0;
     }
-    if (c->nseen == c->cap_seen) {
+    if (2 * (c->nseen + 1) > c->cap_seen) {
         size_t ncap = c->cap_seen ? 2 * c->cap_seen : 64;
-        struct compat_pair *v = realloc(c->seen, ncap * sizeof *v);
-        if (!v) {
+        struct compat_pair *t = calloc(ncap, sizeof *t);
+        if (!t) {
             c->rc = HUB_ENOMEM;
             return 0;
         }
-        c->seen = v;
+        for (size_t i = 0; i < c->cap_seen; i++) {
+            if (c->seen[i].old) {
+                pair_put(t, ncap, c->seen[i].old, c->seen[i].new_);
+            }
+        }
+        free(c->seen);
+        c->seen = t;
         c->cap_seen = ncap;
     }
-    c->seen[c->nseen++] = (struct compat_pair){o, n};
+    pair_put(c->seen, c->cap_seen, o, n);
+    c->nseen++;
     return 1;
 }
 
@@ -259,11 +308,9 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
         struct bound nb = bound_of(n, pairs[i].incl, ex, pairs[i].upper);
         if (bound_narrower(ob, nb, pairs[i].upper)) {
             const char *kw = nb.exclusive ? ex : pairs[i].incl;
-            char *p = js_ptr_join(ptr, kw, strlen(kw));
-            report(c, p ? p : ptr, "bound-narrowed", "%s %.17g %s than %s", kw, nb.v,
-                   pairs[i].upper ? "is lower" : "is higher",
-                   ob.set ? "before" : "no bound before");
-            free(p);
+            report_kw(c, ptr, kw, "bound-narrowed", "%s %.17g %s than %s", kw, nb.v,
+                      pairs[i].upper ? "is lower" : "is higher",
+                      ob.set ? "before" : "no bound before");
         }
     }
     const json_t *om = json_object_get(o, "multipleOf"), *nm = json_object_get(n, "multipleOf");
@@ -271,17 +318,14 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
         /* every multiple of the old step must stay a multiple of the new one */
         double q = json_is_number(om) ? json_number_value(om) / json_number_value(nm) : NAN;
         if (!isfinite(q) || fabs(q - nearbyint(q)) > 1e-9 * fmax(1.0, fabs(q))) {
-            char *p = js_ptr_join(ptr, "multipleOf", 10);
-            report(c, p ? p : ptr, "bound-narrowed", "multipleOf %.17g %s", json_number_value(nm),
-                   json_is_number(om) ? "does not divide the old step" : "added");
-            free(p);
+            report_kw(c, ptr, "multipleOf", "bound-narrowed", "multipleOf %.17g %s",
+                      json_number_value(nm),
+                      json_is_number(om) ? "does not divide the old step" : "added");
         }
     }
     if (json_is_true(json_object_get(n, "uniqueItems")) &&
         !json_is_true(json_object_get(o, "uniqueItems"))) {
-        char *p = js_ptr_join(ptr, "uniqueItems", 11);
-        report(c, p ? p : ptr, "uniqueItems-added", "uniqueItems added");
-        free(p);
+        report_kw(c, ptr, "uniqueItems", "uniqueItems-added", "uniqueItems added");
     }
 }
 
@@ -289,9 +333,7 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
 static void compare_values(struct compat *c, const json_t *o, const json_t *n, const char *ptr) {
     unsigned ot = types_of(o), nt = types_of(n);
     if (ot & ~nt) {
-        char *p = js_ptr_join(ptr, "type", 4);
-        report(c, p ? p : ptr, "type-narrowed", "type no longer admits what it admitted before");
-        free(p);
+        report_kw(c, ptr, "type", "type-narrowed", "type no longer admits what it admitted before");
     }
     const json_t *oe = json_object_get(o, "enum"), *ne = json_object_get(n, "enum");
     if (json_is_array(ne)) {
@@ -304,17 +346,13 @@ static void compare_values(struct compat *c, const json_t *o, const json_t *n, c
             lost = !found;
         }
         if (lost) {
-            char *p = js_ptr_join(ptr, "enum", 4);
-            report(c, p ? p : ptr, "enum-narrowed",
-                   json_is_array(oe) ? "enum lost a value it had" : "enum added");
-            free(p);
+            report_kw(c, ptr, "enum", "enum-narrowed",
+                      json_is_array(oe) ? "enum lost a value it had" : "enum added");
         }
     }
     const json_t *oc = json_object_get(o, "const"), *nc = json_object_get(n, "const");
     if (nc && !(oc && js_equal(oc, nc))) {
-        char *p = js_ptr_join(ptr, "const", 5);
-        report(c, p ? p : ptr, "const-changed", oc ? "const changed" : "const added");
-        free(p);
+        report_kw(c, ptr, "const", "const-changed", oc ? "const changed" : "const added");
     }
     static const char *const text_kw[] = {"pattern", "format"};
     for (size_t i = 0; i < 2; i++) {
@@ -488,9 +526,7 @@ static void compare_object(struct compat *c, const json_t *o, const json_t *n, c
     if (onames) {
         compare_member(c, o, n, "propertyNames", ptr, optr);
     } else if (!accepts_all(json_object_get(n, "propertyNames"))) {
-        char *p = js_ptr_join(ptr, "propertyNames", 13);
-        report(c, p ? p : ptr, "propertyNames-added", "propertyNames added");
-        free(p);
+        report_kw(c, ptr, "propertyNames", "propertyNames-added", "propertyNames added");
     }
 out:
     free(pp);
@@ -505,9 +541,7 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
         if (oi) {
             compare_member(c, o, n, "items", ptr, optr);
         } else if (!accepts_all(ni)) {
-            char *p = js_ptr_join(ptr, "items", 5);
-            report(c, p ? p : ptr, "items-added", "items now constrained");
-            free(p);
+            report_kw(c, ptr, "items", "items-added", "items now constrained");
         }
     } else if (json_is_array(oi) && json_is_array(ni)) {
         /* positional items: position i of the new list against position i
@@ -538,16 +572,12 @@ static void compare_array(struct compat *c, const json_t *o, const json_t *n, co
                          json_object_get(n, "additionalItems"), ptr, optr, "additionalItems");
         }
     } else if (!json_equal(oi, ni)) {
-        char *p = js_ptr_join(ptr, "items", 5);
-        report(c, p ? p : ptr, "items-changed", "items changed between one schema and a list");
-        free(p);
+        report_kw(c, ptr, "items", "items-changed", "items changed between one schema and a list");
     }
     if (json_object_get(o, "contains")) {
         compare_member(c, o, n, "contains", ptr, optr);
     } else if (json_object_get(n, "contains")) {
-        char *p = js_ptr_join(ptr, "contains", 8);
-        report(c, p ? p : ptr, "contains-added", "contains added");
-        free(p);
+        report_kw(c, ptr, "contains", "contains-added", "contains added");
     }
 }
 
@@ -588,10 +618,8 @@ static void compare_logic(struct compat *c, const json_t *o, const json_t *n, co
     for (size_t i = 0; i < 4; i++) {
         const json_t *ov = json_object_get(o, opaque[i]), *nv = json_object_get(n, opaque[i]);
         if (nv && !(ov && js_equal(ov, nv))) {
-            char *p = js_ptr_join(ptr, opaque[i], strlen(opaque[i]));
-            report(c, p ? p : ptr, "conditional-changed", "%s %s (not analysed)", opaque[i],
-                   ov ? "changed" : "added");
-            free(p);
+            report_kw(c, ptr, opaque[i], "conditional-changed", "%s %s (not analysed)", opaque[i],
+                      ov ? "changed" : "added");
         }
     }
 }
@@ -641,9 +669,7 @@ static void compare_schema(struct compat *c, const json_t *o, const json_t *n, c
     const char *oref = json_string_value(json_object_get(o, "$ref"));
     const char *nref = json_string_value(json_object_get(n, "$ref"));
     if ((oref || nref) && !(oref && nref && strcmp(oref, nref) == 0)) {
-        char *p = js_ptr_join(ptr, "$ref", 4);
-        report(c, p ? p : ptr, "ref-changed", "a $ref the check cannot follow changed");
-        free(p);
+        report_kw(c, ptr, "$ref", "ref-changed", "a $ref the check cannot follow changed");
         return;
     }
     compare_values(c, o, n, ptr);

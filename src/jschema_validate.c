@@ -431,6 +431,29 @@ static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, 
 }
 
 /*
+ * max<what> and min<what> (what: "Length", "Items", "Properties") on a
+ * count of units; a bound of -1 is absent.  Returns 1 within both, else 0
+ * with the errors recorded.
+ */
+static int v_counts(struct js_vctx *c, const struct js_node *n, size_t count, long long max,
+                    long long min, const char *what, const char *units) {
+    char kw[HUB_JSCHEMA_KEYWORD_MAX];
+    int ok = 1;
+    if (max >= 0 && count > (unsigned long long)max) {
+        snprintf(kw, sizeof kw, "max%s", what);
+        ok = fail(c, n, kw, "%zu %s, more than %lld", count, units, max);
+        if (!more(c)) {
+            return 0;
+        }
+    }
+    if (min >= 0 && count < (unsigned long long)min) {
+        snprintf(kw, sizeof kw, "min%s", what);
+        ok = fail(c, n, kw, "%zu %s, fewer than %lld", count, units, min);
+    }
+    return ok;
+}
+
+/*
  * maxLength, minLength (in code points), pattern and format on a string x.
  * Returns 1, 0, or -1 when a regex search stopped the run.
  */
@@ -438,20 +461,11 @@ static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x)
     int ok = 1;
     const char *s = json_string_value(x);
     size_t len = json_string_length(x);
-    if (n->max_length >= 0 || n->min_length >= 0) {
-        size_t cp = js_utf8_length(s, len);
-        if (n->max_length >= 0 && cp > (unsigned long long)n->max_length) {
-            ok = fail(c, n, "maxLength", "%zu characters, more than %lld", cp, n->max_length);
-            if (!more(c)) {
-                return 0;
-            }
-        }
-        if (n->min_length >= 0 && cp < (unsigned long long)n->min_length) {
-            ok = fail(c, n, "minLength", "%zu characters, fewer than %lld", cp, n->min_length);
-            if (!more(c)) {
-                return 0;
-            }
-        }
+    if ((n->max_length >= 0 || n->min_length >= 0) &&
+        !v_counts(c, n, js_utf8_length(s, len), n->max_length, n->min_length, "Length",
+                  "characters") &&
+        !failed(c, &ok)) {
+        return 0;
     }
     if (n->pattern) {
         int r = regex_search(c, n->pattern, s, len);
@@ -481,17 +495,8 @@ static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x)
 static int v_array(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_array_size(x);
-    if (n->max_items >= 0 && size > (unsigned long long)n->max_items) {
-        ok = fail(c, n, "maxItems", "%zu items, more than %lld", size, n->max_items);
-        if (!more(c)) {
-            return 0;
-        }
-    }
-    if (n->min_items >= 0 && size < (unsigned long long)n->min_items) {
-        ok = fail(c, n, "minItems", "%zu items, fewer than %lld", size, n->min_items);
-        if (!more(c)) {
-            return 0;
-        }
+    if (!v_counts(c, n, size, n->max_items, n->min_items, "Items", "items") && !failed(c, &ok)) {
+        return 0;
     }
     /* the first equal pair is enough: uniqueItems is one error, not one per pair */
     if (n->unique_items) {
@@ -686,17 +691,9 @@ static int v_members(struct js_vctx *c, const struct js_node *n, const json_t *x
 static int v_object(struct js_vctx *c, const struct js_node *n, const json_t *x) {
     int ok = 1, r;
     size_t size = json_object_size(x);
-    if (n->max_props >= 0 && size > (unsigned long long)n->max_props) {
-        ok = fail(c, n, "maxProperties", "%zu properties, more than %lld", size, n->max_props);
-        if (!more(c)) {
-            return 0;
-        }
-    }
-    if (n->min_props >= 0 && size < (unsigned long long)n->min_props) {
-        ok = fail(c, n, "minProperties", "%zu properties, fewer than %lld", size, n->min_props);
-        if (!more(c)) {
-            return 0;
-        }
+    if (!v_counts(c, n, size, n->max_props, n->min_props, "Properties", "properties") &&
+        !failed(c, &ok)) {
+        return 0;
     }
     for (size_t i = 0; i < json_array_size(n->required); i++) {
         const json_t *name = json_array_get(n->required, i);

@@ -252,7 +252,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
     double took = now_ms() - t0;
     printf("uniqueItems over 20,000 objects stopped after %.1f ms\n", took);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(big);
     hub_jschema_free(s);
 
@@ -267,7 +268,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_REGEX);
     took = now_ms() - t0;
     printf("(a+)+$ over 60 a's and a '!' stopped after %.1f ms\n", took);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(str);
     assert_int_equal(check(s, "\"aaaa\"", &r), 0);
     assert_true(r.valid);
@@ -289,7 +291,8 @@ static void test_bounds_stop_hostile_work(void **state) {
     printf("20,000 costly searches stopped after %.1f ms at item %s\n", took,
            r.errors[r.nerrors - 1].instance);
     assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
-    assert_true(took < 2000);
+    /* the limit asserted above is the point; the time only catches a runaway */
+    assert_true(took < 10000);
     json_decref(arr);
     hub_jschema_free(s);
 }
@@ -298,29 +301,26 @@ static void test_bounds_stop_hostile_work(void **state) {
  * `$` only at the very end, code points not bytes, \u escapes. */
 static void test_pattern_dialect(void **state) {
     (void)state;
-    struct hub_jschema_result r;
-    /* unanchored search; $ only at the very end; UTF-8 characters; \u escapes */
-    struct hub_jschema *s = compile_ok("{\"pattern\": \"b\"}");
-    assert_int_equal(check(s, "\"abc\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^abc$\"}");
-    assert_int_equal(check(s, "\"abc\\n\"", &r), 0);
-    assert_false(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^.$\"}");
-    assert_int_equal(check(s, "\"\\u00e9\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    s = compile_ok("{\"pattern\": \"^\\\\u0041$\"}");
-    assert_int_equal(check(s, "\"A\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
-    /* minLength counts characters, not bytes */
-    s = compile_ok("{\"maxLength\": 2}");
-    assert_int_equal(check(s, "\"\\u00e9\\u00e9\"", &r), 0);
-    assert_true(r.valid);
-    hub_jschema_free(s);
+    static const struct {
+        const char *schema, *instance;
+        int valid;
+    } cases[] = {
+        {"{\"pattern\": \"b\"}", "\"abc\"", 1},            /* searched, not anchored */
+        {"{\"pattern\": \"^abc$\"}", "\"abc\\n\"", 0},     /* $ only at the very end */
+        {"{\"pattern\": \"^.$\"}", "\"\\u00e9\"", 1},      /* . is a character */
+        {"{\"pattern\": \"^\\\\u0041$\"}", "\"A\"", 1},    /* \u escapes */
+        {"{\"maxLength\": 2}", "\"\\u00e9\\u00e9\"", 1},   /* code points, not bytes */
+        {"{\"pattern\": \"^\\\\d+$\"}", "\"\\u0663\"", 0}, /* \d is ASCII */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct hub_jschema *s = compile_ok(cases[i].schema);
+        struct hub_jschema_result r;
+        assert_int_equal(check(s, cases[i].instance, &r), 0);
+        if (r.valid != cases[i].valid) {
+            fail_msg("%s on %s: got %d", cases[i].schema, cases[i].instance, r.valid);
+        }
+        hub_jschema_free(s);
+    }
 }
 
 /* The three asserting formats, valid and invalid shapes of each, and an
@@ -591,7 +591,42 @@ static void test_compat_rules(void **state) {
                   "{\"$ref\": \"#/definitions/n\"}, \"v\": {\"type\": \"integer\"}}}}, \"$ref\": "
                   "\"#/definitions/n\"}",
                   "type-narrowed@/properties/v/type");
+    expect_compat("{\"multipleOf\": 2}", "{\"multipleOf\": 4}", "bound-narrowed@/multipleOf");
+    expect_compat("{\"multipleOf\": 4}", "{\"multipleOf\": 2}", "");
+    expect_compat("{\"multipleOf\": 0.5}", "{\"multipleOf\": 0.25}", "");
+    expect_compat("{\"type\": \"string\"}", "{\"type\": \"string\", \"minLength\": 1}",
+                  "bound-narrowed@/minLength");
+    expect_compat("{}", "{\"patternProperties\": {\"^x-\": {\"type\": \"string\"}}}",
+                  "patternProperties-added@/patternProperties/^x-");
+    expect_compat("{\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}",
+                  "{\"anyOf\": [{\"type\": \"string\"}]}", "anyOf-changed@/anyOf");
+    expect_compat("{\"dependencies\": {\"a\": [\"b\"]}}",
+                  "{\"dependencies\": {\"a\": [\"b\", \"c\"]}}",
+                  "dependency-added@/dependencies/a");
+    expect_compat("{\"dependencies\": {\"a\": [\"b\", \"c\"]}}",
+                  "{\"dependencies\": {\"a\": [\"b\"]}}", "");
+    expect_compat("{\"additionalProperties\": {\"type\": \"string\"}}",
+                  "{\"additionalProperties\": false}", "schema-false@/additionalProperties");
+    expect_compat("{\"not\": {\"type\": \"null\"}}", "{\"not\": {\"type\": \"string\"}}",
+                  "conditional-changed@/not");
+    expect_compat("{\"properties\": {\"a\": {\"$ref\": \"http://example.com/a.json\"}}}",
+                  "{\"properties\": {\"a\": {\"$ref\": \"http://example.com/b.json\"}}}",
+                  "ref-changed@/properties/a/$ref");
     expect_compat("true", "false", "schema-false@");
+    /* past the pair cap the check refuses rather than passes what it did not compare */
+    json_t *props = json_object();
+    for (int i = 0; i < 25000; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "p%d", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "string"));
+    }
+    json_t *big = json_pack("{s:o}", "properties", props), *found = NULL;
+    assert_int_equal(hub_jschema_compat(big, big, &found), 0);
+    assert_int_equal(json_array_size(found), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(found, 0), "rule")),
+                        "not-checked");
+    json_decref(found);
+    json_decref(big);
     expect_compat("false", "{\"type\": \"string\"}", "");
     json_t *changes = NULL, *num = json_integer(3), *obj = json_object();
     assert_int_equal(hub_jschema_compat(num, obj, &changes), HUB_EINVAL);
