@@ -302,6 +302,8 @@ static void load_work(uv_work_t *w) {
     }
     atomic_init(&set->refs, 1);
     set->generation = ld->generation;
+    /* a power of two at least twice the groups: probes stay short and the
+     * table never fills, so a lookup always ends on an empty slot */
     set->cap = 16;
     while (set->cap < max_groups * 2) {
         set->cap *= 2;
@@ -350,6 +352,8 @@ static void load_work(uv_work_t *w) {
         e->patch = r->patch;
         set->n_entries++;
     }
+    /* settings may name a type without schemas (kept: a later version of
+     * it finds its setting); pick ignores a group with no versions */
     for (size_t i = 0; i < ld->n_settings; i++) {
         struct schema_group *g =
             group_get(set, max_groups, ld->settings[i].scope, ld->settings[i].type);
