@@ -36,7 +36,7 @@ psql_q "INSERT INTO tenants (id, status) VALUES ('t', 'active');
                                    verification_state, failure_first_at, failure_last_at)
         VALUES ('$SUB', 't', '{*}', 1, 'http://sink.invalid/', 'sealed', 'active',
                 now() - interval '23 hours', now() - interval '1 hour');
-        CREATE TABLE delivery_attempts_test PARTITION OF delivery_attempts
+        CREATE TABLE delivery_attempts_test PARTITION OF delivery_attempt_rows
             FOR VALUES FROM ('2000-01-01') TO ('2100-01-01');
         INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,
                                    event_type, state, lease_owner, lease_until)
@@ -116,6 +116,26 @@ assert_eq "in_flight us#2 0" "$(psql_q "SELECT state || ' ' || lease_owner || ' 
 assert_eq "1:1,2 2:1,2 3:1 4:1 5:1 6:1" \
     "$(psql_q "SELECT string_agg(job_id || ':' || numbers, ' ' ORDER BY job_id) FROM (SELECT job_id, string_agg(number::text, ',' ORDER BY number) AS numbers FROM delivery_attempts GROUP BY job_id) x")" \
     "each attempt recorded once, numbered by the job's count; none for the fenced job"
+# where they are (migrations/0014): a job's first success on the job's row,
+# everything else (failures, a job's second success) as rows
+assert_eq "rows 1:1,2 2:2 3:1 4:1 6:1 | on jobs 2:1 5:1" \
+    "$(psql_q "SELECT 'rows ' || (SELECT string_agg(job_id || ':' || numbers, ' ' ORDER BY job_id) FROM (SELECT job_id, string_agg(number::text, ',' ORDER BY number) AS numbers FROM delivery_attempt_rows GROUP BY job_id) x)
+                      || ' | on jobs ' || (SELECT string_agg(id || ':' || success_number, ' ' ORDER BY id) FROM delivery_jobs WHERE success_delivery_id IS NOT NULL)")" \
+    "a first success is recorded on its job, failures and a second success as rows"
+assert_eq "5|1|$(date -u +%Y-%m-%d)|00000000-0000-7000-8000-000000000005|200|5|-|true" \
+    "$(psql_q "SELECT job_id || '|' || number || '|' || day || '|' || delivery_id || '|' || status || '|' || duration_ms
+                      || '|' || coalesce(error, '-') || '|' || (started_at = '2026-12-04 12:00:01+00')
+                 FROM delivery_attempts WHERE job_id = 5" | sed "s/|2026-12-04|/|$(date -u +%Y-%m-%d)|/")" \
+    "the view shows a success on its job as an attempt with every column"
+# a binary before 0014 inserts its attempts into delivery_attempts: the view
+# takes them as rows
+psql_q "INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,
+                                       status, error, response_excerpt)
+        VALUES (current_date, '00000000-0000-7000-8000-0000000000ff', 3, 2, now(), 7, 503,
+                'status', 'later')" >/dev/null
+assert_eq "2|503|later" \
+    "$(psql_q "SELECT number || '|' || status || '|' || response_excerpt FROM delivery_attempt_rows WHERE job_id = 3 AND number = 2")" \
+    "an insert into the delivery_attempts view becomes a row"
 
 # 6. the parking trigger (migrations): re-enabling a subscription gives a
 # parked job with a live lease back to its attempt, and clears a lease that
