@@ -26,6 +26,10 @@
 -- Retention: the rows' day partitions are dropped as before (they keep
 -- their names, delivery_attempts_YYYYMMDD).  A success recorded on its job
 -- lives as long as the job row, like the job's state and counts.
+--
+-- The statements below take their locks for the length of this migration's
+-- transaction (milliseconds: no table is rewritten); the previous binary's
+-- outcomes and claims wait that long.
 
 ALTER TABLE delivery_jobs
     ADD COLUMN success_delivery_id uuid,          -- NULL: no success recorded on the job
@@ -112,3 +116,13 @@ BEGIN
         END LOOP;
     END LOOP;
 END $$;
+
+-- Room on each job's page for the versions the claim and the outcome write
+-- (neither update can be HOT: both change indexed columns).  With full
+-- pages each update moved the job to another page, whose WAL record carries
+-- the whole new tuple; on the same page PostgreSQL logs only the bytes that
+-- changed, and only one page is dirtied.  Claim and outcome wrote 18% less
+-- WAL per job at fillfactor 50, the ingest insert the same, for twice the
+-- pages at insert time (docs/performance.md, "Attempts on the job's row").
+-- Applies to pages written from now on (no rewrite of the table).
+ALTER TABLE delivery_jobs SET (fillfactor = 50);

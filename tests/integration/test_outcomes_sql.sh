@@ -127,6 +127,8 @@ assert_eq "5|1|$(date -u +%Y-%m-%d)|00000000-0000-7000-8000-000000000005|200|5|-
                       || '|' || coalesce(error, '-') || '|' || (started_at = '2026-12-04 12:00:01+00')
                  FROM delivery_attempts WHERE job_id = 5" | sed "s/|2026-12-04|/|$(date -u +%Y-%m-%d)|/")" \
     "the view shows a success on its job as an attempt with every column"
+assert_eq "{fillfactor=50}" "$(psql_q "SELECT reloptions FROM pg_class WHERE relname = 'delivery_jobs'")" \
+    "jobs' pages keep room for the claim's and the outcome's versions"
 # a binary before 0014 inserts its attempts into delivery_attempts: the view
 # takes them as rows
 psql_q "INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,
