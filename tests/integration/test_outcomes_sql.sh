@@ -15,7 +15,10 @@
 # do (the controls).  Then the verification gate in the outcome (a retry of
 # a job whose subscription is no longer verified is parked), and the
 # trigger that parks and unparks a subscription's jobs (migrations/0011),
-# including the migration's parking of the rows it finds.
+# including the migration's parking of the rows it finds.  Since 0014 a
+# first success is recorded on its job and the rest as rows, the
+# delivery_attempts view shows both and takes inserts (a previous binary's)
+# as rows, and partition upkeep keeps the rows' day partitions.
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 hub_test_init
@@ -296,5 +299,20 @@ psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" \
 assert_eq "121:parked 122:pending" \
     "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id IN (121, 122)")" \
     "the migration parks the pending jobs of an unverified subscription only"
+
+# 10. retention of attempt rows (migrations/0014): partition upkeep keeps
+# creating and dropping the renamed table's day partitions under their old
+# names, delivery_attempts_YYYYMMDD
+psql_q "DROP TABLE delivery_attempts_test" >/dev/null
+psql_q "SET client_min_messages = warning; SELECT hub_maintain_partitions('7 days')" >/dev/null || fail "partition upkeep failed"
+psql_q "CREATE TABLE delivery_attempts_20200101 PARTITION OF delivery_attempt_rows
+            FOR VALUES FROM ('2020-01-01') TO ('2020-01-02')" >/dev/null
+psql_q "SET client_min_messages = warning; SELECT hub_maintain_partitions('7 days')" >/dev/null || fail "partition upkeep failed"
+assert_eq "0 1" \
+    "$(psql_q "SELECT count(*) FILTER (WHERE c.relname = 'delivery_attempts_20200101') || ' '
+                      || count(*) FILTER (WHERE c.relname = 'delivery_attempts_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'))
+                 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                WHERE i.inhparent = 'delivery_attempt_rows'::regclass")" \
+    "attempt rows: a day past the retention is dropped, today's partition exists"
 
 hub_test_done
