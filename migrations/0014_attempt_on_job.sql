@@ -121,7 +121,7 @@ END $$;
 -- (neither update can be HOT: both change indexed columns).  With full
 -- pages each update moved the job to another page, whose WAL record carries
 -- the whole new tuple; on the same page PostgreSQL logs only the bytes that
--- changed, and only one page is dirtied.  Claim and outcome wrote 18% less
+-- changed, and only one page is dirtied.  Claim and outcome wrote 13% less
 -- WAL per job at fillfactor 50, the ingest insert the same, for twice the
 -- pages at insert time (docs/performance.md, "Attempts on the job's row").
 -- Applies to pages written from now on (no rewrite of the table).
