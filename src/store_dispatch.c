@@ -279,8 +279,18 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * 'in_flight'" there would let the planner walk the partial lease index
  * (all jobs in flight) instead of the primary key whenever its statistics
  * think few are in flight, slower as the backlog of outcomes grows.
+ * j also records a success on the job itself (success_*, migrations/0014)
+ * when the job holds none yet: the common delivery, a first attempt that
+ * succeeds, then writes no attempt row and no index entry for one, only
+ * the job's version it writes anyway.  A job that already holds a success
+ * (replayed or redelivered since) gets a row for the new one, so no
+ * attempt is ever overwritten.  j returns the success it holds, which tells
+ * a which attempts are on their job: the number and the delivery id (new
+ * per attempt) both match.
  * f: a policy's match turned the job down: as if it had never matched.
- * a: an attempt is numbered by the job's attempt count after j.  Only the
+ * a: the other attempted outcomes become rows of delivery_attempt_rows (the
+ * table behind the delivery_attempts view).  An attempt is numbered by the
+ * job's attempt count after j.  Only the
  * transaction that updated the job (our lease, its row lock held) records
  * it, and the count only grows, so a number is recorded once: a batch
  * retried after a lost commit finds its leases cleared and records nothing,
@@ -319,6 +329,11 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "($16::boolean AND s.enabled AND last.failed AND " OUT_NEW_FIRST " IS NOT NULL"                \
     " AND now() - " OUT_NEW_FIRST " >= $17::bigint * interval '1 millisecond'"                     \
     " AND " OUT_NEW_LAST " - " OUT_NEW_FIRST " >= $18::bigint * interval '1 millisecond')"
+/* Column `col` of the job after the outcome: `value` when the outcome is a
+ * success recorded on the job (the job holds none yet), else as it was. */
+#define OUT_ON_JOB(value, col)                                                                     \
+    "CASE WHEN o.attempted AND o.success AND d.success_delivery_id IS NULL THEN " value           \
+    " ELSE d." col " END"
 #define OUTCOMES_SQL(attempt_probe)                                                                \
     "WITH o AS ("                                                                                  \
     "  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::bool[],"           \
@@ -334,20 +349,30 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "             THEN 'parked' ELSE o.state END, reason = o.reason,"                              \
     "         attempt_count = d.attempt_count + CASE WHEN o.attempted THEN 1 ELSE 0 END,"          \
     "         next_attempt_at = now() + o.delay_ms * interval '1 millisecond',"                    \
-    "         lease_owner = NULL, lease_until = NULL, updated_at = now()"                          \
+    "         lease_owner = NULL, lease_until = NULL, updated_at = now(),"                         \
+    "         success_delivery_id = " OUT_ON_JOB("o.delivery_id::uuid", "success_delivery_id") ","  \
+    "         success_number = " OUT_ON_JOB("d.attempt_count + 1", "success_number") ","            \
+    "         success_started_at = " OUT_ON_JOB("o.started_at", "success_started_at") ","           \
+    "         success_duration_ms = " OUT_ON_JOB("o.duration_ms", "success_duration_ms") ","        \
+    "         success_status = " OUT_ON_JOB("o.status", "success_status") ","                       \
+    "         success_excerpt = " OUT_ON_JOB("o.excerpt", "success_excerpt")                        \
     "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text || '#' || o.claim"                 \
     "     AND o.state <> 'filtered'"                                                               \
-    "  RETURNING d.id, d.attempt_count"                                                            \
+    "  RETURNING d.id, d.attempt_count, d.success_number, d.success_delivery_id"                   \
     "), f AS ("                                                                                    \
     "  DELETE FROM delivery_jobs d USING o"                                                        \
     "   WHERE d.id = o.id AND o.state = 'filtered'"                                                \
     "     AND d.lease_owner = $14::text || '#' || o.claim"                                         \
     "), a AS ("                                                                                    \
-    "  INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,"  \
-    "                                 status, error, response_excerpt)"                            \
+    "  INSERT INTO delivery_attempt_rows (day, delivery_id, job_id, number, started_at,"          \
+    "                                     duration_ms, status, error, response_excerpt)"           \
     "  SELECT DISTINCT ON (o.id) (o.started_at AT TIME ZONE 'UTC')::date, o.delivery_id::uuid,"    \
     "         o.id, j.attempt_count, o.started_at, o.duration_ms, o.status, o.error, o.excerpt"    \
-    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted" attempt_probe "), b AS ("                 \
+    "    FROM o JOIN j ON j.id = o.id WHERE o.attempted"                                           \
+    "     AND NOT (j.success_number IS NOT DISTINCT FROM j.attempt_count"                          \
+    "              AND j.success_delivery_id IS NOT DISTINCT FROM o.delivery_id::uuid)"            \
+    attempt_probe                                                                                  \
+    "), b AS ("                                                                                    \
     "  SELECT o.subscription_id, o.success, o.started_at, o.status,"                               \
     "         max(o.started_at) FILTER (WHERE o.success)"                                          \
     "             OVER (PARTITION BY o.subscription_id) AS ok_at"                                  \
@@ -395,7 +420,7 @@ const struct hub_sql hub_sql_dispatch_load_events = {
 const struct hub_sql hub_sql_dispatch_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};
 const struct hub_sql hub_sql_dispatch_outcomes_checked = {
     "dispatch_outcomes_checked",
-    OUTCOMES_SQL("     AND NOT EXISTS (SELECT 1 FROM delivery_attempts x"
+    OUTCOMES_SQL("     AND NOT EXISTS (SELECT 1 FROM delivery_attempt_rows x"
                  "                      WHERE x.job_id = o.id AND x.number = j.attempt_count"
                  "                        AND x.day = (o.started_at AT TIME ZONE 'UTC')::date)"),
     0,

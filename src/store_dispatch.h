@@ -200,7 +200,10 @@ extern const struct hub_sql hub_sql_dispatch_load_events;
  *     'parked' when the subscription stopped being deliverable meanwhile
  *     (disabled, or not verified: SPEC §6, §7.7);
  *   - an attempted outcome records its attempt, numbered by the job's new
- *     attempt_count, once (only by the transaction that updated the job);
+ *     attempt_count, once (only by the transaction that updated the job):
+ *     a success on the job's own row (success_*, migrations/0014) when the
+ *     job holds none yet, anything else as a row of delivery_attempt_rows;
+ *     the delivery_attempts view shows both;
  *   - each subscription's failure streak (SPEC §7.7) follows its newest
  *     attempted outcome in the batch; a success in the batch ends the
  *     streak before it;

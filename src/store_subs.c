@@ -77,15 +77,22 @@
     SUBS_TS(j ".next_attempt_at") " END, "                                                        \
     "'created_at', " SUBS_TS(j ".created_at") extra ")::text"
 
-/* The attempts of job j, by number. */
-/* Attempts in number order; started_at orders rows that share a number
- * (the primary key allows one per day partition). */
+/* The attempts of job j: its rows in delivery_attempt_rows and the success
+ * recorded on the job itself (migrations/0014), read from j rather than
+ * through the delivery_attempts view, which would find the job again.
+ * Number order; started_at orders attempts that share a number (the
+ * primary key allows one per day partition). */
 #define DELIV_ATTEMPTS(j)                                                                         \
     "COALESCE((SELECT json_agg(json_build_object('delivery_id', a.delivery_id, "                  \
     "'number', a.number, 'started_at', " SUBS_TS("a.started_at") ", "                             \
     "'duration_ms', a.duration_ms, 'status', a.status, 'error', a.error, "                        \
     "'response_excerpt', a.response_excerpt) ORDER BY a.number, a.started_at)"                    \
-    " FROM delivery_attempts a WHERE a.job_id = " j ".id), '[]'::json)"
+    " FROM (SELECT r.delivery_id, r.number, r.started_at, r.duration_ms, r.status, r.error,"      \
+    "              r.response_excerpt FROM delivery_attempt_rows r WHERE r.job_id = " j ".id"     \
+    "        UNION ALL"                                                                           \
+    "       SELECT " j ".success_delivery_id, " j ".success_number, " j ".success_started_at, "   \
+    j ".success_duration_ms, " j ".success_status, NULL::text, " j ".success_excerpt"             \
+    "        WHERE " j ".success_delivery_id IS NOT NULL) a), '[]'::json)"
 
 /* One statement for the whole create: the row, its audit entry and (with
  * an Idempotency-Key) the record, whose body is the same object plus the

@@ -335,14 +335,14 @@ scenario_a_refused_outcome_does_not_hold_the_others() {
     beside_id=$(subscribe_at "$KEY" "/ok/$(own_id beside)/" beside.tested)
     psql_q "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
             BEGIN
-                IF EXISTS (SELECT 1 FROM delivery_jobs WHERE id = NEW.job_id
-                                                         AND subscription_id = '$refused_id') THEN
+                IF NEW.subscription_id = '$refused_id' THEN
                     RAISE EXCEPTION 'refused by the test';
                 END IF;
                 RETURN NEW;
             END \$\$;
-            CREATE TRIGGER test_refuse BEFORE INSERT ON delivery_attempts
-                FOR EACH ROW EXECUTE FUNCTION test_refuse()" >/dev/null
+            CREATE TRIGGER test_refuse BEFORE UPDATE ON delivery_jobs
+                FOR EACH ROW WHEN (NEW.attempt_count > OLD.attempt_count)
+                EXECUTE FUNCTION test_refuse()" >/dev/null
     events refused.tested rf- 1 &
     refused_producer=$!
     events beside.tested bs- 40
@@ -353,7 +353,7 @@ scenario_a_refused_outcome_does_not_hold_the_others() {
         fail "the refused outcome was not reported"
     assert_eq "0 false" "$(psql_q "SELECT j.attempt_count || ' ' || (j.state = 'succeeded') FROM delivery_jobs j WHERE j.subscription_id = '$refused_id'")" \
         "the refused outcome's job is not settled meanwhile"
-    psql_q "DROP TRIGGER test_refuse ON delivery_attempts; DROP FUNCTION test_refuse()" >/dev/null
+    psql_q "DROP TRIGGER test_refuse ON delivery_jobs; DROP FUNCTION test_refuse()" >/dev/null
     wait_job_state "$refused_id" succeeded 30 ||
         fail "the refused job did not succeed once the refusal was gone"
     assert_ge "$(psql_q "SELECT reclaims FROM delivery_jobs WHERE subscription_id = '$refused_id'")" 1 \

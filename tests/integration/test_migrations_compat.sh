@@ -21,7 +21,15 @@
 #      and delivering;
 #   4. a hub of this tree joins (the rolling restart), the previous one gets
 #      SIGTERM and exits 0;
-#   5. every event is stored once and delivered, none dead, none lost.
+#   5. every event is stored once and delivered, none dead, none lost;
+# then, side by side (the middle of a rolling upgrade):
+#   6. a previous hub and a hub of this tree deliver from one database at
+#      once, with failures and retries, so that one job's attempts may be
+#      made by either: both record outcomes, each in its own way (the
+#      previous one a row per attempt through the delivery_attempts view,
+#      this tree's a first success on the job's row, migrations/0014), and
+#      every attempt of every job is visible, numbered 1..attempt_count,
+#      in the view and in GET /v1/deliveries/{id} of either hub.
 #
 # Skipped (exit 77) only when the checkout has no history to build from (a
 # shallow clone).
@@ -175,6 +183,83 @@ scenario_rolling_upgrade_under_load_loses_nothing() {
     assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE state = 'dead'")" "no job dead"
     errors=$(grep '"level":"error"' "$HUB_LOG" | head -n 3)
     assert_eq "" "$errors" "this tree's hub logs no error after the upgrade"
+}
+
+# ---------------------------------------------------------------------------
+# side by side: previous and new dispatchers on one database, every attempt
+# of every job visible whichever process made it
+# ---------------------------------------------------------------------------
+scenario_old_and_new_hubs_side_by_side_show_every_attempt() {
+    local PREV_PID PREV_URL KEY OK FLAKY n_events=200 bad job url n want no_breaker
+    # the hub the rolling upgrade left running is stopped: this scenario
+    # starts its own pair (and the runner stops only the last hub started)
+    hub_state_load
+    hub_stop
+    prev_migrate
+    assert_eq 0 "$?" "the previous release migrates the database"
+    "$NEW_BIN" migrate >>"$WORK/new-migrate.log" 2>&1
+    assert_eq 0 "$?" "this tree's migrations run"
+    # breakers that never open: the failing destination's jobs are retried
+    # at once rather than shed for the open time
+    no_breaker=(STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=100000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000000)
+    HUB_BIN=$PREV_BIN hub_start "${HUB_ENV[@]}" "${no_breaker[@]}"
+    PREV_PID=$HUB_PID PREV_URL=$HUB_URL
+    hub_start "${HUB_ENV[@]}" "${no_breaker[@]}" STREAMING_HUB_ROLE=delivery
+    tenant_create side
+    KEY=$(tenant_key side)
+    [[ $KEY == shk_* ]] || fatal "no tenant API key"
+    # one destination that answers 200, one that answers 503 to its first
+    # 40 requests (those jobs are retried within a second, by either hub)
+    OK=$(subscribe_active "$KEY" "$(subscription_json side.ok "$SINK_URL/ok/side")") ||
+        fail "subscription not activated"
+    FLAKY=$(subscribe_active "$KEY" "$(subscription_json side.ok "$SINK_URL/flaky/40/side" \
+        ',"retry_schedule":["1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s"]')") ||
+        fail "subscription not activated"
+    produce --topic "$TOPIC" --tenant side --count "$n_events" --rate 100 --id-prefix sd- \
+        --type studio.lerian.side.ok >/dev/null || fail "produce failed"
+    wait_until 60 "[[ \$(psql_q \"SELECT count(*) FROM delivery_jobs WHERE subscription_id IN ('$OK', '$FLAKY') AND state = 'succeeded'\") == $((2 * n_events)) ]]" ||
+        fail "not every job succeeded: $(psql_q "SELECT state, count(*) FROM delivery_jobs WHERE subscription_id IN ('$OK', '$FLAKY') GROUP BY 1")"
+    # both delivered (each counts its own outcomes)
+    assert_ge "$(HUB_URL=$PREV_URL metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 1 \
+        "the previous hub delivered"
+    assert_ge "$(metric 'streaming_hub_deliveries_total{outcome="succeeded"}')" 1 "this tree's hub delivered"
+    if [[ " $new_migrations " == *" migrations/0014_attempt_on_job.sql "* ]]; then
+        # a previous release before 0014 records its successes as rows
+        # (through the view), this tree's on their jobs
+        assert_ge "$(psql_q "SELECT count(*) FROM delivery_attempt_rows a JOIN delivery_jobs j ON j.id = a.job_id
+                              WHERE j.subscription_id IN ('$OK', '$FLAKY') AND a.status = 200")" 1 \
+            "the previous hub's successes are rows"
+        assert_ge "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id IN ('$OK', '$FLAKY')
+                              AND success_delivery_id IS NOT NULL")" 1 \
+            "this tree's successes are on their jobs"
+    fi
+    assert_ge "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$FLAKY' AND attempt_count > 1")" 1 \
+        "jobs were retried"
+    # every attempt visible: numbers 1..attempt_count, once each
+    bad=$(psql_q "SELECT count(*) FROM delivery_jobs j
+                   WHERE j.subscription_id IN ('$OK', '$FLAKY')
+                     AND (SELECT count(*) || ':' || count(DISTINCT a.number) || ':' || coalesce(max(a.number), 0)
+                            FROM delivery_attempts a WHERE a.job_id = j.id)
+                         <> j.attempt_count || ':' || j.attempt_count || ':' || j.attempt_count")
+    assert_eq 0 "$bad" "the delivery_attempts view shows each job's attempts 1..attempt_count once"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM delivery_jobs j WHERE j.subscription_id IN ('$OK', '$FLAKY')
+                            AND NOT EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.job_id = j.id
+                                              AND a.number = j.attempt_count AND a.status = 200)")" \
+        "each job's last attempt is its success"
+    # the API of either hub: a retried job and a first-attempt one
+    for job in $(psql_q "(SELECT id FROM delivery_jobs WHERE subscription_id = '$FLAKY' ORDER BY attempt_count DESC, id LIMIT 2)
+                         UNION ALL (SELECT id FROM delivery_jobs WHERE subscription_id = '$OK' ORDER BY id LIMIT 1)"); do
+        want=$(psql_q "SELECT attempt_count FROM delivery_jobs WHERE id = $job")
+        for url in "$PREV_URL" "$HUB_URL"; do
+            n=$(curl -s -H "Authorization: Bearer $KEY" "$url/v1/deliveries/$job" | grep -o '"delivery_id"' | wc -l)
+            assert_eq "$want" "$n" "GET /v1/deliveries/$job on the $([[ $url == "$PREV_URL" ]] && echo previous || echo new) hub lists its $want attempt(s)"
+        done
+    done
+    kill -TERM "$PREV_PID"
+    wait_until 30 "! kill -0 $PREV_PID 2>/dev/null" || fail "the previous release did not stop within 30 s"
+    log "side by side: $(psql_q "SELECT count(*) || ' attempts, ' || count(*) FILTER (WHERE a.status = 200) || ' successes'
+                                  FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+                                 WHERE j.subscription_id IN ('$OK', '$FLAKY')")"
 }
 
 scenarios_main "$@"

@@ -15,7 +15,10 @@
 # do (the controls).  Then the verification gate in the outcome (a retry of
 # a job whose subscription is no longer verified is parked), and the
 # trigger that parks and unparks a subscription's jobs (migrations/0011),
-# including the migration's parking of the rows it finds.
+# including the migration's parking of the rows it finds.  Since 0014 a
+# first success is recorded on its job and the rest as rows, the
+# delivery_attempts view shows both and takes inserts (a previous binary's)
+# as rows, and partition upkeep keeps the rows' day partitions.
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 hub_test_init
@@ -36,7 +39,7 @@ psql_q "INSERT INTO tenants (id, status) VALUES ('t', 'active');
                                    verification_state, failure_first_at, failure_last_at)
         VALUES ('$SUB', 't', '{*}', 1, 'http://sink.invalid/', 'sealed', 'active',
                 now() - interval '23 hours', now() - interval '1 hour');
-        CREATE TABLE delivery_attempts_test PARTITION OF delivery_attempts
+        CREATE TABLE delivery_attempts_test PARTITION OF delivery_attempt_rows
             FOR VALUES FROM ('2000-01-01') TO ('2100-01-01');
         INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,
                                    event_type, state, lease_owner, lease_until)
@@ -116,6 +119,28 @@ assert_eq "in_flight us#2 0" "$(psql_q "SELECT state || ' ' || lease_owner || ' 
 assert_eq "1:1,2 2:1,2 3:1 4:1 5:1 6:1" \
     "$(psql_q "SELECT string_agg(job_id || ':' || numbers, ' ' ORDER BY job_id) FROM (SELECT job_id, string_agg(number::text, ',' ORDER BY number) AS numbers FROM delivery_attempts GROUP BY job_id) x")" \
     "each attempt recorded once, numbered by the job's count; none for the fenced job"
+# where they are (migrations/0014): a job's first success on the job's row,
+# everything else (failures, a job's second success) as rows
+assert_eq "rows 1:1,2 2:2 3:1 4:1 6:1 | on jobs 2:1 5:1" \
+    "$(psql_q "SELECT 'rows ' || (SELECT string_agg(job_id || ':' || numbers, ' ' ORDER BY job_id) FROM (SELECT job_id, string_agg(number::text, ',' ORDER BY number) AS numbers FROM delivery_attempt_rows GROUP BY job_id) x)
+                      || ' | on jobs ' || (SELECT string_agg(id || ':' || success_number, ' ' ORDER BY id) FROM delivery_jobs WHERE success_delivery_id IS NOT NULL)")" \
+    "a first success is recorded on its job, failures and a second success as rows"
+assert_eq "5|1|$(date -u +%Y-%m-%d)|00000000-0000-7000-8000-000000000005|200|5|-|true" \
+    "$(psql_q "SELECT job_id || '|' || number || '|' || day || '|' || delivery_id || '|' || status || '|' || duration_ms
+                      || '|' || coalesce(error, '-') || '|' || (started_at = '2026-12-04 12:00:01+00')
+                 FROM delivery_attempts WHERE job_id = 5" | sed "s/|2026-12-04|/|$(date -u +%Y-%m-%d)|/")" \
+    "the view shows a success on its job as an attempt with every column"
+assert_eq "{fillfactor=50}" "$(psql_q "SELECT reloptions FROM pg_class WHERE relname = 'delivery_jobs'")" \
+    "jobs' pages keep room for the claim's and the outcome's versions"
+# a binary before 0014 inserts its attempts into delivery_attempts: the view
+# takes them as rows
+psql_q "INSERT INTO delivery_attempts (day, delivery_id, job_id, number, started_at, duration_ms,
+                                       status, error, response_excerpt)
+        VALUES (current_date, '00000000-0000-7000-8000-0000000000ff', 3, 2, now(), 7, 503,
+                'status', 'later')" >/dev/null
+assert_eq "2|503|later" \
+    "$(psql_q "SELECT number || '|' || status || '|' || response_excerpt FROM delivery_attempt_rows WHERE job_id = 3 AND number = 2")" \
+    "an insert into the delivery_attempts view becomes a row"
 
 # 6. the parking trigger (migrations): re-enabling a subscription gives a
 # parked job with a live lease back to its attempt, and clears a lease that
@@ -274,5 +299,20 @@ psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" \
 assert_eq "121:parked 122:pending" \
     "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id IN (121, 122)")" \
     "the migration parks the pending jobs of an unverified subscription only"
+
+# 10. retention of attempt rows (migrations/0014): partition upkeep keeps
+# creating and dropping the renamed table's day partitions under their old
+# names, delivery_attempts_YYYYMMDD
+psql_q "DROP TABLE delivery_attempts_test" >/dev/null
+psql_q "SET client_min_messages = warning; SELECT hub_maintain_partitions('7 days')" >/dev/null || fail "partition upkeep failed"
+psql_q "CREATE TABLE delivery_attempts_20200101 PARTITION OF delivery_attempt_rows
+            FOR VALUES FROM ('2020-01-01') TO ('2020-01-02')" >/dev/null
+psql_q "SET client_min_messages = warning; SELECT hub_maintain_partitions('7 days')" >/dev/null || fail "partition upkeep failed"
+assert_eq "0 1" \
+    "$(psql_q "SELECT count(*) FILTER (WHERE c.relname = 'delivery_attempts_20200101') || ' '
+                      || count(*) FILTER (WHERE c.relname = 'delivery_attempts_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'))
+                 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                WHERE i.inhparent = 'delivery_attempt_rows'::regclass")" \
+    "attempt rows: a day past the retention is dropped, today's partition exists"
 
 hub_test_done
