@@ -1,0 +1,195 @@
+// drive.mjs — drives the web console in Debian's headless Chromium for
+// tests/integration/test_console.sh.  One check per run:
+//
+//   node drive.mjs CHECK
+//
+// with its inputs in the environment (HUB_URL always; TOKEN, DELIVERY,
+// OTHER, PAGES, SHOTS as the check says).  Prints one line per assertion,
+// "ok MESSAGE" or "FAIL MESSAGE" (the test script counts them), and
+// "figure NAME MS" for measured times; exits 1 on a FAIL.
+import puppeteer from 'puppeteer-core';
+
+const HUB = process.env.HUB_URL;
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+let failed = 0;
+
+function ok(cond, msg) {
+  console.log(`${cond ? 'ok' : 'FAIL'} ${msg}`);
+  if (!cond) failed++;
+}
+
+// A fresh page whose JavaScript errors and CSP violations are recorded.
+async function newPage(browser) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1280, height: 800 });
+  page.errors = [];
+  page.on('pageerror', (e) => page.errors.push(String(e)));
+  // an API answer that is not 2xx is logged by Chromium as a failed load:
+  // the console expects some (the sign-in probe's 401, a 404 it shows)
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) page.errors.push(m.text());
+  });
+  return page;
+}
+
+// Full navigation to a console screen (never a same-document hash change,
+// so that Performance times count from this navigation's start); waits
+// for the screen to report its data shown.
+async function open(page, hash, ready) {
+  await page.goto('about:blank');
+  await page.goto(`${HUB}/console/${hash}`);
+  await page.waitForSelector(`body[data-ready="${ready}"]`, { timeout: 15000 });
+}
+
+async function signIn(page, token) {
+  await open(page, '', 'signin');
+  await page.type('#token', token);
+  await page.click('#signin button[type=submit]');
+}
+
+// Milliseconds from navigation start to the screen's "hub:data" mark.
+function dataMs(page) {
+  return page.evaluate(() => performance.getEntriesByName('hub:data')[0].startTime);
+}
+
+const checks = {
+  // A wrong token: the sign-in form stays, with an error saying why.
+  async wrong_token(browser) {
+    const page = await newPage(browser);
+    await signIn(page, 'not-a-token');
+    await page.waitForSelector('#signin-status [role=alert]', { timeout: 10000 });
+    const text = await page.$eval('#signin-status', (e) => e.textContent);
+    ok(/Sign-in failed/.test(text), `a wrong token shows a sign-in error: ${text.trim()}`);
+    ok(await page.$('#token') !== null, 'the sign-in form is still there');
+    ok(await page.evaluate(() => sessionStorage.length === 0), 'nothing is kept in session storage');
+  },
+
+  // Every screen of the operator renders, without error, on an empty hub.
+  async empty_hub(browser) {
+    const page = await newPage(browser);
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    for (const s of ['overview', 'tenants', 'subscriptions', 'deliveries', 'quarantine', 'policies', 'dryrun']) {
+      await open(page, `#/${s}`, s);
+      const alerts = await page.$$eval('main [role=alert]', (a) => a.map((x) => x.textContent));
+      const text = await page.$eval('main', (e) => e.textContent.trim());
+      ok(alerts.length === 0 && text.length > 0, `the ${s} screen renders on an empty hub${alerts.length ? ': ' + alerts.join('; ') : ''}`);
+    }
+    ok(page.errors.length === 0, `no script error or CSP violation${page.errors.length ? ': ' + page.errors.join('; ') : ''}`);
+  },
+
+  // Tenant key: find the dead delivery, redeliver it, see it succeed.
+  async redeliver(browser) {
+    const page = await newPage(browser);
+    const id = process.env.DELIVERY;
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    await open(page, '#/deliveries?state=dead', 'deliveries');
+    const link = await page.$(`#deliveries-list a[href="#/delivery/${id}"]`);
+    ok(link !== null, `the dead delivery ${id} is listed under state=dead`);
+    if (!link) return;
+    await link.click();
+    await page.waitForSelector('body[data-ready="delivery"]', { timeout: 10000 });
+    ok(await page.$('.summary .badge.dead') !== null, 'the delivery shows as dead');
+    const before = await page.$$eval('.timeline li', (l) => l.length);
+    await page.click('#redeliver');
+    await page.waitForSelector('.summary .badge.succeeded', { timeout: 20000 }).catch(() => null);
+    ok(await page.$('.summary .badge.succeeded') !== null, 'after Redeliver it shows as succeeded');
+    const after = await page.$$eval('.timeline li', (l) => l.map((x) => x.className));
+    ok(after.length > before && after[after.length - 1] === 'ok', `the timeline gained a successful attempt (${before} → ${after.length})`);
+    ok(page.errors.length === 0, `no script error${page.errors.length ? ': ' + page.errors.join('; ') : ''}`);
+  },
+
+  // A response excerpt holding markup is shown as text, never run.
+  async script_as_text(browser) {
+    const page = await newPage(browser);
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    await open(page, `#/delivery/${process.env.DELIVERY}`, 'delivery');
+    const text = await page.$eval('.timeline', (e) => e.textContent);
+    ok(text.includes('<script>window.__xss=2</script>'), 'the <script> of the excerpt shows as text');
+    ok(await page.$$eval('main script, main img', (l) => l.length) === 0, 'no script or img element was made from it');
+    ok(await page.evaluate(() => window.__xss === undefined), 'nothing of it ran');
+  },
+
+  // A tenant key sees its tenant only.
+  async tenant_only(browser) {
+    const page = await newPage(browser);
+    const [otherSub, otherJob, otherEvent] = process.env.OTHER.split(' ');
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    const nav = await page.$eval('#nav', (e) => e.textContent);
+    ok(!/Tenants|Quarantine|Policies/.test(nav), `the operator's screens are not offered: ${nav}`);
+    await open(page, '#/subscriptions', 'subscriptions');
+    let main = await page.$eval('main', (e) => e.textContent);
+    ok(!main.includes(otherSub), "another tenant's subscription is not listed");
+    await open(page, '#/deliveries', 'deliveries');
+    main = await page.$eval('main', (e) => e.textContent);
+    ok(!main.includes(otherEvent), "another tenant's deliveries are not listed");
+    await open(page, `#/deliveries?event_id=${encodeURIComponent(otherEvent)}`, 'deliveries');
+    ok(await page.$('#deliveries-list .empty') !== null, "another tenant's event id finds nothing");
+    await open(page, `#/delivery/${otherJob}`, 'delivery');
+    main = await page.$eval('main', (e) => e.textContent);
+    ok(/delivery not found/.test(main), "another tenant's delivery by id is not found");
+    await page.goto('about:blank');
+    await page.goto(`${HUB}/console/#/tenants`);
+    await page.waitForFunction(() => document.querySelector('main h1')?.textContent === 'Not found', { timeout: 10000 });
+    ok(true, "the tenants screen is not found for a tenant key");
+  },
+
+  // Time from navigation start to each page's main data; PAGES is
+  // "name|hash|ready ..." and TOKEN signs in.  Judges the median of three
+  // loads per page (the machine is shared: one load may wait for a core).
+  async timing(browser) {
+    const page = await newPage(browser);
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    for (const spec of process.env.PAGES.trim().split(/\s+/)) {
+      const [name, hash, ready] = spec.split('|');
+      const times = [];
+      for (let i = 0; i < 3; i++) {
+        await open(page, hash, ready);
+        times.push(await dataMs(page));
+      }
+      // rows, figures, attempts, or the sentence of an empty list
+      const rows = await page.$$eval('main tbody tr, main .card, main .timeline li, main .empty', (l) => l.length);
+      const median = [...times].sort((a, b) => a - b)[1];
+      console.log(`figure ${name} median ${median.toFixed(0)} ms (${times.map((t) => t.toFixed(0)).join(', ')}; ${rows} rows)`);
+      ok(rows > 0, `${name} shows data (${rows} rows)`);
+      ok(median < 300, `${name} shows its data ${median.toFixed(0)} ms after navigation start (median of 3, under 300 ms)`);
+    }
+  },
+
+  // Screenshots of the main screens for docs/console.md: SHOTS is
+  // "file|hash|ready ..." written under SHOT_DIR.
+  async screenshots(browser) {
+    const page = await newPage(browser);
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    for (const spec of process.env.SHOTS.trim().split(/\s+/)) {
+      const [file, hash, ready] = spec.split('|');
+      await open(page, hash, ready);
+      await page.screenshot({ path: `${process.env.SHOT_DIR}/${file}`, fullPage: false });
+      ok(true, `screenshot ${file}`);
+    }
+  },
+};
+
+const name = process.argv[2];
+if (!checks[name]) {
+  console.log(`FAIL unknown check ${name}`);
+  process.exit(2);
+}
+const browser = await puppeteer.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+});
+try {
+  await checks[name](browser);
+} catch (e) {
+  ok(false, `${name}: ${e.message}`);
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
