@@ -1,5 +1,9 @@
 /*
  * api_filters — the deliveries lists' query filters (see api_filters.h).
+ *
+ * Both lists validate the same way so that a console screen can move
+ * between the tenant's and the operator's list with the same query, and a
+ * bad value is the same 400 whichever list it was given to.
  */
 #include "api_filters.h"
 
@@ -35,6 +39,8 @@ static int time_param(h2o_req_t *req, const char *name, char out[40], int64_t *u
     return 1;
 }
 
+/* Every parameter is read even after one failed, so that one 400 names all
+ * the bad ones (api_util.h: the errors array). */
 int hub_deliv_filter_parse(h2o_req_t *req, int want_state, struct hub_deliv_filter *f,
                            json_t **errors) {
     json_t *before = *errors;
@@ -43,6 +49,8 @@ int hub_deliv_filter_parse(h2o_req_t *req, int want_state, struct hub_deliv_filt
     int r, rs, ru;
 
     memset(f, 0, sizeof(*f));
+    /* an event id is any CloudEvents id: only its size and encoding are
+     * ours to check (what it finds is the statement's answer) */
     r = hub_api_query_param(req, "event_id", &f->event_id);
     if (r < 0 || (r == 1 && (strlen(f->event_id) > HUB_FILTER_EVENT_ID_MAX ||
                              !hub_utf8_valid(f->event_id, strlen(f->event_id))))) {
@@ -53,11 +61,14 @@ int hub_deliv_filter_parse(h2o_req_t *req, int want_state, struct hub_deliv_filt
     }
     rs = time_param(req, "since", f->since, &since_us, errors);
     ru = time_param(req, "until", f->until, &until_us, errors);
+    /* an empty window is a mistake the caller should hear about, as
+     * replay's window (api_deliveries.c) says for the same pair */
     if (rs == 1 && ru == 1 && since_us >= until_us) {
         hub_api_errors_add(errors, "until", "must be later than since");
     }
     if (want_state) {
         r = hub_api_query_param(req, "state", &f->state);
+        /* an unknown state would only find nothing: say it is unknown */
         if (r == 1) {
             int known = 0;
             for (const char *const *s = job_states; *s != NULL; s++) {
@@ -77,6 +88,7 @@ int hub_deliv_filter_parse(h2o_req_t *req, int want_state, struct hub_deliv_filt
     return (*errors != NULL && json_array_size(*errors) > n_before) ? HUB_EINVAL : 0;
 }
 
+/* The statements take NULL for "no bound" (store_console.h). */
 const char *hub_deliv_filter_since(const struct hub_deliv_filter *f) {
     return f->since[0] != '\0' ? f->since : NULL;
 }

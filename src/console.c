@@ -1,5 +1,10 @@
 /*
  * console — serves the embedded console files (see console.h).
+ *
+ * The files are few and small (tens of KiB in all), so a linear search of
+ * the table and a copy into the request's pool per answer cost less than
+ * any cache would; the browser revalidates each load (no-cache) so a new
+ * binary never meets modules of the old one.
  */
 #include "console.h"
 
@@ -69,6 +74,9 @@ static void add_security_headers(h2o_req_t *req) {
                           H2O_STRLIT("no-referrer"));
 }
 
+/* The router's hook (http.c).  Tokens are not checked here: the files hold
+ * no data, and every call the console makes goes through the API's own
+ * authentication. */
 int hub_console_handle(h2o_req_t *req) {
     h2o_iovec_t p = req->path_normalized;
     size_t plen = sizeof(CONSOLE_PREFIX) - 1;

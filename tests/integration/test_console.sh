@@ -242,7 +242,7 @@ scenario_pages_show_data_within_300ms_with_100000_deliveries() {
             tenants.png|#/tenants|tenants subscriptions.png|#/subscriptions|subscriptions
             deliveries.png|#/deliveries?state=dead|deliveries delivery.png|#/delivery/$dead|delivery
             quarantine.png|#/quarantine|quarantine policies.png|#/policies|policies dryrun.png|#/dryrun|dryrun"
-        drive screenshots TOKEN=wrong SHOT_DIR="$CONSOLE_SHOTS_DIR" SHOTS="signin.png||signin"
+        drive screenshots TOKEN=wrong SHOT_DIR="$CONSOLE_SHOTS_DIR" SIGNIN_SHOT=signin.png
     fi
 }
 
