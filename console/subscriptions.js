@@ -55,13 +55,23 @@ export async function render(el, ctx) {
     ev.preventDefault();
     location.hash = withQuery('#/subscriptions', { tenant: filter.elements.tenant.value.trim() });
   });
+  // breakers are per (tenant, origin): an origin is scheme://host:port
+  const originOf = (url) => {
+    try {
+      const u = new URL(url);
+      const port = u.port || (u.protocol === 'https:' ? '443' : '80');
+      return `${u.protocol}//${u.hostname}:${port}`;
+    } catch { return null; }
+  };
   const breakerOf = (s) => {
-    const b = breakers.find((x) => JSON.stringify(x).includes(new URL(s.destination.url).host));
-    return b ? badge(show(b.state || 'open')) : h('span', { class: 'muted' }, 'closed');
+    const origin = originOf(s.destination.url);
+    const b = breakers.find((x) => x.tenant_id === s.tenant_id && x.origin === origin);
+    return b ? [badge(b.state), h('div', { class: 'muted small' }, `${show(b.consecutive_failures)} failures`)]
+      : h('span', { class: 'muted' }, 'closed');
   };
   fill(el, h('h1', {}, 'Subscriptions'), filter, out,
     table([
-      { title: 'Id', cell: (s) => [h('code', { class: 'small' }, s.id), h('div', {}, h('a', { href: withQuery('#/deliveries', ctx.operator ? { subscription: s.id } : { subscription: s.id }) }, 'deliveries'))] },
+      { title: 'Id', cell: (s) => [h('code', { class: 'small' }, s.id), h('div', {}, h('a', { href: withQuery('#/deliveries', { subscription: s.id }) }, 'deliveries'))] },
       ctx.operator ? { title: 'Tenant', cell: (s) => show(s.tenant_id) } : null,
       { title: 'Destination', cell: destination },
       { title: 'Enabled', cell: (s) => [badge(s.enabled ? 'enabled' : 'disabled'), s.disabled_reason ? h('div', { class: 'muted small' }, s.disabled_reason) : null] },

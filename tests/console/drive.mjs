@@ -11,6 +11,8 @@ import puppeteer from 'puppeteer-core';
 
 const HUB = process.env.HUB_URL;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+// the bound of the timing check (the sanitizer build's is larger)
+const MAX_MS = Number(process.env.MAX_MS || 300);
 let failed = 0;
 
 function ok(cond, msg) {
@@ -169,7 +171,7 @@ const checks = {
       const f = (l) => l.map((t) => t.toFixed(0)).join(', ');
       console.log(`figure ${name} best ${best.toFixed(0)} ms, median ${median.toFixed(0)} ms (${f(times)}; modules ran at ${f(apps)}; longest API call ${f(apis)}; ${rows} rows)`);
       ok(rows > 0, `${name} shows data (${rows} rows)`);
-      ok(best < 300, `${name} shows its data ${best.toFixed(0)} ms after navigation start (best of 3, under 300 ms)`);
+      ok(best < MAX_MS, `${name} shows its data ${best.toFixed(0)} ms after navigation start (best of 3, under ${MAX_MS} ms)`);
     }
   },
 
