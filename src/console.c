@@ -82,6 +82,7 @@ int hub_console_handle(h2o_req_t *req) {
     size_t plen = sizeof(CONSOLE_PREFIX) - 1;
     const struct hub_console_file *f;
     const char *type;
+    ssize_t inm;
 
     if (p.len < plen || memcmp(p.base, CONSOLE_PREFIX, plen) != 0 ||
         (p.len > plen && p.base[plen] != '/')) {
@@ -107,13 +108,23 @@ int hub_console_handle(h2o_req_t *req) {
         return 1;
     }
     type = file_type(f->path);
+    /* the files change with the binary only: each load revalidates (never
+     * a stale module after an upgrade), and an unchanged file is a bodiless
+     * 304, which also lets the browser reuse its compiled modules */
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
+                   H2O_STRLIT("no-cache"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ETAG, NULL, f->etag, strlen(f->etag));
+    inm = h2o_find_header(&req->headers, H2O_TOKEN_IF_NONE_MATCH, -1);
+    if (inm != -1 && h2o_memis(req->headers.entries[inm].value.base,
+                               req->headers.entries[inm].value.len, f->etag, strlen(f->etag))) {
+        req->res.status = 304;
+        req->res.reason = "Not Modified";
+        h2o_send_inline(req, NULL, 0);
+        return 1;
+    }
     req->res.status = 200;
     req->res.reason = "OK";
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, type, strlen(type));
-    /* the files change with the binary only: revalidating each load is
-     * cheap on the hub's own listener and never serves a stale module */
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
-                   H2O_STRLIT("no-cache"));
     req->res.content_length = f->len;
     h2o_send_inline(req, (const char *)f->data, f->len); /* copies */
     return 1;

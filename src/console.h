@@ -14,11 +14,13 @@
 #include <h2o.h>
 #include <stddef.h>
 
-/* One embedded file: its path under /console ("/index.html") and bytes. */
+/* One embedded file: its path under /console ("/index.html"), bytes, and
+ * ETag (a quoted hash of the bytes). */
 struct hub_console_file {
     const char *path;
     const unsigned char *data;
     size_t len;
+    const char *etag;
 };
 
 /* The generated table (console_gen.c), sorted by path. */
@@ -28,7 +30,8 @@ extern const int hub_console_files_count;
 /*
  * Answers req and returns 1 when its path is "/console" or lies under
  * "/console/": "/console" redirects to "/console/", "/console/" is
- * index.html, a known file is 200 with its type, anything else 404; methods
+ * index.html, a known file is 200 with its type and ETag (304 when
+ * If-None-Match names it), anything else 404; methods
  * other than GET and HEAD are 405.  Returns 0 without touching req for any
  * other path.  Borrows req.
  */

@@ -81,7 +81,7 @@ scenario_console_works_with_an_empty_hub() {
 }
 
 scenario_console_files_carry_strict_headers() {
-    local body
+    local body etag
     body=$(hub_curl GET /console/)
     assert_eq 200 "$(http_status)" "/console/ → 200"
     assert_match "$(last_header content-type)" '^text/html' "served as HTML"
@@ -93,6 +93,10 @@ scenario_console_files_carry_strict_headers() {
         pass "no inline script in index.html" || fail "index.html has an inline script"
     hub_curl GET /console/app.js >/dev/null
     assert_match "$(last_header content-type)" '^text/javascript' "modules served as JavaScript"
+    etag=$(last_header etag)
+    assert_match "$etag" '^"[0-9a-f]{32}"$' "with an ETag"
+    hub_curl GET /console/app.js "" -H "If-None-Match: $etag" >/dev/null
+    assert_eq 304 "$(http_status)" "an unchanged module → 304"
     hub_curl GET /console >/dev/null
     assert_eq 301 "$(http_status)" "/console → 301"
     assert_eq /console/ "$(last_header location)" "to /console/"
