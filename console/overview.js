@@ -84,13 +84,19 @@ async function operator(el) {
     fill(area, figures(parseMetrics(text), pol.generation));
   };
   fill(el, h('h1', {}, 'Overview'),
-    h('p', { class: 'muted' }, 'Figures of the process that serves this console (its /metrics), rates between two readings 5 s apart; per-tenant figures under Tenants are cluster-wide.'),
+    h('p', { class: 'muted' }, 'Figures of the process that serves this console (its /metrics), rates between the last two readings (every 5 s); per-tenant figures under Tenants are cluster-wide.'),
     area);
   await draw();
-  const timer = setInterval(() => {
-    if (!document.body.contains(area)) { clearInterval(timer); return; }
+  // a rate needs two readings: the second comes after 1 s, then every 5 s
+  const again = () => {
+    if (!document.body.contains(area)) return false;
     draw().catch((e) => area.appendChild(problem(e)));
-  }, 5000);
+    return true;
+  };
+  setTimeout(() => {
+    if (!again()) return;
+    const timer = setInterval(() => { if (!again()) clearInterval(timer); }, 5000);
+  }, 1000);
 }
 
 export function statsCards(s) {

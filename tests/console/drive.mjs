@@ -202,6 +202,8 @@ const checks = {
     for (const spec of process.env.SHOTS.trim().split(/\s+/)) {
       const [file, hash, ready] = spec.split('|');
       await open(page, hash, ready);
+      // the overview's rates need its second reading (1 s later)
+      if (ready === 'overview') await new Promise((r) => setTimeout(r, 1500));
       await page.screenshot({ path: `${process.env.SHOT_DIR}/${file}`, fullPage: false });
       ok(true, `screenshot ${file}`);
     }
