@@ -146,6 +146,31 @@ const checks = {
     ok(true, "the tenants screen is not found for a tenant key");
   },
 
+  // The dry-run screen against POST /admin/policies/dry-run: TENANT's
+  // stored events through edited source that shapes every body, then a
+  // source that does not compile (its error and line shown).
+  async dry_run(browser) {
+    const page = await newPage(browser);
+    await signIn(page, process.env.TOKEN);
+    await page.waitForSelector('body[data-ready="overview"]', { timeout: 15000 });
+    await open(page, '#/dryrun', 'dryrun');
+    await page.type('#dryrun-form input[name=tenant]', process.env.TENANT);
+    await page.$eval('#dryrun-form textarea', (t) => {
+      t.value = 'return { shape = function(ev) return { body = \'{"shaped":true}\' } end }';
+    });
+    await page.click('#dryrun-form button[type=submit]');
+    await page.waitForSelector('#dryrun-result table, #dryrun-result [role=alert]', { timeout: 15000 });
+    const text = await page.$eval('#dryrun-result', (e) => e.textContent);
+    ok(await page.$('#dryrun-result table') !== null, `the dry-run shows its results: ${text.slice(0, 160)}`);
+    ok(await page.$$eval('#dryrun-result .diff .add', (l) => l.length) > 0, 'with the shaped body against the stored one');
+    if (process.env.SHOT_DIR) await page.screenshot({ path: `${process.env.SHOT_DIR}/dryrun.png`, fullPage: true });
+    await page.$eval('#dryrun-form textarea', (t) => { t.value = 'return {\n  match = function(ev) return ev. end\n}'; });
+    await page.click('#dryrun-form button[type=submit]');
+    await page.waitForSelector('#dryrun-result [role=alert]', { timeout: 15000 }).catch(() => null);
+    const err = await page.$eval('#dryrun-result', (e) => e.textContent);
+    ok(/:2:/.test(err) || /line 2/.test(err), `a policy that does not compile shows its error and line: ${err.slice(0, 200)}`);
+  },
+
   // Time from navigation start to each page's main data; PAGES is
   // "name|hash|ready ..." and TOKEN signs in.  Three loads per page; the
   // best is judged (on a shared machine a load may wait for a core: the
