@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # quickstart.sh — one event from Kafka to a verified webhook receiver.
 #
-# Start the hub first, in another terminal, allowing a loopback destination:
-#   STREAMING_HUB_ALLOW_PRIVATE_SINKS=true scripts/dev
+# Start the hub first, in another terminal (dev mode allows the loopback
+# receiver this script starts):
+#   scripts/dev
 # then, from the repository root:
 #   examples/quickstart.sh
 # Needs curl, kcat (installed by scripts/install-deps) and node (receiver.js).

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_filters.h"
 #include "api_idem.h"
 #include "api_stats.h"
 #include "api_schemas.h"
@@ -38,6 +39,7 @@
 #include "log.h"
 #include "policy.h"
 #include "store_admin.h"
+#include "store_console.h"
 #include "util.h"
 
 #define ADMIN_SCOPE "admin"
@@ -61,6 +63,9 @@ enum admin_op {
     OP_KEY_REVOKE,
     OP_QUARANTINE_LIST,
     OP_QUARANTINE_GET,
+    OP_SUBS_LIST,
+    OP_DELIVERY_LIST,
+    OP_DELIVERY_GET,
 };
 
 /* One admin request waiting on the database.  Strings are owned (malloc'd)
@@ -712,6 +717,112 @@ static void key_create(struct hub *hub, h2o_req_t *req, h2o_iovec_t tenant) {
     post_start(a, idem);
 }
 
+/* ----------------------------------------- console reads across tenants -- */
+
+/* The operator's views of the tenant API's lists (store_console.h): the
+ * same objects, any tenant, for the web console (docs/console.md). */
+
+static void subs_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_page((struct admin_call *)call, out, "admin-subscriptions");
+}
+
+static void delivery_list_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_page((struct admin_call *)call, out, "admin-deliveries");
+}
+
+static void delivery_get_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    send_one_row((struct admin_call *)call, out, 0, "delivery not found");
+}
+
+/* ?tenant= of a console read: absent means every tenant.  Returns the
+ * value (request pool) or NULL, adding an error when it is not an id. */
+static const char *tenant_filter(h2o_req_t *req, json_t **errors) {
+    const char *tenant = NULL;
+    int r = hub_api_query_param(req, "tenant", &tenant);
+
+    if (r < 0 || (r == 1 && !hub_api_tenant_id_valid(tenant, strlen(tenant)))) {
+        hub_api_errors_add(errors, "tenant", ID_RULE);
+    }
+    return r == 1 ? tenant : NULL;
+}
+
+/* GET /admin/subscriptions?tenant=: subscriptions by id, of one tenant or
+ * of all. */
+static void subs_list(struct hub *hub, h2o_req_t *req) {
+    struct hub_api_page page;
+    json_t *errors = NULL;
+    const char *tenant;
+    struct admin_call *a;
+
+    hub_api_page_parse(req, "admin-subscriptions", &page, &errors);
+    if (page.after != NULL && !hub_api_uuid_valid(page.after, strlen(page.after))) {
+        hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
+    }
+    tenant = tenant_filter(req, &errors);
+    a = list_call_new(hub, req, OP_SUBS_LIST, &page, errors);
+    if (a == NULL) {
+        return;
+    }
+    /* the values borrow the request pool: the transaction copies them */
+    run_list(a, &hub_sql_console_subs_list, subs_list_done, 2, (const char *[]){tenant, a->after});
+}
+
+/* GET /admin/deliveries?tenant=&subscription=&event_id=&state=&since=
+ * &until=: jobs of every tenant newest first, filtered like the tenant's
+ * list (api_filters.h); "what happened to event X" across tenants. */
+static void delivery_list(struct hub *hub, h2o_req_t *req) {
+    struct hub_api_page page;
+    struct hub_deliv_filter f;
+    json_t *errors = NULL;
+    const char *tenant, *sub = NULL;
+    struct admin_call *a;
+    int r;
+
+    hub_api_page_parse(req, "admin-deliveries", &page, &errors);
+    if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
+        hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
+    }
+    tenant = tenant_filter(req, &errors);
+    r = hub_api_query_param(req, "subscription", &sub);
+    if (r < 0 || (r == 1 && !hub_api_uuid_valid(sub, strlen(sub)))) {
+        hub_api_errors_add(&errors, "subscription", "must be a subscription id (a UUID)");
+    }
+    if (r != 1) {
+        sub = NULL;
+    }
+    hub_deliv_filter_parse(req, 1, &f, &errors);
+    a = list_call_new(hub, req, OP_DELIVERY_LIST, &page, errors);
+    if (a == NULL) {
+        return;
+    }
+    run_list(a, &hub_sql_console_deliveries_list, delivery_list_done, 7,
+             (const char *[]){tenant, sub, f.event_id, f.state, hub_deliv_filter_since(&f),
+                              hub_deliv_filter_until(&f), a->after});
+}
+
+/* /admin/subscriptions and /admin/deliveries[/{id}]: read-only. */
+static void route_console(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int n) {
+    int deliveries = hub_api_segment_is(s[0], "deliveries");
+
+    if (n > (deliveries ? 2 : 1)) {
+        send_not_found(req, "no such admin resource");
+        return;
+    }
+    if (!hub_api_method_get(req)) {
+        hub_api_send_method_not_allowed(req, "GET, HEAD");
+        return;
+    }
+    if (!deliveries) {
+        subs_list(hub, req);
+    } else if (n == 1) {
+        delivery_list(hub, req);
+    } else if (!hub_api_positive_id(s[1].base, s[1].len)) {
+        send_not_found(req, "delivery not found");
+    } else {
+        run_get(hub, req, OP_DELIVERY_GET, &hub_sql_console_delivery_get, delivery_get_done, s[1]);
+    }
+}
+
 /* -------------------------------------------------------------- routing -- */
 
 /* /admin/tenants[/{id}[/api-keys[/{key id}]]].  An id that cannot be a
@@ -969,6 +1080,10 @@ void hub_api_admin_handle(struct hub *hub, h2o_req_t *req) {
     }
     if (hub_api_segment_is(segs[0], "quarantine")) {
         route_quarantine(hub, req, segs, n);
+        return;
+    }
+    if (hub_api_segment_is(segs[0], "subscriptions") || hub_api_segment_is(segs[0], "deliveries")) {
+        route_console(hub, req, segs, n);
         return;
     }
     /* breakers and policies live in this process, not in the database */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_filters.h"
 #include "envelope.h"
 #include "hub.h"
 #include "log.h"
@@ -53,10 +54,6 @@ static void send_delivery(h2o_req_t *req, int status, PGresult *r) {
 
 /* ======================================================== deliveries ======= */
 
-/* The job states a ?state= filter may name (SPEC §9). */
-static const char *const job_states[] = {"pending", "in_flight", "succeeded",
-                                         "dead",    "parked",    NULL};
-
 /* Two results: the subscription's existence (hub_sql_subs_exists), then
  * the page (hub_subs_page_col).  An unknown subscription is 404 rather
  * than an empty list, which would hide a wrong id. */
@@ -75,40 +72,29 @@ static void deliv_list_done(struct hub_api_call *call, const struct hub_pg_outco
                       HUB_SUBS_PAGE_KEY, HUB_SUBS_PAGE_OBJECT, NULL, NULL);
 }
 
-/* GET /v1/subscriptions/{id}/deliveries?state=&limit=&cursor=: the jobs
- * of one subscription, newest first (job ids), optionally of one state. */
+/* GET /v1/subscriptions/{id}/deliveries?state=&event_id=&since=&until=
+ * &limit=&cursor=: the jobs of one subscription, newest first (job ids),
+ * optionally of one state, of one event, made in [since, until)
+ * (api_filters.h). */
 void hub_subs_deliveries_list(struct subs_call *c) {
     h2o_req_t *req = c->call.req;
     struct hub_api_page page;
+    struct hub_deliv_filter f;
     json_t *errors = NULL;
-    const char *state = NULL;
     struct hub_pg_txn *txn;
     char limit[HUB_SUBS_LIMIT_TEXT];
-    int oom = 0, r;
+    int oom = 0;
 
     hub_api_page_parse(req, "deliveries", &page, &errors);
     /* job ids are bigints: any other cursor value would fail the cast */
     if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
         hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
     }
-    r = hub_api_query_param(req, "state", &state);
-    if (r == 1) {
-        int known = 0;
-        for (const char *const *s = job_states; *s != NULL; s++) {
-            known |= strcmp(state, *s) == 0;
-        }
-        if (!known) {
-            r = -1;
-        }
-    }
-    if (r < 0) {
-        hub_api_errors_add(&errors, "state",
-                           "must be one of pending, in_flight, succeeded, dead, parked");
-    }
+    hub_deliv_filter_parse(req, 1, &f, &errors);
     if (hub_subs_page_keep(c, &page, errors, limit) != 0) {
         return;
     }
-    c->state = r == 1 ? hub_api_strdup(state, &oom) : NULL;
+    c->state = hub_api_strdup(f.state, &oom);
     if (oom) {
         hub_api_send_oom(req);
         return;
@@ -120,9 +106,12 @@ void hub_subs_deliveries_list(struct subs_call *c) {
     }
     hub_pg_txn_add(txn, &hub_sql_subs_exists, 2, (const char *[]){c->tenant_id, c->object_id}, NULL,
                    NULL);
-    hub_pg_txn_add(txn, &hub_sql_deliveries_list, 5,
-                   (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit}, NULL,
-                   NULL);
+    /* the event id borrows the request pool: the transaction copies it */
+    hub_pg_txn_add(txn, &hub_sql_deliveries_list, 8,
+                   (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit,
+                                    f.event_id, hub_deliv_filter_since(&f),
+                                    hub_deliv_filter_until(&f)},
+                   NULL, NULL);
     hub_api_call_submit(&c->call, txn);
 }
 

@@ -229,6 +229,13 @@ int hub_dev_main(int argc, char **argv) {
     if (hub_config_load_cli(&cfg, NULL) != 0) {
         return 2;
     }
+    /* A receiver on this machine is the point of a first try, so dev allows
+     * loopback and private destinations unless told otherwise (or told it
+     * is production, which refuses them); `serve` keeps the default false.
+     * The banner says which (hub.c). */
+    if (getenv("STREAMING_HUB_ALLOW_PRIVATE_SINKS") == NULL && strcmp(cfg.env, "production") != 0) {
+        cfg.allow_private_sinks = 1;
+    }
     if (hub_mkdir_p(cfg.data_dir) != 0 || realpath(cfg.data_dir, data_dir) == NULL) {
         fprintf(stderr, "streaming-hub dev: cannot create %s: %s\n", cfg.data_dir, strerror(errno));
         hub_config_free(&cfg);

@@ -36,6 +36,7 @@
 #include "api_stats.h"
 #include "api_subs.h"
 #include "api_util.h"
+#include "console.h"
 #include "dispatch.h"
 #include "http_int.h"
 #include "hub.h"
@@ -188,6 +189,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         (req->entity.len > hub_api_events_max_body(&hub->cfg) ||
          !path_under(req->path_normalized, H2O_STRLIT("/v1/events")))) {
         hub_api_send_problem(req, 413, "the request body is too large", NULL);
+        return 0;
+    }
+    if (hub_console_handle(req)) {
         return 0;
     }
     if (path_under(req->path_normalized, H2O_STRLIT("/admin"))) {

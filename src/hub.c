@@ -455,11 +455,16 @@ static void print_banner(const struct hub *hub) {
             "  HTTP API      http://%s\n"
             "  Kafka         %s   (also in %s/kafka.bootstrap)\n"
             "  PostgreSQL    %s\n"
-            "  Admin token   %s\n\n"
+            "  Admin token   %s\n"
+            "  Console       http://%s/console/   (sign in with the admin token)\n"
+            "  Destinations  %s\n\n"
             "  Try: curl -H 'Authorization: Bearer %s' http://%s/admin/tenants\n"
             "  Ctrl-C stops everything.\n\n",
             HUB_VERSION, addr, hub->brokers, hub->cfg.data_dir, hub->cfg.postgres_dsn,
-            hub->cfg.admin_token ? hub->cfg.admin_token : "(none)",
+            hub->cfg.admin_token ? hub->cfg.admin_token : "(none)", addr,
+            hub->cfg.allow_private_sinks
+                ? "loopback and private addresses allowed (dev default; `serve` refuses them)"
+                : "public addresses only (STREAMING_HUB_ALLOW_PRIVATE_SINKS=false)",
             hub->cfg.admin_token ? hub->cfg.admin_token : "", addr);
     fflush(stdout);
 }

@@ -271,14 +271,19 @@ const struct hub_sql hub_sql_subs_exists = {
     "SELECT 1 FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid",
 };
 
-/* Newest first by job id (bigint), keyset on it; $3 filters by state. */
+/* Newest first by job id (bigint), keyset on it; $3 filters by state, $6
+ * finds an event (delivery_jobs_event, migrations/0015). */
 const struct hub_sql hub_sql_deliveries_list = {
     "deliveries_list",
     "SELECT j.id::text, " DELIV_JSON("j", "") " FROM delivery_jobs j"
     " WHERE j.tenant_id = $1::text AND j.subscription_id = $2::uuid"
     "   AND ($3::text IS NULL OR j.state = $3::text)"
     "   AND ($4::bigint IS NULL OR j.id < $4::bigint)"
+    "   AND ($6::text IS NULL OR j.event_id = $6::text)"
+    "   AND ($7::timestamptz IS NULL OR j.created_at >= $7::timestamptz)"
+    "   AND ($8::timestamptz IS NULL OR j.created_at < $8::timestamptz)"
     " ORDER BY j.id DESC LIMIT $5::int",
+    1, /* optional filters: a generic plan could not choose by them */
 };
 
 /* The job and all its attempts, in one object. */

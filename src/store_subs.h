@@ -149,7 +149,9 @@ extern const struct hub_sql hub_sql_subs_exists;
 
 /*
  * $1 tenant, $2 subscription id, $3 state (or NULL), $4 before-id (or NULL),
- * $5 limit.  Rows (hub_subs_page_col: job id, delivery), newest first.
+ * $5 limit, $6 event id (or NULL), $7 since and $8 until (timestamptz text or
+ * NULL: created_at in [since, until)).  Rows (hub_subs_page_col: job id,
+ * delivery), newest first.
  */
 extern const struct hub_sql hub_sql_deliveries_list;
 
