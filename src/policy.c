@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "error.h"
 #include "log.h"
 #include "metrics.h"
 #include "policy_int.h"
@@ -395,6 +396,7 @@ struct hub_policies {
     /* calls on the policy threads */
     struct policy_pool *pool;
     size_t calls_in_flight;            /* submitted and not yet completed */
+    size_t dry_in_flight;              /* ... of them, the workbench's */
     struct hub_histogram wait_seconds; /* submitted → a thread took it */
     struct hub_histogram run_seconds;  /* run time on the thread */
     void (*on_trip)(void *arg, const char *policy, int64_t until_ms, const char *last_error);
@@ -596,7 +598,10 @@ static void call_done(void *arg, struct hub_policy_call *c) {
     ps->calls_in_flight--;
     hub_histogram_observe(&ps->wait_seconds, (double)(c->started_ns - c->queued_ns) / 1e9);
     hub_histogram_observe(&ps->run_seconds, (double)(c->ended_ns - c->started_ns) / 1e9);
-    if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
+    if (c->run != NULL) {
+        /* a dry-run: never counted toward a trip */
+        ps->dry_in_flight--;
+    } else if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
         trip_note(ps, c->policy, c->err);
     } else if (c->status == HUB_POLICY_TRIPPED) {
         trip_message(ps, c);
@@ -630,6 +635,28 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     ps->calls_in_flight++;
     policy_pool_submit(ps->pool, c);
     return 0;
+}
+
+int hub_policies_submit_dry(struct hub_policies *ps, struct hub_policy_call *c) {
+    if (ps->dry_in_flight >= HUB_POLICY_DRY_MAX) {
+        return HUB_EAGAIN;
+    }
+    c->status = HUB_POLICY_OK;
+    c->err[0] = '\0';
+    c->queued_ns = c->started_ns = c->ended_ns = 0;
+    c->cpu_ns = 0;
+    ps->calls_in_flight++;
+    ps->dry_in_flight++;
+    policy_pool_submit(ps->pool, c);
+    return 0;
+}
+
+size_t hub_policies_dry_room(const struct hub_policies *ps) {
+    return ps->dry_in_flight < HUB_POLICY_DRY_MAX ? HUB_POLICY_DRY_MAX - ps->dry_in_flight : 0;
+}
+
+struct hub_policy_limits hub_policies_limits(const struct hub_policies *ps) {
+    return ps->lim;
 }
 
 void hub_policies_on_trip(struct hub_policies *ps,
