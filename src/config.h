@@ -91,6 +91,10 @@ struct hub_config {
     int64_t dispatch_tenant_origin_start; /* adaptive limit of a new (tenant, origin) */
     int64_t dispatch_slow_answer_ms;      /* an answer this slow lowers it */
     int64_t dispatch_queue_ahead_ms;      /* run-ahead of a pair at its cap */
+    /* operational events for tenants (opevents.h) */
+    int opevents_enabled;
+    int64_t opevents_per_minute; /* per subscription and type */
+    int64_t opevents_burst;
 };
 
 /*

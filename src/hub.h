@@ -45,6 +45,7 @@ struct hub {
     struct hub_pull_horizon *pull_horizon; /* pull pages' horizon (pull_horizon.c), lazily */
     struct hub_stats *stats;               /* per-tenant counts (stats.c) */
     struct hub_cluster *cluster;           /* process membership (cluster.c) */
+    struct hub_opevents *opevents;         /* operational events (opevents.c), or NULL */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

@@ -42,4 +42,14 @@ const struct hub_sql hub_sql_dryrun_seqs = {
     0,
 };
 
+/* No index on policy: a trip is rare, and subscriptions are few next to
+ * events; enabled ones only, as matching would admit. */
+const struct hub_sql hub_sql_opevents_policy_subs = {
+    "opevents_policy_subs",
+    "SELECT id::text, tenant_id FROM subscriptions"
+    " WHERE policy = $1 AND enabled"
+    " ORDER BY id LIMIT $2::int4",
+    0,
+};
+
 // clang-format on

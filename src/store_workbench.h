@@ -48,4 +48,14 @@ extern const struct hub_sql hub_sql_dryrun_recent;
 #define HUB_SQL_DRYRUN_SEQS_NPARAMS 2
 extern const struct hub_sql hub_sql_dryrun_seqs;
 
+/* ---------------------------------------------- operational events -- */
+
+/*
+ * $1 policy name, $2 limit (int4 text).  The enabled subscriptions that
+ * name the policy, each with its tenant (opevents.c tells them of a trip):
+ */
+#define HUB_SQL_OPEVENTS_POLICY_SUBS_NPARAMS 2
+extern const struct hub_sql hub_sql_opevents_policy_subs;
+enum hub_opev_subs_col { HUB_OPEV_SUBS_COL_ID, HUB_OPEV_SUBS_COL_TENANT };
+
 #endif
