@@ -102,7 +102,9 @@ static void dryrun_free(struct hub_api_call *call) {
 }
 
 /* 422 problem+json for a source that does not compile: the message in
- * detail, its line in "line" (null when Lua named none). */
+ * detail, its line in "line" (null when Lua named none).  api_util's status
+ * table has no 422, so the problem is built as a 400 and re-labelled, and
+ * sent here with the same headers send_body gives every API answer. */
 static void send_compile_error(h2o_req_t *req, const char *msg) {
     json_t *p = hub_api_problem(400, msg, NULL);
     int line = hub_policy_error_line(msg, DRYRUN_SOURCE_NAME);
@@ -122,20 +124,21 @@ static void send_compile_error(h2o_req_t *req, const char *msg) {
         hub_api_send_oom(req);
         return;
     }
+    hub_api_add_header(req, "content-type", "application/problem+json");
+    hub_api_add_header(req, "cache-control", "no-store");
     req->res.status = 422;
     req->res.reason = "Unprocessable Content";
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/problem+json"));
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
-                   H2O_STRLIT("no-store"));
     req->res.content_length = strlen(text);
-    h2o_send_inline(req, text, strlen(text));
+    h2o_send_inline(req, text, req->res.content_length);
     free(text);
 }
 
 /* ------------------------------------------------------------ the answer -- */
 
-/* The last call is back: 200 with the results in the events' order. */
+/* The last call is back: 200 with the results in the events' order (the
+ * rows' order: newest first for "recent", by sequence for a list).  An
+ * event whose result could not be built (out of memory on its thread)
+ * fails the whole answer rather than leave a hole in it. */
 static void answer(struct hub_api_call *call, void *arg) {
     struct dryrun *dr = (struct dryrun *)call;
     json_t *body, *results = json_array();
@@ -168,31 +171,29 @@ static const char *attr(const json_t *attrs, const char *k) {
     return json_string_value(json_object_get(attrs, k));
 }
 
-/* 1 for the attributes that are not extensions (the ones policy events
- * carry by name, and the ones the hub keeps for itself). */
+/* 1 for the attributes that are not extensions: the same set as
+ * event_from_attrs() of dispatch_attempt.c, so a policy sees the same
+ * ev.extensions in a dry-run as in delivery.  Matched as " name " in one
+ * string: a dozen short names, read once per attribute. */
 static int attr_standard(const char *name) {
-    static const char *const standard[] = {"specversion",
-                                           "id",
-                                           "source",
-                                           "type",
-                                           "time",
-                                           "subject",
-                                           "dataschema",
-                                           "schemaversion",
-                                           "datacontenttype",
-                                           "tenantid",
-                                           "traceparent",
-                                           "tracestate"};
-    for (size_t k = 0; k < sizeof(standard) / sizeof(standard[0]); k++) {
-        if (strcmp(name, standard[k]) == 0) {
-            return 1;
-        }
+    static const char standard[] = " specversion id source type time subject dataschema"
+                                   " schemaversion datacontenttype tenantid traceparent"
+                                   " tracestate ";
+    char key[40];
+
+    if (strlen(name) > sizeof(key) - 3) {
+        return 0;
     }
-    return 0;
+    snprintf(key, sizeof(key), " %s ", name);
+    return strstr(standard, key) != NULL;
 }
 
 /* A policy thread: one stored event through the policy, as a result
- * object in e->result (NULL when memory ran out). */
+ * object in e->result (NULL when memory ran out).  The event is rebuilt
+ * from its stored attributes the way dispatch builds it for delivery
+ * (dispatch_attempt.c, event_from_attrs), so a policy sees the same ev
+ * here as when the event is delivered; the tenant is the request's, which
+ * the statement made sure owns the event. */
 static void event_run(struct hub_policy_call *c) {
     struct dry_event *e = c->arg;
     struct dryrun *dr = e->dr;
@@ -302,7 +303,10 @@ static void compile_done(struct hub_policy_call *c) {
 
 /* ------------------------------------------------------------- the rows -- */
 
-/* Copies the event rows into dr->ev.  Returns 0, or -1 on out of memory. */
+/* Copies the event rows into dr->ev: the result is the pool's and goes
+ * away when the callback returns, while the calls run later on other
+ * threads.  Returns 0, or -1 on out of memory (what was copied is freed
+ * with the call). */
 static int copy_events(struct dryrun *dr, PGresult *r) {
     int rows = PQntuples(r);
 
@@ -393,7 +397,8 @@ static void rows_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
 /* ------------------------------------------------------------ the input -- */
 
 /* Reads "events": "recent" or 1..1000 positive sequence numbers, into
- * dr->seqs as int8[] text. */
+ * dr->seqs as int8[] text (at most 19 digits and a comma each: the buffer
+ * is sized for that, and jansson integers are int64). */
 static void read_events(struct dryrun *dr, const json_t *v, json_t **errors, int *oom) {
     static const char rule[] = "must be \"recent\" or an array of 1 to 1000 sequence numbers";
     size_t i, n;
@@ -441,7 +446,10 @@ static int int_member(const json_t *body, const char *k, int lo, int hi, int def
 }
 
 /* Reads the policy to run: "policy"/"name" (looked up now, the generation
- * held) or "source"; neither is allowed only with a subscription. */
+ * held) or "source"; neither is allowed only with a subscription.  Holding
+ * the generation from here to the answer is what lets a reload happen
+ * meanwhile: the dry-run finishes on the version it started with, as a
+ * delivery does (policy.h, "Generations"). */
 static void read_policy(struct dryrun *dr, const json_t *body, json_t **errors, int *oom) {
     const json_t *name = json_object_get(body, "policy"), *alias = json_object_get(body, "name");
     const json_t *src = json_object_get(body, "source");

@@ -59,7 +59,9 @@ static void count(struct hub *hub, enum hub_opevent_type type, enum hub_opevent_
     }
 }
 
-/* The store's answer (loop): counted, and the record freed. */
+/* The store's answer (loop): counted, and the record freed.  A duplicate
+ * counts as published: ids are fresh UUIDv7s, so it can only be the same
+ * event stored by an earlier try of the same transaction. */
 static void stored(void *arg, const struct hub_pg_outcome *failure) {
     struct opev_pub *p = arg;
     int ok = failure == NULL && !p->rec.unsettled &&
@@ -199,7 +201,10 @@ static void trip_subs_done(void *arg, const struct hub_pg_outcome *out) {
     free(t);
 }
 
-/* The registry's trip callback (loop). */
+/* The registry's trip callback (loop).  It must not call back into the
+ * registry (policy.h): the lookup of the policy's subscriptions goes to
+ * the database, and the events are published from its answer.  The note
+ * outlives the callback's borrowed strings, so it copies them. */
 static void on_trip(void *arg, const char *policy, int64_t until_ms, const char *last_error) {
     struct hub *hub = arg;
     struct trip_note *t;
@@ -224,6 +229,9 @@ static void on_trip(void *arg, const char *policy, int64_t until_ms, const char 
 
 /* ------------------------------------------------------------ lifecycle -- */
 
+/* The rate is per second for the token bucket: STREAMING_HUB_OPEVENTS_PER_MINUTE
+ * / 60, with the burst as the bucket's depth (a new bucket starts full, so
+ * the first events about a subscription always go out). */
 int hub_opevents_start(struct hub *hub) {
     struct hub_opevents *ops;
 

@@ -590,6 +590,8 @@ static void trip_message(const struct hub_policies *ps, struct hub_policy_call *
 
 /* ---------------------------------------------------------------- calls -- */
 
+static void registry_free(struct hub_policies *ps);
+
 /* A call finished on a policy thread (loop thread): timed, noted for
  * tripping, and handed to its caller. */
 static void call_done(void *arg, struct hub_policy_call *c) {
@@ -601,7 +603,13 @@ static void call_done(void *arg, struct hub_policy_call *c) {
     if (c->run != NULL) {
         /* a dry-run: never counted toward a trip */
         ps->dry_in_flight--;
-    } else if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
+        c->cb(c);
+        if (ps->freed && ps->calls_in_flight == 0 && !ps->running) {
+            registry_free(ps); /* hub_policies_free came meanwhile */
+        }
+        return;
+    }
+    if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
         trip_note(ps, c->policy, c->err);
     } else if (c->status == HUB_POLICY_TRIPPED) {
         trip_message(ps, c);
@@ -743,8 +751,10 @@ void hub_policies_free(struct hub_policies *ps) {
     if (ps == NULL) {
         return;
     }
-    if (ps->running) {
-        ps->freed = 1; /* reload_after frees it */
+    if (ps->running || ps->dry_in_flight > 0) {
+        /* reload_after, or the last dry-run call's completion, frees it:
+         * a dry-run outlives the request that asked for it */
+        ps->freed = 1;
         return;
     }
     registry_free(ps);
@@ -784,7 +794,9 @@ static void reload_after(uv_work_t *w, int status) {
             free(waiters);
             waiters = n;
         }
-        registry_free(ps);
+        if (ps->dry_in_flight == 0) {
+            registry_free(ps);
+        }
         return;
     }
     publish(ps, ps->scan);

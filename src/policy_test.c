@@ -1,6 +1,18 @@
 /*
  * policy_test — one event through a policy's three functions, as a result
  * object, and the `policy-test` command (see policy_test.h).
+ *
+ * What it runs is what delivery runs: the synchronous entry points of
+ * policy.h on a state of the compiled version, under its deadline and
+ * memory cap.  Two things differ, on purpose:
+ *   - shape runs whatever match answered, so the operator sees what would
+ *     be sent for an event the policy turns down too;
+ *   - retry is always asked (about the attempt and status given), and the
+ *     schedule step is reported as its upper bound: delivery draws the delay
+ *     uniformly in 1..step (backoff.h), which a test cannot show as one number.
+ *
+ * The command reads its limits from the environment like check-policies,
+ * so a file that passes here passes a reload of the hub next to it.
  */
 #include "policy_test.h"
 
@@ -53,6 +65,8 @@ static int64_t schedule_step(struct hub_policy *p, int attempt, int *from_policy
 void hub_policy_try_run(struct hub_policy *p, const struct hub_policy_event *ev,
                         const struct hub_policy_retry_ctx *rctx, struct hub_policy_try *out) {
     char err[512];
+    /* the thread's CPU clock, not the wall: on a policy thread shared with
+     * deliveries, waiting for the core is not the policy's cost */
     int64_t cpu0 = thread_cpu_us();
 
     memset(out, 0, sizeof(*out));
@@ -91,6 +105,8 @@ void hub_policy_try_run(struct hub_policy *p, const struct hub_policy_event *ev,
         out->delay_ms = -1;
     }
     out->cpu_us = thread_cpu_us() - cpu0;
+    /* all the version's states: a loaded policy shares them with delivery,
+     * so this is what the policy holds, not what this event added */
     out->memory_bytes = hub_policy_memory(p);
 }
 
@@ -98,6 +114,10 @@ void hub_policy_try_free(struct hub_policy_try *t) {
     hub_policy_shaped_free(&t->shaped);
 }
 
+/* Lua names the chunk "<name>.lua" (policy_sandbox.c), and a runtime
+ * error's message may quote another "<name>.lua:" before the one with a
+ * number (error(msg) with a message that names the file): the first one
+ * followed by a digit is the line. */
 int hub_policy_error_line(const char *msg, const char *name) {
     char pat[HUB_POLICY_NAME_MAX + 8];
     const char *at;
@@ -132,7 +152,10 @@ int hub_policy_body_set(json_t *obj, const char *key, const void *body, size_t l
     return rc != 0 ? -1 : json_object_set_new(obj, enc, json_string("base64"));
 }
 
-/* The "shape" member: the request shape would send, or null. */
+/* The "shape" member: the request shape would send, or null.  The headers
+ * are the policy's extra headers plus the Content-Type it set; the hub's
+ * own (signatures, X-Lerian-*) are not shown: they do not depend on the
+ * policy, and a shape header can never replace them (dispatch_attempt.c). */
 static json_t *shape_json(const struct hub_policy_try *t, const void *stored, size_t stored_len) {
     const struct hub_policy_shaped *sh = &t->shaped;
     json_t *o, *h;
@@ -252,6 +275,10 @@ static void print_error(FILE *out, const char *path, const char *name, const cha
 
 /*
  * Reads an event file into ev: a binary-mode object ({"headers", "body"})
+ * or a structured-mode CloudEvent, told apart by a "headers" object without
+ * "specversion" beside it (a structured event has its attributes at the top
+ * level).  Both go through the envelope parser in Kafka mode (raw values,
+ * ce- or ce_ names), so an event that passes here passes ingest.
  * or a structured-mode CloudEvent.  Returns 0, or -1 after printing why.
  * A binary event's payload points into *keep (the parsed file), which the
  * caller releases with json_decref after the event.
@@ -311,7 +338,9 @@ done:
     return rc == 0 ? 0 : -1;
 }
 
-/* Prints one result as text. */
+/* Prints one result as text: one line per function, then the cost, then
+ * each error.  Bodies longer than TEST_PRINT_BODY_MAX are cut here only:
+ * --json carries them whole. */
 static void print_result(const char *policy_path, const char *name, const char *event_path,
                          const struct hub_event *e, const struct hub_policy_try *t,
                          const struct hub_policy_retry_ctx *rctx) {
@@ -374,7 +403,9 @@ static void print_result(const char *policy_path, const char *name, const char *
     }
 }
 
-/* A policy event borrowing e's strings; ext holds the extensions list. */
+/* A policy event borrowing e's strings; ext holds the extensions list.
+ * serial stays 0: every call builds its own ev table, as nothing is
+ * shared between the files' events. */
 static void event_view(const struct hub_event *e, const char **ext, size_t ext_max,
                        struct hub_policy_event *pe) {
     size_t n = 0;
@@ -469,7 +500,8 @@ int hub_policy_test_main(int argc, char **argv) {
         free(events);
         return 2;
     }
-    /* status 0 is "no response": the error class is the connection's */
+    /* status 0 is "no response": the error class is the connection's (the
+     * retry ctx of SPEC §8 has no status then) */
     rctx.error = rctx.status > 0 ? "status" : "connect";
     if (hub_config_load_cli(&cfg, "error") != 0) {
         free(events);
@@ -498,6 +530,7 @@ int hub_policy_test_main(int argc, char **argv) {
                hub_policy_has(p, HUB_POLICY_SHAPE) ? " shape" : "",
                hub_policy_has(p, HUB_POLICY_RETRY) ? " retry" : "");
     }
+    /* every file runs even after a failure: one run shows all the errors */
     for (size_t i = 0; i < n_events; i++) {
         struct hub_event e = {0};
         struct hub_policy_event pe;

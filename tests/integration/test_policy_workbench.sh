@@ -263,4 +263,21 @@ scenario_dry_run_1000_events_under_2s() {
         "the loop kept answering /healthz (worst ${worst} s)"
 }
 
+# A dry-run whose client hung up is still running on the policy threads
+# when the hub is told to stop: the hub waits for it, then exits 0 (the
+# sanitizer build checks that nothing leaks or is used after free).
+scenario_dry_run_outlives_its_client_at_shutdown() {
+    local t
+    t=$(own_tenant)
+    stored "$t" 300 dsd-
+    # 300 runaway calls of 10 ms each on 2 threads: about 1.5 s of work
+    curl -s --max-time 0.3 -o /dev/null -H "Authorization: Bearer $ADMIN_TOKEN" \
+        -H 'Content-Type: application/json' \
+        -d "{\"policy\":\"spin\",\"tenant\":\"$t\",\"limit\":300}" \
+        "$HUB_URL/admin/policies/dry-run"
+    assert_ge "$(metric streaming_hub_policy_calls_in_flight)" 1 "the dry-run still runs"
+    hub_stop
+    assert_eq 0 "$(hub_exit_status "$HUB_START_N")" "the hub stopped cleanly"
+}
+
 scenarios_main "$@"
