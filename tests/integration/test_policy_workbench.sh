@@ -40,6 +40,7 @@ return {
   match = function(ev) while true do end end,
 }
 EOF
+    printf 'return { shape = function(ev) return ev.body end }\n' >"$POL/pass.lua"
     pg_start
     kafka_start --topic "$TOPIC:2"
     sink_start
@@ -56,6 +57,11 @@ stored() {
         >/dev/null || fail "produce failed"
     wait_sql 60 $((before + $2)) "SELECT count(*) FROM event_inbox WHERE tenant_id = '$1'" ||
         fail "the $2 events of $1 were not stored"
+}
+
+delivered() { # delivered PATH: deliveries of transaction.posted at PATH (prefix), probes left out
+    jq -cR --arg p "$1" 'fromjson? | select((.path | startswith($p))
+        and .headers["x-lerian-event-type"] == "transaction.posted")' "$SINK_LOG" | wc -l | tr -d ' '
 }
 
 dry() { # dry JSON: POST /admin/policies/dry-run; prints the body
@@ -261,6 +267,35 @@ scenario_dry_run_1000_events_under_2s() {
     log "worst /healthz during the dry-run: ${worst} s"
     assert_eq 1 "$(awk -v w="$worst" 'BEGIN { print (w < 0.25) }')" \
         "the loop kept answering /healthz (worst ${worst} s)"
+}
+
+# The dry-run's calls take turns with the subscriptions' on the policy
+# threads: while 200 runaway calls (10 ms of CPU each, on 2 threads; several
+# seconds on a loaded machine) run, another tenant's 20 deliveries through
+# a policy are done before the dry-run answers.
+scenario_dry_run_takes_turns_with_deliveries() {
+    local a b kb sub start dry_end del_end
+    a=$(own_tenant a)
+    b=$(own_tenant b)
+    kb=$(tenant_key "$b")
+    stored "$a" 200 dtt-
+    sub=$(subscribe_at "$kb" "/ok/fair-$b" transaction.posted ',"policy":"pass"')
+    start=$(date +%s%N)
+    (
+        dry "{\"policy\":\"spin\",\"tenant\":\"$a\",\"limit\":200}" >/dev/null
+        date +%s%N >"$WORK/dry.end"
+    ) &
+    local bg=$!
+    sleep 0.3
+    produce --topic "$TOPIC" --tenant "$b" --count 20 --id-prefix "dtt-$b-" >/dev/null
+    wait_until 30 "[[ \$(delivered /ok/fair-$b) -ge 20 ]]" || fail "B's 20 deliveries did not arrive"
+    del_end=$(date +%s%N)
+    wait "$bg"
+    dry_end=$(cat "$WORK/dry.end")
+    log "B's 20 deliveries done $(((del_end - start) / 1000000)) ms after the dry-run started," \
+        "the dry-run answered after $(((dry_end - start) / 1000000)) ms"
+    assert_le "$del_end" "$dry_end" "B's deliveries did not wait for the dry-run's 200 calls"
+    : "$sub"
 }
 
 # A dry-run whose client hung up is still running on the policy threads
