@@ -119,6 +119,20 @@ scenario_policy_test_command() {
     assert_eq 2 "$?" "a bad option is a usage error"
 }
 
+# The example policies run on the example events (docs/policies.md's
+# command), and the large-transactions filter tells the two apart.
+scenario_example_policies_run_on_the_example_events() {
+    local p out
+    for p in "$HUB_TEST_REPO"/policies/*.lua; do
+        out=$("$HUB_BIN" policy-test "$p" "$HUB_TEST_REPO"/examples/events/*.json 2>&1)
+        assert_eq 0 "$?" "$(basename "$p") runs on examples/events without error: ${out:0:300}"
+    done
+    out=$("$HUB_BIN" policy-test "$HUB_TEST_REPO/policies/large-transactions.lua" \
+        "$HUB_TEST_REPO"/examples/events/*.json --json)
+    assert_eq "true false" "$(jq -r .match <<<"$out" | tr '\n' ' ' | sed 's/ $//')" \
+        "large-transactions: the large one matches, the small one does not"
+}
+
 # ------------------------------------------------------------ the dry-run --
 
 scenario_dry_run_loaded_policy() {
