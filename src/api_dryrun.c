@@ -35,6 +35,11 @@
 /* The name compiled sources go by in messages ("dry-run.lua:3: ..."). */
 #define DRYRUN_SOURCE_NAME "dry-run"
 #define DRYRUN_EXT_MAX 64
+/* Stored payload bytes one dry-run reads at most: the answer carries each
+ * twice (stored and shaped) and is rendered on the loop, so 1,000 events
+ * of 1 MiB must not become a 2 GiB answer.  Past it the list is cut
+ * ("truncated": true); the first event always comes. */
+#define DRYRUN_BYTES_MAX "8388608"
 
 struct dryrun;
 
@@ -72,6 +77,7 @@ struct dryrun {
     struct dry_event *ev;
     size_t n, done;
     int errors;
+    int truncated; /* the byte cap cut the list */
 };
 
 /* on_free: the events, the policy, the generation. */
@@ -151,10 +157,10 @@ static void answer(struct hub_api_call *call, void *arg) {
         }
     }
     body = results != NULL
-               ? json_pack("{s:s?, s:o, s:o, s:i}", "policy", dr->policy_name, "generation",
+               ? json_pack("{s:s?, s:o, s:o, s:i, s:b}", "policy", dr->policy_name, "generation",
                            dr->owns_p ? json_null()
                                       : json_integer((json_int_t)hub_policy_gen_number(dr->gen)),
-                           "results", results, "errors", dr->errors)
+                           "results", results, "errors", dr->errors, "truncated", dr->truncated)
                : NULL;
     if (body == NULL) {
         hub_api_send_oom(call->req);
@@ -314,6 +320,7 @@ static int copy_events(struct dryrun *dr, PGresult *r) {
     if (dr->ev == NULL) {
         return -1;
     }
+    dr->truncated = rows > 0 && atoll(PQgetvalue(r, 0, HUB_DRYRUN_EV_COL_SCANNED)) > rows;
     for (int i = 0; i < rows; i++) {
         struct dry_event *e = &dr->ev[dr->n++];
         size_t len = (size_t)PQgetlength(r, i, HUB_DRYRUN_EV_COL_PAYLOAD);
@@ -550,10 +557,11 @@ void hub_api_dryrun(struct hub *hub, h2o_req_t *req) {
     /* binary results: the payloads come back as their bytes */
     if (dr->seqs != NULL) {
         hub_pg_txn_add_binary(txn, &hub_sql_dryrun_seqs, HUB_SQL_DRYRUN_SEQS_NPARAMS,
-                              (const char *[]){dr->tenant, dr->seqs}, NULL, NULL);
+                              (const char *[]){dr->tenant, dr->seqs, DRYRUN_BYTES_MAX}, NULL, NULL);
     } else {
-        hub_pg_txn_add_binary(txn, &hub_sql_dryrun_recent, HUB_SQL_DRYRUN_RECENT_NPARAMS,
-                              (const char *[]){dr->tenant, dr->subscription, limit}, NULL, NULL);
+        hub_pg_txn_add_binary(
+            txn, &hub_sql_dryrun_recent, HUB_SQL_DRYRUN_RECENT_NPARAMS,
+            (const char *[]){dr->tenant, dr->subscription, limit, DRYRUN_BYTES_MAX}, NULL, NULL);
     }
     hub_api_call_submit(&dr->call, txn);
 }

@@ -15,7 +15,9 @@
  *
  * Answer 200: {"policy", "generation", "results": [{"sequence",
  * "event_id", "type", "stored_body", ...policy_test.h's result}],
- * "errors"}; 400 naming each bad field; 404 for an unknown subscription;
+ * "errors", "truncated"} — truncated when the events' payloads passed the
+ * 8 MiB a dry-run reads (the list is cut there; the first event always
+ * comes); 400 naming each bad field; 404 for an unknown subscription;
  * 422 problem+json when the source does not compile ("detail" holds the
  * compile error, "line" its line); 503 when the policy threads have too
  * much workbench work waiting.

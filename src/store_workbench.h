@@ -29,23 +29,28 @@ enum hub_dryrun_event_col {
     HUB_DRYRUN_EV_COL_CONTENT_TYPE, /* text */
     HUB_DRYRUN_EV_COL_SCHEMA_MAJOR, /* text: an int */
     HUB_DRYRUN_EV_COL_PAYLOAD,      /* bytea: the data as ingested */
+    HUB_DRYRUN_EV_COL_SCANNED,      /* text: events picked before the byte cap (same in
+                                     * every row); more than the rows: the cap cut the list */
 };
 
 /*
- * $1 tenant, $2 subscription id (uuid text) or NULL, $3 limit (int4 text).
- * The tenant's newest $3 events, newest first; with a subscription, only
+ * $1 tenant, $2 subscription id (uuid text) or NULL, $3 limit (int4 text),
+ * $4 byte cap (int8 text).  The tenant's newest $3 events, newest first,
+ * while their payloads add up to at most $4 (the first one always); with a
+ * subscription, only
  * those it would match by type and schema major (SPEC §6: the exact type,
  * "*", or "<resource>.*" against the type's first segment), whatever its
  * enabled and verification state.  Walks event_inbox_tenant_seq backwards.
  */
-#define HUB_SQL_DRYRUN_RECENT_NPARAMS 3
+#define HUB_SQL_DRYRUN_RECENT_NPARAMS 4
 extern const struct hub_sql hub_sql_dryrun_recent;
 
 /*
- * $1 tenant, $2 sequence numbers (int8[] text, "{1,2}").  The tenant's
- * events among them, in sequence order; another tenant's are never read.
+ * $1 tenant, $2 sequence numbers (int8[] text, "{1,2}"), $3 byte cap (int8
+ * text).  The tenant's events among them, in sequence order, within the
+ * cap as above; another tenant's are never read.
  */
-#define HUB_SQL_DRYRUN_SEQS_NPARAMS 2
+#define HUB_SQL_DRYRUN_SEQS_NPARAMS 3
 extern const struct hub_sql hub_sql_dryrun_seqs;
 
 /* ---------------------------------------------- operational events -- */

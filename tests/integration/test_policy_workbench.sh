@@ -170,6 +170,32 @@ scenario_dry_run_loaded_policy() {
     assert_eq "$n0" "$(sink_count)" "nothing was delivered"
 }
 
+# 8 MiB of stored payloads at most per dry-run: 40 events of ~300 KB are
+# cut to what fits, the answer says so, the first event always comes.
+scenario_dry_run_caps_the_bytes_it_reads() {
+    local t key out n i pad
+    t=$(own_tenant)
+    key=$(tenant_key "$t")
+    pad=$(head -c 300000 /dev/zero | tr '\0' x)
+    printf '{"amount":99,"pad":"%s"}' "$pad" >"$WORK/big.json"
+    for i in $(seq 1 40); do
+        curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Authorization: Bearer $key" \
+            -H 'Content-Type: application/json' -H 'ce-specversion: 1.0' -H "ce-id: dcap-$i" \
+            -H 'ce-source: /cap' -H 'ce-type: studio.lerian.transaction.posted' \
+            -H 'ce-time: 2026-12-06T08:00:00Z' --data-binary "@$WORK/big.json" "$HUB_URL/v1/events"
+    done | sort | uniq -c | grep -q ' 40 202' || fail "the 40 large events were not all accepted"
+    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":40}")
+    assert_eq 200 "$(http_status)" "200"
+    n=$(jq '.results | length' <<<"$out")
+    assert_eq "true" "$(jq .truncated <<<"$out")" "truncated"
+    assert_ge "$n" 20 "what fits in 8 MiB is there ($n)"
+    assert_le "$n" 28 "and no more ($n)"
+    assert_eq "dcap-40" "$(jq -r '.results[0].event_id' <<<"$out")" "newest first, from the newest"
+    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":5}")
+    assert_eq "false" "$(jq .truncated <<<"$out")" "5 of them fit: not truncated"
+    assert_eq 5 "$(jq '.results | length' <<<"$out")" "all 5"
+}
+
 scenario_dry_run_never_trips() {
     local t out i
     t=$(own_tenant)
