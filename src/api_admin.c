@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "api_filters.h"
+#include "api_dryrun.h"
 #include "api_idem.h"
 #include "api_stats.h"
 #include "api_schemas.h"
@@ -1043,6 +1044,10 @@ static void route_policies(struct hub *hub, h2o_req_t *req, h2o_iovec_t *s, int 
             return;
         }
         policies_reload(hub, req);
+        return;
+    }
+    if (n == 2 && hub_api_segment_is(s[1], "dry-run")) {
+        hub_api_dryrun(hub, req);
         return;
     }
     send_not_found(req, "no such admin resource");

@@ -206,6 +206,16 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"SCHEMA_POLL", CFG_DURATION, "250ms", OFF(schema_poll_ms), 20, 10000, NULL,
      "how often a process checks the schema registry's generation (a schema registered on any "
      "process is used by every process within this plus a reload)"},
+    /* operational events for tenants (src/opevents.h) */
+    {"OPEVENTS", CFG_BOOL, "true", OFF(opevents_enabled), 0, 0, NULL,
+     "publish hub.subscription.disabled, hub.delivery.dead and hub.policy.tripped CloudEvents "
+     "(source streaming-hub) into the affected tenant's stream"},
+    {"OPEVENTS_PER_MINUTE", CFG_INT, "6", OFF(opevents_per_minute), 1, 60000, NULL,
+     "operational events of one type about one subscription, per minute at most (more are "
+     "counted as limited and dropped)"},
+    {"OPEVENTS_BURST", CFG_INT, "3", OFF(opevents_burst), 1, 1000, NULL,
+     "operational events of one type about one subscription published at once before "
+     "OPEVENTS_PER_MINUTE applies"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -93,6 +93,10 @@ struct hub_config {
     int64_t dispatch_queue_ahead_ms;      /* run-ahead of a pair at its cap */
     /* the schema registry (schema_registry.h) */
     int64_t schema_poll_ms; /* the registry's generation checked this often */
+    /* operational events for tenants (opevents.h) */
+    int opevents_enabled;
+    int64_t opevents_per_minute; /* per subscription and type */
+    int64_t opevents_burst;
 };
 
 /*

@@ -33,6 +33,7 @@
 #include "dispatch_int.h"
 #include "hub.h"
 #include "log.h"
+#include "opevents.h"
 #include "pg.h"
 #include "stats.h"
 #include "store.h"
@@ -190,6 +191,8 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
             o->state = "dead";
             o->reason = dead_reason;
             d->hub->metrics.deliveries[HUB_D_DEAD]++;
+            hub_opevents_dead(d->hub, j->tenant, j->sub_id, j->id, j->event_id, j->event_type,
+                              dead_reason);
         } else {
             o->state = "pending";
             o->delay_ms = delay;
@@ -327,6 +330,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
             const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
             const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
             dispatch_queue_drop_subscription(d, sub_id);
+            hub_opevents_disabled(d->hub, tenant, sub_id, PQgetvalue(r, i, HUB_OUTCOMES_REASON));
             if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {
                 hub_log(HUB_WARN, "subscription disabled: its destination answered 410 Gone",
                         HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant));

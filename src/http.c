@@ -43,6 +43,7 @@
 #include "ingest.h"
 #include "log.h"
 #include "metrics.h"
+#include "opevents.h"
 #include "policy.h"
 #include "util.h"
 
@@ -96,6 +97,7 @@ static void ops_metrics(struct hub *hub, h2o_req_t *req) {
     hub_metrics_render(&hub->metrics, &g, f);
     hub_policies_metrics_render(hub->policies, f);
     hub_dispatch_metrics_render(hub->dispatch, f);
+    hub_opevents_metrics_render(hub, f);
     if (fclose(f) != 0 || text == NULL) {
         free(text);
         hub_api_send_problem(req, 500, "out of memory rendering metrics", NULL);

@@ -49,6 +49,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "migrate.h"
+#include "opevents.h"
 #include "pg.h"
 #include "policy.h"
 #include "policy_watch.h"
@@ -345,6 +346,7 @@ static void hub_finish(struct hub *hub) {
     hub_close_handle((uv_handle_t *)&hub->sig_int);
     hub_close_handle((uv_handle_t *)&hub->sig_term);
     hub_close_handle((uv_handle_t *)&hub->sig_hup);
+    hub_opevents_stop(hub);
     /* after the dispatcher: no job holds a generation any more */
     hub_policies_free(hub->policies);
     hub->policies = NULL;
@@ -512,7 +514,7 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     {
         struct hub_policy_limits lim = hub_policy_limits_from(&hub->cfg);
         hub->policies = hub_policies_new(hub->loop, hub->cfg.policy_dir, &lim);
-        if (hub->policies == NULL) {
+        if (hub->policies == NULL || hub_opevents_start(hub) != 0) {
             goto fail_cfg;
         }
     }
@@ -648,6 +650,7 @@ fail_pg:
     hub_pg_close(hub->pg, NULL, NULL);
     uv_run(hub->loop, UV_RUN_DEFAULT);
 fail_cfg:
+    hub_opevents_stop(hub);
     hub_policies_free(hub->policies);
     hub_config_free(&hub->cfg);
     free(hub);

@@ -47,6 +47,7 @@ struct hub {
     struct hub_stats *stats;               /* per-tenant counts (stats.c) */
     struct hub_cluster *cluster;           /* process membership (cluster.c) */
     struct hub_schemas *schemas;           /* the schema registry (schema_registry.c) */
+    struct hub_opevents *opevents;         /* operational events (opevents.c), or NULL */
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "policy.h"
+#include "policy_test.h"
 #include "rekey.h"
 
 static void usage(FILE *out) {
@@ -33,6 +34,8 @@ static void usage(FILE *out) {
                  "  kafka-mock [--brokers N] [--topic NAME:PARTITIONS]...\n"
                  "                        run only the embedded Kafka cluster\n"
                  "  check-policies DIR    compile and validate every policy file offline\n"
+                 "  policy-test FILE [EVENT_FILE...] [--attempt N --status CODE]\n"
+                 "                        run a policy's match, shape and retry on events\n"
                  "  version               versions of the hub and its libraries\n\n"
                  "`streaming-hub serve --help` lists every environment variable.\n");
 }
@@ -139,6 +142,9 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "check-policies") == 0) {
         return cmd_check_policies(argc - 2, argv + 2);
+    }
+    if (strcmp(cmd, "policy-test") == 0) {
+        return hub_policy_test_main(argc - 2, argv + 2);
     }
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         return cmd_version();

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "error.h"
 #include "log.h"
 #include "metrics.h"
 #include "policy_int.h"
@@ -395,6 +396,7 @@ struct hub_policies {
     /* calls on the policy threads */
     struct policy_pool *pool;
     size_t calls_in_flight;            /* submitted and not yet completed */
+    size_t dry_in_flight;              /* ... of them, the workbench's */
     struct hub_histogram wait_seconds; /* submitted → a thread took it */
     struct hub_histogram run_seconds;  /* run time on the thread */
     void (*on_trip)(void *arg, const char *policy, int64_t until_ms, const char *last_error);
@@ -588,6 +590,8 @@ static void trip_message(const struct hub_policies *ps, struct hub_policy_call *
 
 /* ---------------------------------------------------------------- calls -- */
 
+static void registry_free(struct hub_policies *ps);
+
 /* A call finished on a policy thread (loop thread): timed, noted for
  * tripping, and handed to its caller. */
 static void call_done(void *arg, struct hub_policy_call *c) {
@@ -596,6 +600,15 @@ static void call_done(void *arg, struct hub_policy_call *c) {
     ps->calls_in_flight--;
     hub_histogram_observe(&ps->wait_seconds, (double)(c->started_ns - c->queued_ns) / 1e9);
     hub_histogram_observe(&ps->run_seconds, (double)(c->ended_ns - c->started_ns) / 1e9);
+    if (c->run != NULL) {
+        /* a dry-run: never counted toward a trip */
+        ps->dry_in_flight--;
+        c->cb(c);
+        if (ps->freed && ps->calls_in_flight == 0 && !ps->running) {
+            registry_free(ps); /* hub_policies_free came meanwhile */
+        }
+        return;
+    }
     if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
         trip_note(ps, c->policy, c->err);
     } else if (c->status == HUB_POLICY_TRIPPED) {
@@ -630,6 +643,28 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     ps->calls_in_flight++;
     policy_pool_submit(ps->pool, c);
     return 0;
+}
+
+int hub_policies_submit_dry(struct hub_policies *ps, struct hub_policy_call *c) {
+    if (ps->dry_in_flight >= HUB_POLICY_DRY_MAX) {
+        return HUB_EAGAIN;
+    }
+    c->status = HUB_POLICY_OK;
+    c->err[0] = '\0';
+    c->queued_ns = c->started_ns = c->ended_ns = 0;
+    c->cpu_ns = 0;
+    ps->calls_in_flight++;
+    ps->dry_in_flight++;
+    policy_pool_submit(ps->pool, c);
+    return 0;
+}
+
+size_t hub_policies_dry_room(const struct hub_policies *ps) {
+    return ps->dry_in_flight < HUB_POLICY_DRY_MAX ? HUB_POLICY_DRY_MAX - ps->dry_in_flight : 0;
+}
+
+struct hub_policy_limits hub_policies_limits(const struct hub_policies *ps) {
+    return ps->lim;
 }
 
 void hub_policies_on_trip(struct hub_policies *ps,
@@ -716,8 +751,10 @@ void hub_policies_free(struct hub_policies *ps) {
     if (ps == NULL) {
         return;
     }
-    if (ps->running) {
-        ps->freed = 1; /* reload_after frees it */
+    if (ps->running || ps->dry_in_flight > 0) {
+        /* reload_after, or the last dry-run call's completion, frees it:
+         * a dry-run outlives the request that asked for it */
+        ps->freed = 1;
         return;
     }
     registry_free(ps);
@@ -757,7 +794,9 @@ static void reload_after(uv_work_t *w, int status) {
             free(waiters);
             waiters = n;
         }
-        registry_free(ps);
+        if (ps->dry_in_flight == 0) {
+            registry_free(ps);
+        }
         return;
     }
     publish(ps, ps->scan);

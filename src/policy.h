@@ -306,6 +306,10 @@ struct hub_policy_call {
     struct hub_policy_retry_ctx retry;        /* retry */
     void (*cb)(struct hub_policy_call *call); /* on the loop; may free the call */
     void *arg;
+    /* The workbench's own work (hub_policies_submit_dry): when set, the
+     * policy thread runs run(call) instead of fn, with policy possibly
+     * NULL; the call is never noted for tripping. */
+    void (*run)(struct hub_policy_call *call);
 
     /* results, as the synchronous functions give them */
     enum hub_policy_status status;
@@ -330,6 +334,23 @@ struct hub_policy_call {
  * that times out or runs out of memory counts toward tripping its policy.
  */
 int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *call);
+
+/*
+ * Queues a workbench call (call->run set; policy, fn and ev unused by the
+ * registry) for a policy thread, under call->key like a delivery's call, so
+ * a dry-run takes turns with the subscriptions and never holds the loop.
+ * It runs even when its policy is tripped, and what it does never counts
+ * toward a trip.  Returns 0 (cb runs on the loop once it is done), or
+ * HUB_EAGAIN when HUB_POLICY_DRY_MAX workbench calls are already waiting.
+ */
+#define HUB_POLICY_DRY_MAX 4096
+int hub_policies_submit_dry(struct hub_policies *ps, struct hub_policy_call *call);
+
+/* How many more workbench calls hub_policies_submit_dry() would take now. */
+size_t hub_policies_dry_room(const struct hub_policies *ps);
+
+/* The limits the registry compiles and runs policies under. */
+struct hub_policy_limits hub_policies_limits(const struct hub_policies *ps);
 
 /*
  * Sets the function called on the loop when a policy trips (NULL: none):
