@@ -202,6 +202,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "a (tenant, origin) pair or origin at its cap keeps claimed jobs waiting for a slot only as "
      "many as its attempts free within this time (at most its cap): the run-ahead that keeps "
      "workers busy between claims; 0: none"},
+    /* the delivery fast path (src/dispatch_fast.c) */
+    {"DISPATCH_FAST_PATH", CFG_BOOL, "true", OFF(dispatch_fast_path), 0, 0, NULL,
+     "role all: the ingest transaction leases to this process the jobs it can start at once "
+     "(workers free, destination under its cap, breaker closed, not fifo, no max_rate) and "
+     "hands them to the dispatcher with the event it holds; false: every job is claimed"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

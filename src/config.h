@@ -91,6 +91,8 @@ struct hub_config {
     int64_t dispatch_tenant_origin_start; /* adaptive limit of a new (tenant, origin) */
     int64_t dispatch_slow_answer_ms;      /* an answer this slow lowers it */
     int64_t dispatch_queue_ahead_ms;      /* run-ahead of a pair at its cap */
+    /* the delivery fast path (dispatch_fast.c) */
+    int dispatch_fast_path;
 };
 
 /*

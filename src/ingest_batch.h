@@ -88,6 +88,8 @@ struct ingest_batch {
     int in_txn;   /* a transaction is outstanding: the batch cannot be dropped */
     int marked;   /* in-batch repeats are marked */
     int races;    /* transactions in a row that left a raced key to run again */
+    /* the fast path's offer to the transaction in flight (dispatch.h), or NULL */
+    struct hub_dispatch_fast *fast;
 };
 
 /* The outcome a batch fails with when its transaction could not even be

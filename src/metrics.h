@@ -93,6 +93,10 @@ struct hub_metrics {
     uint64_t stats_counts_lost;
     /* cluster membership (cluster.c): live processes sharing the limits */
     int64_t cluster_processes;
+    /* delivery jobs handed to the dispatcher's queue: leased by the ingest
+     * transaction (dispatch_fast.c), or by a claim */
+    uint64_t dispatch_jobs_fast;
+    uint64_t dispatch_jobs_claimed;
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

@@ -96,19 +96,35 @@
     "   ORDER BY n.ord"                                                                            \
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
     "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"                  \
-    "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
-                    * resource wildcard and '*', of subscriptions enabled AND verified */          \
-    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
-    "                             event_type, fifo, origin_id)"                                    \
-    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
-    "         s.ordering = 'fifo', coalesce(s.origin_id, 0)" /* named: no per-row trigger */       \
+    "), m AS (" /* matching (SPEC §6): the tenant's routes for this event type, its               \
+                 * resource wildcard and '*', of subscriptions enabled AND verified */             \
+    "  SELECT DISTINCT s.id AS sub, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"          \
+    "         s.ordering = 'fifo' AS fifo, coalesce(s.origin_id, 0) AS origin_id,"                 \
+    "         s.max_rate IS NULL AS unlimited"                                                     \
     "    FROM ins i"                                                                               \
     "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
     "         AND sr.schema_major = i.schema_major"                                                \
     "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
     "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
     "         AND s.verification_state = 'active'"                                                 \
+    "), f AS (" /* the fast path: the first $19 of them that may start now (store_ingest.h) */     \
+    "  SELECT m.sub, m.seq FROM m"                                                                 \
+    "   WHERE ($19::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited"                                 \
+    "     AND NOT EXISTS (SELECT 1 FROM unnest($20::text[], $21::int8[]) x(tenant_id, origin_id)"  \
+    "                      WHERE x.origin_id = m.origin_id"                                        \
+    "                        AND (x.tenant_id IS NULL OR x.tenant_id = m.tenant_id))"              \
+    "   ORDER BY m.seq, m.sub LIMIT ($19::int4[])[1]"                                              \
+    "), jobs AS (" /* named origin: no per-row trigger */                                          \
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
+    "                             event_type, fifo, origin_id, state, lease_owner, lease_until)"   \
+    "  SELECT m.sub, m.tenant_id, m.seq, m.day, m.event_id, m.event_type, m.fifo, m.origin_id,"    \
+    "         CASE WHEN f.sub IS NULL THEN 'pending' ELSE 'in_flight' END,"                        \
+    "         CASE WHEN f.sub IS NOT NULL THEN ($17::text[])[1] END,"                              \
+    "         CASE WHEN f.sub IS NOT NULL"                                                         \
+    "              THEN now() + ($18::int8[])[1] * interval '1 millisecond' END"                   \
+    "    FROM m LEFT JOIN f ON f.sub = m.sub AND f.seq = m.seq"                                    \
     "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
+    "  RETURNING id, subscription_id, event_seq, lease_owner, origin_id"                                    \
     ")"                                                                                            \
     " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
     "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
@@ -116,10 +132,23 @@
     "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
     "              AND e.event_id = r.event_id LIMIT 1)"                                           \
     "        END,"                                                                                 \
-    "        ins.seq"                                                                              \
+    "        ins.seq,"                                                                             \
+    "        (SELECT count(*) FROM m) - (SELECT count(*) FROM f),"                                 \
+    "        NULL::int8, NULL::text, NULL::int8, NULL::text, NULL::text, NULL::text, NULL::text,"  \
+    "        NULL::text, NULL::text"                                                               \
     "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
     "                       AND ins.event_id = r.event_id"                                         \
-    "  ORDER BY r.ord"
+    " UNION ALL" /* the leased jobs, after every verdict row */                                    \
+    " SELECT n.ord, NULL, NULL, NULL, NULL, j.id, j.subscription_id::text, j.origin_id, s.url,"    \
+    "        s.headers_sealed, s.secret_sealed,"                                                   \
+    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                 \
+    "        array_to_string(s.retry_schedule, ','), s.policy"                                     \
+    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq"                                             \
+    "   JOIN n ON n.tenant_id = ins.tenant_id AND n.source = ins.source"                           \
+    "         AND n.event_id = ins.event_id"                                                       \
+    "   JOIN subscriptions s ON s.id = j.subscription_id"                                          \
+    "  WHERE j.lease_owner IS NOT NULL"                                                            \
+    "  ORDER BY 6 NULLS FIRST, 1"
 
 const struct hub_sql hub_sql_ingest_insert = {
     "ingest_insert", INGEST_INSERT_SQL, 1, /* plan per batch: see struct hub_sql */
@@ -219,17 +248,49 @@ void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
     rows->n++;
 }
 
-int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows, struct hub_pg_txn *txn) {
+void hub_store_ingest_fast_init(struct hub_store_ingest_fast *f) {
+    memset(f, 0, sizeof(*f));
+    hub_pgarr_init(&f->blocked_tenants, HUB_OID_TEXT);
+    hub_pgarr_init(&f->blocked_origins, HUB_OID_INT8);
+}
+
+int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
+                                  struct hub_store_ingest_fast *fast, struct hub_pg_txn *txn) {
+    struct hub_pgarr a[HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS];
+    struct hub_store_ingest_fast none;
+    int on;
+
+    if (fast == NULL) {
+        hub_store_ingest_fast_init(&none);
+        fast = &none;
+    }
     if (rows->n == 0) {
         for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
             hub_pgarr_free(&rows->a[k]);
         }
+        hub_pgarr_free(&fast->blocked_tenants);
+        hub_pgarr_free(&fast->blocked_origins);
         return 0;
     }
+    /* the arrays move into a[]: the transaction takes them all */
+    memcpy(a, rows->a, sizeof(rows->a));
+    on = fast->owner != NULL && fast->budget > 0;
+    hub_pgarr_init(&a[16], HUB_OID_TEXT);
+    hub_pgarr_add_text(&a[16], on ? fast->owner : NULL);
+    hub_pgarr_init(&a[17], HUB_OID_INT8);
+    hub_pgarr_add_i64(&a[17], fast->lease_ms);
+    hub_pgarr_init(&a[18], HUB_OID_INT4);
+    hub_pgarr_add_i32(&a[18], on ? fast->budget : 0);
+    a[19] = fast->blocked_tenants;
+    a[20] = fast->blocked_origins;
+    memset(rows->a, 0, sizeof(rows->a));
+    hub_store_ingest_fast_init(fast); /* emptied: its arrays moved */
+    hub_pgarr_free(&fast->blocked_tenants);
+    hub_pgarr_free(&fast->blocked_origins);
     return hub_pgarr_txn_add(txn,
                              rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
                                                              : &hub_sql_ingest_insert_prepared,
-                             rows->a, HUB_INGEST_NPARAMS);
+                             a, HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS);
 }
 
 /* --------------------------------------------------- the JSON check -- */
