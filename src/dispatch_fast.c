@@ -21,10 +21,11 @@
  *     busy (in flight, queued, being loaded), and all offers in flight
  *     together no more than a claim keeps in hand (workers and two claim
  *     batches); FAST_PER_RECORD per record of the transaction;
- *   - destination below its cap: no job to a (tenant, origin) lane or an
- *     origin whose held slots fill its cap (hub_caps_each_blocked);
+ *   - destination below its cap: a (tenant, origin) lane, and an origin,
+ *     take at most what their held slots leave under their caps
+ *     (hub_caps_each_room; a lane not in use lately its start limit);
  *   - breaker closed: no job to a (tenant, origin) whose breaker is open
- *     or half-open;
+ *     or half-open (a room of 0);
  *   - not fifo (SPEC §7.8: a fifo job may have an earlier job of its
  *     subscription uncommitted in another transaction): fifo jobs are
  *     always claimed;
@@ -69,12 +70,13 @@ struct hub_dispatch_fast {
     char owner[sizeof(((struct hub_dispatch *)0)->owner) + 24];
 };
 
-/* hub_caps_each_blocked's callback: one pair (tenant NULL: every tenant)
- * where the statement leases nothing. */
-static void block_pair(void *arg, const char *tenant, int64_t origin) {
+/* hub_caps_each_room's callback: how many jobs one pair (tenant NULL: an
+ * origin, for all its tenants) may still take. */
+static void room_entry(void *arg, const char *tenant, int64_t origin, int room) {
     struct hub_store_ingest_fast *p = arg;
-    hub_pgarr_add_text(&p->blocked_tenants, tenant);
-    hub_pgarr_add_i64(&p->blocked_origins, origin);
+    hub_pgarr_add_text(&p->room_tenants, tenant);
+    hub_pgarr_add_i64(&p->room_origins, origin);
+    hub_pgarr_add_i32(&p->rooms, room);
 }
 
 /* What a breaker listing needs to block its pairs. */
@@ -83,8 +85,8 @@ struct block_breakers {
     struct hub_store_ingest_fast *p;
 };
 
-/* hub_breakers_list's callback: an open or half-open breaker blocks its
- * (tenant, origin) pair, when the caps know the origin by that name (an
+/* hub_breakers_list's callback: an open or half-open breaker gives its
+ * (tenant, origin) pair a room of 0, when the caps know the origin by that name (an
  * origin forgotten since holds no slot; a job leased to it is shed by the
  * attempt, as a claimed one would be). */
 static void block_breaker(void *arg, const char *tenant, const char *origin, const char *state,
@@ -97,7 +99,7 @@ static void block_breaker(void *arg, const char *tenant, const char *origin, con
     (void)retry_at_ms;
     (void)consecutive_failures;
     if (id >= 0) {
-        block_pair(b->p, tenant, id);
+        room_entry(b->p, tenant, id, 0);
     }
 }
 
@@ -134,7 +136,9 @@ struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t
     p->owner = f->owner;
     p->lease_ms = d->hub->cfg.dispatch_lease_ms;
     p->budget = (int32_t)(f->budget < INT32_MAX ? f->budget : INT32_MAX);
-    hub_caps_each_blocked(d->caps, block_pair, p);
+    p->lane_room = (int32_t)d->hub->cfg.dispatch_tenant_origin_start;
+    p->origin_room = (int32_t)d->hub->cfg.dispatch_origin_max;
+    hub_caps_each_room(d->caps, room_entry, p);
     hub_breakers_list(d->breakers, f->stamp.ms, block_breaker, &bb);
     d->fast_reserved += f->budget;
     d->fast_offers++;

@@ -108,12 +108,23 @@
     "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
     "         AND s.verification_state = 'active'"                                                 \
     "), f AS (" /* the fast path: the first $19 of them that may start now (store_ingest.h) */     \
-    "  SELECT m.sub, m.seq FROM m"                                                                 \
-    "   WHERE ($19::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited"                                 \
-    "     AND NOT EXISTS (SELECT 1 FROM unnest($20::text[], $21::int8[]) x(tenant_id, origin_id)"  \
-    "                      WHERE x.origin_id = m.origin_id"                                        \
-    "                        AND (x.tenant_id IS NULL OR x.tenant_id = m.tenant_id))"              \
-    "   ORDER BY m.seq, m.sub LIMIT ($19::int4[])[1]"                                              \
+    "  SELECT x.sub, x.seq FROM ("                                                                 \
+    "    SELECT m.sub, m.seq, m.tenant_id, m.origin_id,"                                           \
+    "           row_number() OVER (PARTITION BY m.tenant_id, m.origin_id ORDER BY m.seq, m.sub) "  \
+    "k,"                                                                                           \
+    "           row_number() OVER (PARTITION BY m.origin_id ORDER BY m.seq, m.sub) ko"             \
+    "      FROM m WHERE ($19::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited) x"                    \
+    "   WHERE x.k <= coalesce((SELECT min(l.room)"                                                 \
+    "                            FROM unnest($20::text[], $21::int8[], $22::int4[])"               \
+    "                                 l(tenant_id, origin_id, room)"                               \
+    "                           WHERE l.tenant_id = x.tenant_id AND l.origin_id = x.origin_id),"   \
+    "                         ($23::int4[])[1])"                                                   \
+    "     AND x.ko <= coalesce((SELECT min(l.room)"                                                \
+    "                             FROM unnest($20::text[], $21::int8[], $22::int4[])"              \
+    "                                  l(tenant_id, origin_id, room)"                              \
+    "                            WHERE l.tenant_id IS NULL AND l.origin_id = x.origin_id),"        \
+    "                          ($23::int4[])[2])"                                                  \
+    "   ORDER BY x.seq, x.sub LIMIT ($19::int4[])[1]"                                              \
     "), jobs AS (" /* named origin: no per-row trigger */                                          \
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
     "                             event_type, fifo, origin_id, state, lease_owner, lease_until)"   \
@@ -124,7 +135,7 @@
     "              THEN now() + ($18::int8[])[1] * interval '1 millisecond' END"                   \
     "    FROM m LEFT JOIN f ON f.sub = m.sub AND f.seq = m.seq"                                    \
     "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
-    "  RETURNING id, subscription_id, event_seq, lease_owner, origin_id"                                    \
+    "  RETURNING id, subscription_id, event_seq, lease_owner, origin_id"                           \
     ")"                                                                                            \
     " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
     "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
@@ -250,8 +261,16 @@ void hub_store_ingest_rows_add(struct hub_store_ingest_rows *rows, int32_t ord,
 
 void hub_store_ingest_fast_init(struct hub_store_ingest_fast *f) {
     memset(f, 0, sizeof(*f));
-    hub_pgarr_init(&f->blocked_tenants, HUB_OID_TEXT);
-    hub_pgarr_init(&f->blocked_origins, HUB_OID_INT8);
+    hub_pgarr_init(&f->room_tenants, HUB_OID_TEXT);
+    hub_pgarr_init(&f->room_origins, HUB_OID_INT8);
+    hub_pgarr_init(&f->rooms, HUB_OID_INT4);
+}
+
+/* Frees what an offer's arrays hold (they are empty after a move). */
+static void fast_arrays_free(struct hub_store_ingest_fast *f) {
+    hub_pgarr_free(&f->room_tenants);
+    hub_pgarr_free(&f->room_origins);
+    hub_pgarr_free(&f->rooms);
 }
 
 int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
@@ -268,8 +287,7 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
         for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
             hub_pgarr_free(&rows->a[k]);
         }
-        hub_pgarr_free(&fast->blocked_tenants);
-        hub_pgarr_free(&fast->blocked_origins);
+        fast_arrays_free(fast);
         return 0;
     }
     /* the arrays move into a[]: the transaction takes them all */
@@ -281,12 +299,15 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
     hub_pgarr_add_i64(&a[17], fast->lease_ms);
     hub_pgarr_init(&a[18], HUB_OID_INT4);
     hub_pgarr_add_i32(&a[18], on ? fast->budget : 0);
-    a[19] = fast->blocked_tenants;
-    a[20] = fast->blocked_origins;
+    a[19] = fast->room_tenants;
+    a[20] = fast->room_origins;
+    a[21] = fast->rooms;
+    hub_pgarr_init(&a[22], HUB_OID_INT4);
+    hub_pgarr_add_i32(&a[22], fast->lane_room);
+    hub_pgarr_add_i32(&a[22], fast->origin_room);
     memset(rows->a, 0, sizeof(rows->a));
     hub_store_ingest_fast_init(fast); /* emptied: its arrays moved */
-    hub_pgarr_free(&fast->blocked_tenants);
-    hub_pgarr_free(&fast->blocked_origins);
+    fast_arrays_free(fast);
     return hub_pgarr_txn_add(txn,
                              rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
                                                              : &hub_sql_ingest_insert_prepared,

@@ -57,18 +57,22 @@ struct hub_store_kafka_pos {
  *                          that is not well-formed fails the whole statement
  *                          (hub_sqlstate_json_grammar tells it apart).
  * and the fast path's (struct hub_store_ingest_fast; one-element arrays but
- * the last two):
+ * $20..$22):
  *   $17 lease owner text   $18 lease ms int8        $19 most jobs leased int4
- *   $20 tenant text, $21 origin int8: the (tenant, origin) pairs where no
- *                          job is leased; a NULL tenant: the origin for all.
+ *   $20 tenant text, $21 origin int8, $22 room int4: how many jobs a
+ *                          (tenant, origin) pair may take now, or with a
+ *                          NULL tenant the origin for all its tenants (the
+ *                          least entry counts)
+ *   $23 int4[2]: the room of a pair, and of an origin, not listed.
  * Each event's jobs are inserted pending, but for up to $19 of them (not
- * fifo, no max_rate, not to a pair of $20/$21), inserted already leased to
- * $17 ('in_flight', lease_until now() + $18 ms), as a claim would have.
+ * fifo, no max_rate, within the rooms, in arrival order), inserted already
+ * leased to $17 ('in_flight', lease_until now() + $18 ms), as a claim
+ * would have.
  * Result rows (text): one per record given, ordered by ord, then one per
  * job leased, ordered by job id; see enum hub_ingest_insert_col.
  */
 #define HUB_INGEST_NPARAMS 16
-#define HUB_INGEST_FAST_NPARAMS 5
+#define HUB_INGEST_FAST_NPARAMS 7
 extern const struct hub_sql hub_sql_ingest_insert;
 /* The same statement, prepared once per connection (generic plan): for
  * small batches, where planning would cost more than it saves. */
@@ -101,11 +105,14 @@ enum hub_ingest_insert_col {
 /* What the fast path lets one insert lease (dispatch.h,
  * hub_dispatch_fast_offer fills it).  owner NULL or budget 0: nothing. */
 struct hub_store_ingest_fast {
-    const char *owner;                /* $17: "<dispatcher>#<serial>", copied by the add */
-    int64_t lease_ms;                 /* $18 */
-    int32_t budget;                   /* $19 */
-    struct hub_pgarr blocked_tenants; /* $20 text[] (NULL elements: every tenant) */
-    struct hub_pgarr blocked_origins; /* $21 int8[] */
+    const char *owner;             /* $17: "<dispatcher>#<serial>", copied by the add */
+    int64_t lease_ms;              /* $18 */
+    int32_t budget;                /* $19 */
+    struct hub_pgarr room_tenants; /* $20 text[] (NULL elements: the origin's entry) */
+    struct hub_pgarr room_origins; /* $21 int8[] */
+    struct hub_pgarr rooms;        /* $22 int4[] */
+    int32_t lane_room;             /* $23[1]: a pair not listed */
+    int32_t origin_room;           /* $23[2]: an origin not listed */
 };
 
 /* An offer of nothing, its arrays empty; hub_store_ingest_rows_txn_add()
