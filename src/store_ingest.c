@@ -109,23 +109,24 @@
     "         AND s.verification_state = 'active'"                                                 \
     "), f AS (" /* the fast path: the first $19 of them that may start now (store_ingest.h) */     \
     "  SELECT x.sub, x.seq FROM ("                                                                 \
-    "    SELECT m.sub, m.seq, m.tenant_id, m.origin_id,"                                           \
-    "           row_number() OVER (PARTITION BY m.tenant_id, m.origin_id ORDER BY m.seq, m.sub) "  \
-    "k,"                                                                                           \
+    "    SELECT m.sub, m.seq, coalesce(lr.room, ($23::int4[])[1]) AS lane_room,"                   \
+    "           coalesce(orr.room, ($23::int4[])[2]) AS origin_room,"                              \
+    "           row_number() OVER (PARTITION BY m.tenant_id, m.origin_id ORDER BY m.seq, m.sub) k,"\
     "           row_number() OVER (PARTITION BY m.origin_id ORDER BY m.seq, m.sub) ko"             \
-    "      FROM m WHERE ($19::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited) x"                    \
-    "   WHERE x.k <= coalesce((SELECT min(l.room)"                                                 \
-    "                            FROM unnest($20::text[], $21::int8[], $22::int4[])"               \
-    "                                 l(tenant_id, origin_id, room)"                               \
-    "                           WHERE l.tenant_id = x.tenant_id AND l.origin_id = x.origin_id),"   \
-    "                         ($23::int4[])[1])"                                                   \
-    "     AND x.ko <= coalesce((SELECT min(l.room)"                                                \
-    "                             FROM unnest($20::text[], $21::int8[], $22::int4[])"              \
-    "                                  l(tenant_id, origin_id, room)"                              \
-    "                            WHERE l.tenant_id IS NULL AND l.origin_id = x.origin_id),"        \
-    "                          ($23::int4[])[2])"                                                  \
+    "      FROM m"                                                                                 \
+    "      LEFT JOIN (SELECT l.tenant_id, l.origin_id, min(l.room) AS room"                        \
+    "                   FROM unnest($20::text[], $21::int8[], $22::int4[]) l(tenant_id, origin_id,"\
+    "                        room)"                                                                \
+    "                  WHERE l.tenant_id IS NOT NULL GROUP BY 1, 2) lr"                            \
+    "             ON lr.tenant_id = m.tenant_id AND lr.origin_id = m.origin_id"                    \
+    "      LEFT JOIN (SELECT l.origin_id, min(l.room) AS room"                                     \
+    "                   FROM unnest($20::text[], $21::int8[], $22::int4[]) l(tenant_id, origin_id,"\
+    "                        room)"                                                                \
+    "                  WHERE l.tenant_id IS NULL GROUP BY 1) orr ON orr.origin_id = m.origin_id"   \
+    "     WHERE ($19::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited) x"                            \
+    "   WHERE x.k <= x.lane_room AND x.ko <= x.origin_room"                                        \
     "   ORDER BY x.seq, x.sub LIMIT ($19::int4[])[1]"                                              \
-    "), jobs AS (" /* named origin: no per-row trigger */                                          \
+"), jobs AS (" /* named origin: no per-row trigger */                                          \
     "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
     "                             event_type, fifo, origin_id, state, lease_owner, lease_until)"   \
     "  SELECT m.sub, m.tenant_id, m.seq, m.day, m.event_id, m.event_type, m.fifo, m.origin_id,"    \
