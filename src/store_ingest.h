@@ -77,6 +77,11 @@ extern const struct hub_sql hub_sql_ingest_insert;
 /* The same statement, prepared once per connection (generic plan): for
  * small batches, where planning would cost more than it saves. */
 extern const struct hub_sql hub_sql_ingest_insert_prepared;
+/* The insert when something may be leased ($1..$23): hub_sql_ingest_insert
+ * takes $1..$16 only and leases nothing (its job columns are NULL and
+ * HUB_INGEST_COL_JOBS_PENDING is 1 on the row of a record stored). */
+extern const struct hub_sql hub_sql_ingest_insert_fast;
+extern const struct hub_sql hub_sql_ingest_insert_fast_prepared;
 
 /* The result columns of hub_sql_ingest_insert.  A record's row has the
  * first five (HUB_INGEST_COL_JOB NULL); a leased job's row has ord and the

@@ -192,13 +192,13 @@ ingest_sql_file() {
 }
 
 # ins_exec KEY: EXECUTE of the ingest statement for one event of $TENANT
-# with id KEY (payload {"m":1}), nothing leased; its row: ord|status|digest|seq|...
+# with id KEY (payload {"m":1}); its row: ord|status|digest|seq|...
 ins_exec() {
     printf "EXECUTE ins('{0}', '{%s}', '{/midnight}', '{%s}', '{t.x}', '{t.x}', '{0}',
                       '{2026-01-01T00:00:00Z}', '{application/json}', ARRAY['{}'::jsonb],
                       ARRAY[convert_to('{\"m\":1}', 'UTF8')],
                       ARRAY[sha256(convert_to('{\"m\":1}', 'UTF8'))],
-                      '{NULL}', '{NULL}', '{NULL}', '{f}', '{NULL}', '{0}', '{0}', '{}', '{}', '{}', '{0,0}');\n" "$TENANT" "$1"
+                      '{NULL}', '{NULL}', '{NULL}', '{f}');\n" "$TENANT" "$1"
 }
 
 # race CLOCK_A CLOCK_B KEY: transaction A (clock CLOCK_A) stores KEY and
