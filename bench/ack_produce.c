@@ -27,6 +27,7 @@ static int64_t unix_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Monotonic seconds: the pacing clock (the wall clock may step). */
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
                         "TENANT ID_PREFIX PAYLOAD_BYTES OUT\n");
         return 2;
     }
+    /* the mock cluster's bootstrap list, as kafka_start wrote it */
     if ((f = fopen(argv[1], "r")) == NULL || fgets(bootstrap, sizeof(bootstrap), f) == NULL) {
         fprintf(stderr, "bench-ack-produce: cannot read %s\n", argv[1]);
         return 1;
@@ -87,6 +89,8 @@ int main(int argc, char **argv) {
     snprintf(payload, plen + 32, "{\"pad\":\"");
     memset(payload + 8, 'x', plen > 10 ? plen - 10 : 0);
     snprintf(payload + 8 + (plen > 10 ? plen - 10 : 0), 4, "\"}");
+    /* linger 0: the producer's own batching delay is not the hub's latency;
+     * acks=all: the acknowledgement is the broker's, as the bench times */
     if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr)) ||
         rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof(errstr)) ||
         rd_kafka_conf_set(conf, "acks", "all", errstr, sizeof(errstr))) {
@@ -98,6 +102,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench-ack-produce: %s\n", errstr);
         return 1;
     }
+    /* the reports are served on their own thread from here on: the loop
+     * below sleeps between records, and a report served only when it
+     * wakes would be stamped late */
     pthread_create(&th, NULL, poller, rk);
     t0 = mono_s();
     for (i = 0; i < count; i++) {
@@ -105,6 +112,8 @@ int main(int argc, char **argv) {
         time_t now;
         struct tm tm;
         rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+        /* record i is due at t0 + i / rate: a late record is not made up
+         * for by a burst of the next ones, only by not sleeping */
         if (wait > 0) {
             struct timespec s = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
             nanosleep(&s, NULL);
@@ -113,6 +122,7 @@ int main(int argc, char **argv) {
         now = time(NULL);
         gmtime_r(&now, &tm);
         strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        /* binary mode: the attributes as ce- headers, the payload as the value */
         rd_kafka_header_add(h, "ce-specversion", -1, "1.0", -1);
         rd_kafka_header_add(h, "ce-id", -1, id, -1);
         rd_kafka_header_add(h, "ce-source", -1, "/bench/ack", -1);
@@ -128,10 +138,12 @@ int main(int argc, char **argv) {
             rd_kafka_headers_destroy(h);
         }
     }
+    /* every record acknowledged (or given up) before the list is written */
     rd_kafka_flush(rk, 10000);
     atomic_store(&done, 1);
     pthread_join(th, NULL);
     rd_kafka_destroy(rk);
+    /* unacknowledged records are left out: the bench counts the samples */
     if ((out = fopen(argv[9], "w")) == NULL) {
         return 1;
     }
