@@ -60,7 +60,7 @@
 /* An offer's jobs per record of its transaction (an event matching more
  * subscriptions has the rest claimed), and at least this many. */
 #define FAST_PER_RECORD 4
-#define FAST_MIN 16
+#define FAST_MIN 4
 
 /* An offer: what one ingest transaction may lease, until its callback. */
 struct hub_dispatch_fast {
