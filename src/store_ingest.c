@@ -97,6 +97,28 @@
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
     "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"
 
+/* Matching (SPEC §6): each stored event (ins i) with the tenant's routes
+ * for its event type, its resource wildcard and '*', of subscriptions
+ * enabled AND verified (s). */
+#define INGEST_MATCH_FROM                                                                          \
+    "    FROM ins i"                                                                               \
+    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
+    "         AND sr.schema_major = i.schema_major"                                                \
+    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
+    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
+    "         AND s.verification_state = 'active'"
+
+/* A record's row: its verdict's columns, up to HUB_INGEST_COL_SEQ (the
+ * rest follow in each form). */
+#define INGEST_VERDICT_COLUMNS                                                                     \
+    " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
+    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
+    "          (SELECT e.digest FROM event_inbox e"                                                \
+    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
+    "              AND e.event_id = r.event_id LIMIT 1)"                                           \
+    "        END,"                                                                                 \
+    "        ins.seq,"
+
 /* The tail of the insert without the fast path: every job pending, as
  * before the fast path existed (the same columns, the jobs' NULL). */
 #define INGEST_INSERT_PLAIN                                                                        \
@@ -107,21 +129,8 @@
     "                             event_type, fifo, origin_id)"                                    \
     "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
     "         s.ordering = 'fifo', coalesce(s.origin_id, 0)" /* named: no per-row trigger */       \
-    "    FROM ins i"                                                                               \
-    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
-    "         AND sr.schema_major = i.schema_major"                                                \
-    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
-    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
-    "         AND s.verification_state = 'active'"                                                 \
-    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
-    ")"                                                                                            \
-    " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
-    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
-    "          (SELECT e.digest FROM event_inbox e"                                                \
-    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
-    "              AND e.event_id = r.event_id LIMIT 1)"                                           \
-    "        END,"                                                                                 \
-    "        ins.seq,"                                                                             \
+        INGEST_MATCH_FROM "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                  \
+    ")" INGEST_VERDICT_COLUMNS                                                                     \
     "        CASE WHEN ins.seq IS NOT NULL THEN 1 ELSE 0 END," /* jobs perhaps: kick */            \
     "        NULL::int8, NULL::text, NULL::int8, NULL::text, NULL::text, NULL::text, NULL::text,"  \
     "        NULL::text, NULL::text"                                                               \
@@ -138,13 +147,7 @@
                  * resource wildcard and '*', of subscriptions enabled AND verified */             \
     "  SELECT DISTINCT s.id AS sub, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"          \
     "         s.ordering = 'fifo' AS fifo, coalesce(s.origin_id, 0) AS origin_id,"                 \
-    "         s.max_rate IS NULL AS unlimited"                                                     \
-    "    FROM ins i"                                                                               \
-    "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
-    "         AND sr.schema_major = i.schema_major"                                                \
-    "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
-    "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
-    "         AND s.verification_state = 'active'"                                                 \
+    "         s.max_rate IS NULL AS unlimited" INGEST_MATCH_FROM                                   \
     "), f AS (" /* the fast path: the first $19 of them that may start now (store_ingest.h) */     \
     "  SELECT x.sub, x.seq FROM ("                                                                 \
     "    SELECT m.sub, m.seq, coalesce(lr.room, ($23::int4[])[1]) AS lane_room,"                   \
@@ -178,15 +181,7 @@
     "    FROM m LEFT JOIN f ON f.sub = m.sub AND f.seq = m.seq"                                    \
     "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
     "  RETURNING id, subscription_id, event_seq, lease_owner, origin_id"                           \
-    ")"                                                                                            \
-    " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
-    "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
-    "          (SELECT e.digest FROM event_inbox e"                                                \
-    "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
-    "              AND e.event_id = r.event_id LIMIT 1)"                                           \
-    "        END,"                                                                                 \
-    "        ins.seq,"                                                                             \
-    "        (SELECT count(*) FROM m) - (SELECT count(*) FROM f),"                                 \
+    ")" INGEST_VERDICT_COLUMNS "        (SELECT count(*) FROM m) - (SELECT count(*) FROM f),"      \
     "        NULL::int8, NULL::text, NULL::int8, NULL::text, NULL::text, NULL::text, NULL::text,"  \
     "        NULL::text, NULL::text"                                                               \
     "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
