@@ -9,13 +9,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/cpu.sh"
 
 # ---------------------------------------------------------------------------
 # nginx_start: the sink (tests/support/nginx.sh) answering 200 everywhere;
-# /lat logs receipt time and ce-time to $WORK/nginx/lat.log.  Exports SINK_URL.
+# /lat logs receipt time and ce-time to $WORK/nginx/lat.log, /ack receipt
+# time and the event id to $WORK/nginx/ack.log.  Exports SINK_URL.
 # ---------------------------------------------------------------------------
 nginx_start() {
     nginx_run "" \
         "location / { return 200 \"ok\"; }
-        location /lat { access_log $WORK/nginx/lat.log lat; return 200 \"ok\"; }" \
-        "access_log off; log_format lat '\$msec \$http_ce_time';"
+        location /lat { access_log $WORK/nginx/lat.log lat; return 200 \"ok\"; }
+        location /ack { access_log $WORK/nginx/ack.log ack; return 200 \"ok\"; }" \
+        "access_log off; log_format lat '\$msec \$http_ce_time';
+        log_format ack '\$msec \$http_x_lerian_event_id';"
     SINK_URL=http://127.0.0.1:$NGINX_PORT
     log "nginx sink at $SINK_URL (pid $NGINX_PID)"
 }

@@ -216,6 +216,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"OPEVENTS_BURST", CFG_INT, "3", OFF(opevents_burst), 1, 1000, NULL,
      "operational events of one type about one subscription published at once before "
      "OPEVENTS_PER_MINUTE applies"},
+    /* the delivery fast path (src/dispatch_fast.c) */
+    {"DISPATCH_FAST_PATH", CFG_BOOL, "true", OFF(dispatch_fast_path), 0, 0, NULL,
+     "role all: the ingest transaction leases to this process the jobs it can start at once "
+     "(workers free, destination under its cap, breaker closed, not fifo, no max_rate) and "
+     "hands them to the dispatcher with the event it holds; false: every job is claimed"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

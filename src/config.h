@@ -97,6 +97,8 @@ struct hub_config {
     int opevents_enabled;
     int64_t opevents_per_minute; /* per subscription and type */
     int64_t opevents_burst;
+    /* the delivery fast path (dispatch_fast.c) */
+    int dispatch_fast_path;
 };
 
 /*

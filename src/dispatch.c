@@ -6,6 +6,7 @@
  *   dispatch_claim.c    tenant sample, claim, load, local queue
  *   dispatch_attempt.c  policy, max_rate, breaker, signed request, httpc
  *   dispatch_outcome.c  outcome batches, streaks, 410, auto-disable, reclaim
+ *   dispatch_fast.c     jobs leased by the ingest transaction, handed over
  *   store_dispatch.c    every SQL text they run
  *
  * This file makes the dispatcher (its pools, breakers, timers), drains and
@@ -199,7 +200,8 @@ static void dispatch_handle_closed(uv_handle_t *h) {
  * must not be closed twice. */
 void dispatch_maybe_done(struct hub_dispatch *d) {
     if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loading > 0 ||
-        d->flushing || d->aux_inflight > 0 || d->open_handles < DISPATCH_TIMERS) {
+        d->flushing || d->aux_inflight > 0 || d->fast_offers > 0 ||
+        d->open_handles < DISPATCH_TIMERS) {
         return;
     }
     if (d->n_outcomes > 0) {

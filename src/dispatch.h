@@ -52,4 +52,43 @@ size_t hub_dispatch_breakers_open(struct hub_dispatch *d);
  * "other") to out, for GET /metrics.  NULL (no dispatcher) writes nothing. */
 void hub_dispatch_metrics_render(const struct hub_dispatch *d, FILE *out);
 
+/* ------------------------------------------------------------ fast path -- */
+
+/*
+ * The fast path (dispatch_fast.c): in a process that ingests and
+ * dispatches, the ingest transaction leases the jobs this dispatcher can
+ * start now and hands them over with the event it holds.
+ *
+ * Per ingest transaction that inserts events (records of them):
+ * hub_dispatch_fast_offer() before it is sent fills *p (always initialised; its arrays then go with
+ * the statement, store_ingest.h) and returns the offer owned (NULL: nothing
+ * is offered, p leases nothing); once the transaction ended, exactly one of
+ * hub_dispatch_ingested() (it committed) or hub_dispatch_fast_drop() (it
+ * failed, or its outcome is unknown) takes the offer back.  d may be NULL
+ * (no dispatcher in this process).  An offer keeps a stopping dispatcher
+ * alive until it is taken back.
+ */
+struct hub_dispatch_fast;
+struct hub_store_ingest_fast;
+struct hub_event;
+struct pg_result;
+
+struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t records,
+                                                  struct hub_store_ingest_fast *p);
+
+/* The transaction failed: nothing it leased exists.  Takes f (NULL is a
+ * no-op). */
+void hub_dispatch_fast_drop(struct hub_dispatch_fast *f);
+
+/*
+ * The transaction committed; res is the insert statement's result
+ * (borrowed, NULL when it had none).  Each leased job's row becomes a job
+ * queued for an attempt, its event read through event_of(arg, ord) (the
+ * record's event, borrowed for the call: its bytes are copied); jobs left
+ * pending wake the claim (hub_dispatch_kick).  Takes f (may be NULL).
+ */
+void hub_dispatch_ingested(struct hub_dispatch *d, struct hub_dispatch_fast *f,
+                           struct pg_result *res,
+                           const struct hub_event *(*event_of)(void *arg, int ord), void *arg);
+
 #endif

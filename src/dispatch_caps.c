@@ -711,3 +711,42 @@ void hub_caps_metrics_render(const struct hub_caps *c, FILE *out) {
     }
     hub_histogram_render_series(out, wait_name, "origin=\"other\"", &c->wait_other);
 }
+
+/* ------------------------------------------------------------ fast path -- */
+
+/* The caps alone, without the run-ahead: a job the fast path leases starts
+ * at once, so it takes only what a lane and its origin have left under
+ * their caps of attempts (a lane or origin whose held slots fill its cap
+ * takes none: its jobs wait for the claim, which offers it only when it
+ * has room).  Lanes and origins are the ones in use lately. */
+void hub_caps_each_room(const struct hub_caps *c,
+                        void (*cb)(void *arg, const char *tenant, int64_t origin, int room),
+                        void *arg) {
+    for (size_t i = 0; i < c->origins.nslots; i++) {
+        for (struct cap_entry *e = c->origins.slots[i]; e != NULL; e = e->next) {
+            const struct cap_origin *o = (const struct cap_origin *)e;
+            int room = c->cfg.origin_max - o->held;
+            cb(arg, NULL, o->id, room > 0 ? room : 0);
+        }
+    }
+    for (size_t i = 0; i < c->lanes.nslots; i++) {
+        for (struct cap_entry *e = c->lanes.slots[i]; e != NULL; e = e->next) {
+            const struct hub_cap_lane *l = (const struct hub_cap_lane *)e;
+            int room = lane_cap(l) - l->held;
+            cb(arg, l->tenant, l->origin->id, room > 0 ? room : 0);
+        }
+    }
+}
+
+/* Origins are few (those in use lately): a scan. */
+int64_t hub_caps_origin_id(const struct hub_caps *c, const char *name) {
+    for (size_t i = 0; i < c->origins.nslots; i++) {
+        for (struct cap_entry *e = c->origins.slots[i]; e != NULL; e = e->next) {
+            const struct cap_origin *o = (const struct cap_origin *)e;
+            if (o->name[0] != '\0' && strcmp(o->name, name) == 0) {
+                return o->id;
+            }
+        }
+    }
+    return -1;
+}

@@ -165,4 +165,16 @@ void hub_caps_sweep(struct hub_caps *c, int64_t now_ms);
 /* Writes the per-origin metrics (in flight, limit, wait histogram). */
 void hub_caps_metrics_render(const struct hub_caps *c, FILE *out);
 
+/* Calls cb for every origin with the slots it has left under its cap
+ * (tenant NULL), then for every (tenant, origin) lane with what it has left
+ * under its own cap: the run-ahead left out (rooms of 0 included).  The
+ * fast path (dispatch_fast.c) leases no more there.  tenant is borrowed for
+ * the call. */
+void hub_caps_each_room(const struct hub_caps *c,
+                        void (*cb)(void *arg, const char *tenant, int64_t origin, int room),
+                        void *arg);
+
+/* The id of the origin named name (hub_caps_name), or -1 when none is. */
+int64_t hub_caps_origin_id(const struct hub_caps *c, const char *name);
+
 #endif

@@ -19,7 +19,8 @@
  * between: a row whose job is never made gives its slot back at once.
  *
  * Claims and tenant samples run one at a time on the claim connection
- * (d->claiming); d->claim_serial numbers the claims, and each job carries
+ * (d->claiming); d->claim_serial numbers the claims (and the fast path's
+ * offers, dispatch_fast.c), and each job carries
  * the serial of the one that leased it (its lease owner is
  * "<owner>#<serial>", the fence of its outcome).
  */
@@ -368,6 +369,20 @@ static struct job *job_from_rows(struct hub_dispatch *d, const struct job_rows *
     return j;
 }
 
+void dispatch_queue_take(struct hub_dispatch *d, struct job *j) {
+    if (j->slot != NULL && hub_caps_lane_name(j->slot)[0] == '\0') {
+        /* the origin's first job: its name, for the metrics and to ask its
+         * breakers (keyed by the name) */
+        struct hub_url u;
+        if (j->url != NULL && hub_url_parse(j->url, &u) == 0) {
+            hub_caps_name(d->caps, j->slot, u.origin);
+        }
+    }
+    if (queue_push(d, j) != 0) {
+        dispatch_job_free(j); /* releases the slot */
+    }
+}
+
 /* Makes a job of x and queues it, the job taking the slot *slot held for
  * its claim row (*slot is then NULL).  Out of memory, the lease expires and
  * the job is reclaimed later, and *slot is left to the caller. */
@@ -380,17 +395,8 @@ static void queue_job(struct hub_dispatch *d, const struct job_rows *x, struct c
     }
     j->slot = *slot;
     *slot = NULL;
-    if (j->slot != NULL && hub_caps_lane_name(j->slot)[0] == '\0') {
-        /* the origin's first job: its name, for the metrics and to ask its
-         * breakers (keyed by the name) */
-        struct hub_url u;
-        if (j->url != NULL && hub_url_parse(j->url, &u) == 0) {
-            hub_caps_name(d->caps, j->slot, u.origin);
-        }
-    }
-    if (queue_push(d, j) != 0) {
-        dispatch_job_free(j); /* releases the slot */
-    }
+    d->hub->metrics.dispatch_jobs_claimed++;
+    dispatch_queue_take(d, j);
 }
 
 /* Releases the slots of a claim's rows that did not become jobs (rows
@@ -715,7 +721,7 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     int rows = r ? PQntuples(r) : 0;
     /* one claim at a time: the one that just returned is the last sent */
-    struct claim_stamp stamp = {dispatch_unix_ms(), d->claim_serial};
+    struct claim_stamp stamp = {dispatch_unix_ms(), d->claim_sent};
 
     d->claiming = 0;
     if ((size_t)rows < d->claim_offered) {
@@ -1157,7 +1163,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     snprintf(limit, sizeof(limit), "%zu", d->claim_offered);
     txn = ok ? hub_pg_txn_new(d->pg_claim, claim_done, d) : NULL;
     if (txn != NULL) {
-        d->claim_serial++;
+        d->claim_sent = ++d->claim_serial; /* fast offers take serials too */
         snprintf(owner, sizeof(owner), "%s#%llu", d->owner, (unsigned long long)d->claim_serial);
         /* the forms without the fifo arm end at $8 */
         hub_pg_txn_add_binary(txn, forms[a.any_fifo][!d->claim_full],

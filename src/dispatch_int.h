@@ -172,7 +172,8 @@ struct hub_dispatch {
     /* dispatch_claim.c */
     struct hub_pg *pg_claim;    /* one connection: tenant samples and claims, one at a time */
     struct hub_pg *pg_load;     /* one connection: the claimed jobs' loads */
-    uint64_t claim_serial;      /* of the claim in flight, or of the last one */
+    uint64_t claim_serial;      /* the last serial taken, by a claim or a fast offer */
+    uint64_t claim_sent;        /* the serial of the claim in flight, or of the last one */
     int claiming;               /* a claim or a tenant sample is in flight */
     int kicked;                 /* new jobs were stored while a claim was in flight */
     char last_tenant[260];      /* rotation point of the tenant round-robin */
@@ -197,6 +198,11 @@ struct hub_dispatch {
     size_t n_queue;
     size_t cap_queue;
     char pop_tenant[260]; /* the tenant popped last */
+
+    /* dispatch_fast.c: offers to ingest transactions still in flight, and
+     * the workers they may lease */
+    int fast_offers;
+    size_t fast_reserved;
 
     /* dispatch_attempt.c */
     size_t inflight;                      /* attempts whose HTTP request is in flight */
@@ -239,6 +245,11 @@ void dispatch_claim_soon(struct hub_dispatch *d, uint64_t delay_ms);
  * parks them): this process just disabled it (410, auto-disable), and no
  * attempt may start after the disable. */
 void dispatch_queue_drop_subscription(struct hub_dispatch *d, const char *sub_id);
+
+/* Queues j (owned by the queue from now on), naming its slot's origin
+ * from its URL when the caps do not know it yet; out of memory j is freed
+ * (its lease expires and it is reclaimed). */
+void dispatch_queue_take(struct hub_dispatch *d, struct job *j);
 
 /* Frees a job and what it owns (its shaped body, its local excerpt, its
  * hold on a policy generation).  NULL is not allowed. */

@@ -231,6 +231,7 @@ static int add_quarantine(struct hub_pg_txn *txn, struct ingest_batch *b) {
  * failed). */
 static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b) {
     struct hub_store_ingest_rows rows;
+    struct hub_store_ingest_fast fast;
 
     hub_store_ingest_rows_init(&rows);
     for (size_t i = 0; i < b->n; i++) {
@@ -245,7 +246,22 @@ static int add_insert(struct hub_pg_txn *txn, struct ingest_batch *b) {
                                           r->schema_version[0] ? r->schema_version : NULL);
         r->sent = 1;
     }
-    return hub_store_ingest_rows_txn_add(&rows, txn);
+    /* the jobs the dispatcher can start now are leased by this insert */
+    b->fast = hub_dispatch_fast_offer(b->hub->dispatch, rows.n, &fast);
+    return hub_store_ingest_rows_txn_add(&rows, &fast, txn);
+}
+
+/* The event of record ord, for the fast path's hand-off (dispatch.h):
+ * only a record this batch stored has jobs.  NULL otherwise. */
+static const struct hub_event *batch_event_of(void *arg, int ord) {
+    struct ingest_batch *b = arg;
+    const struct hub_ingest_rec *r;
+
+    if (ord < 0 || (size_t)ord >= b->n) {
+        return NULL;
+    }
+    r = &b->recs[ord];
+    return r->state == REC_DONE && r->verdict == HUB_V_ACCEPTED ? &r->ev : NULL;
 }
 
 /* ---------------------------------------------------------- outcomes -- */
@@ -308,6 +324,9 @@ static int batch_classify(struct ingest_batch *b, PGresult *res) {
         int ord = atoi(PQgetvalue(res, row, HUB_INGEST_COL_ORD));
         struct hub_ingest_rec *r;
         char hex[65];
+        if (!PQgetisnull(res, row, HUB_INGEST_COL_JOB)) {
+            continue; /* a job the fast path leased, after every record's row */
+        }
         if (ord < 0 || (size_t)ord >= b->n) {
             continue; /* not a row we sent: never trust an index from outside */
         }
@@ -517,14 +536,17 @@ static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
     int insert_stmt;
     int sent_insert = 0;
     int sent_quarantine = 0;
+    struct hub_dispatch_fast *fast = b->fast; /* this transaction's offer */
 
     b->in_txn = 0;
+    b->fast = NULL;
     for (size_t i = 0; i < b->n; i++) {
         const struct hub_ingest_rec *r = &b->recs[i];
         sent_insert |= r->sent && r->state == REC_INSERT;
         sent_quarantine |= r->sent && want_quarantine(r);
     }
     if (out->status != HUB_PG_OK) {
+        hub_dispatch_fast_drop(fast); /* nothing it leased exists: nothing is delivered */
         for (size_t i = 0; i < b->n; i++) {
             b->recs[i].sent = 0; /* nothing of it committed */
         }
@@ -543,9 +565,13 @@ static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     insert_stmt = sent_quarantine ? 1 : 0;
-    if (sent_insert &&
-        batch_classify(b, insert_stmt < out->n_results ? out->results[insert_stmt] : NULL)) {
-        hub_dispatch_kick(b->hub->dispatch); /* their jobs are committed */
+    if (sent_insert) {
+        PGresult *res = insert_stmt < out->n_results ? out->results[insert_stmt] : NULL;
+        batch_classify(b, res);
+        /* their jobs are committed: the leased ones start, the claim takes the rest */
+        hub_dispatch_ingested(b->hub->dispatch, fast, res, batch_event_of, b);
+    } else {
+        hub_dispatch_fast_drop(fast);
     }
     batch_follow_repeats(b);
     /* a record the insert carried and did not settle raced another hub:
@@ -618,6 +644,7 @@ void ingest_batch_submit(struct ingest_batch *b) {
 }
 
 void ingest_batch_start(struct ingest_batch *b) {
+    b->fast = NULL;
     b->attempts = 0;
     b->races = 0;
     ingest_batch_submit(b);

@@ -89,6 +89,8 @@ struct ingest_batch {
     int marked;      /* in-batch repeats are marked */
     int races;       /* transactions in a row that left a raced key to run again */
     int schema_done; /* the schema step has looked at the batch (ingest_schema.c) */
+    /* the fast path's offer to the transaction in flight (dispatch.h), or NULL */
+    struct hub_dispatch_fast *fast;
 };
 
 /* The outcome a batch fails with when its transaction could not even be

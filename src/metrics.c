@@ -117,6 +117,19 @@ static void render_schemas(const struct hub_metrics *m, FILE *out) {
     }
 }
 
+/* The delivery fast path (dispatch_fast.c): jobs by how they reached the
+ * dispatcher. */
+static void render_fast_path(const struct hub_metrics *m, FILE *out) {
+    fprintf(out,
+            "# HELP streaming_hub_dispatch_jobs_total Delivery jobs handed to this process's "
+            "dispatcher, by path: fast (leased by the ingest transaction that stored the event) "
+            "or claim.\n# TYPE streaming_hub_dispatch_jobs_total counter\n"
+            "streaming_hub_dispatch_jobs_total{path=\"fast\"} %llu\n"
+            "streaming_hub_dispatch_jobs_total{path=\"claim\"} %llu\n",
+            (unsigned long long)m->dispatch_jobs_fast,
+            (unsigned long long)m->dispatch_jobs_claimed);
+}
+
 void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g,
                         FILE *out) {
     fprintf(out, "# HELP streaming_hub_ingest_records_total Records by ingest verdict.\n"
@@ -212,6 +225,7 @@ void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_ga
                   (long long)m->ingest_kafka_refetches);
     render_p3(m, out);
     render_schemas(m, out);
+    render_fast_path(m, out);
 }
 
 void hub_histogram_render(FILE *out, const char *name, const char *help,

@@ -110,6 +110,10 @@ struct hub_metrics {
      * generation in use, and payloads checked by result */
     int64_t schema_generation;
     uint64_t schema_checks[HUB_SCHEMA_CHECK__COUNT];
+    /* delivery jobs handed to the dispatcher's queue: leased by the ingest
+     * transaction (dispatch_fast.c), or by a claim */
+    uint64_t dispatch_jobs_fast;
+    uint64_t dispatch_jobs_claimed;
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

@@ -55,7 +55,7 @@
  * r also takes the pull hold (store_events.h, pull_horizon.h) in a one-time
  * filter, before any row reaches ins's nextval().
  */
-#define INGEST_INSERT_SQL                                                                          \
+#define INGEST_INSERT_HEAD                                                                         \
     "WITH b AS ("                                                                                  \
     "  SELECT * FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[],"           \
     "                       $6::text[], $7::int4[], $8::timestamptz[], $9::text[], $10::jsonb[],"  \
@@ -95,39 +95,128 @@
     "                    AND mk.source = n.source AND mk.event_id = n.event_id)"                   \
     "   ORDER BY n.ord"                                                                            \
     "  ON CONFLICT (tenant_id, source, event_id, day) DO NOTHING"                                  \
-    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"                  \
-    "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
-                    * resource wildcard and '*', of subscriptions enabled AND verified */          \
-    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
-    "                             event_type, fifo, origin_id)"                                    \
-    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
-    "         s.ordering = 'fifo', coalesce(s.origin_id, 0)" /* named: no per-row trigger */       \
+    "  RETURNING seq, day, tenant_id, source, event_id, event_type, schema_major"
+
+/* Matching (SPEC §6): each stored event (ins i) with the tenant's routes
+ * for its event type, its resource wildcard and '*', of subscriptions
+ * enabled AND verified (s). */
+#define INGEST_MATCH_FROM                                                                          \
     "    FROM ins i"                                                                               \
     "    JOIN subscription_routes sr ON sr.tenant_id = i.tenant_id"                                \
     "         AND sr.schema_major = i.schema_major"                                                \
     "         AND sr.pattern IN (i.event_type, split_part(i.event_type, '.', 1) || '.*', '*')"     \
     "    JOIN subscriptions s ON s.id = sr.subscription_id AND s.enabled"                          \
-    "         AND s.verification_state = 'active'"                                                 \
-    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
-    ")"                                                                                            \
+    "         AND s.verification_state = 'active'"
+
+/* A record's row: its verdict's columns, up to HUB_INGEST_COL_SEQ (the
+ * rest follow in each form). */
+#define INGEST_VERDICT_COLUMNS                                                                     \
     " SELECT r.ord, r.status," /* enum hub_ingest_insert_col, in this order */                     \
     "        CASE WHEN ins.seq IS NULL AND r.status = 'active' THEN"                               \
     "          (SELECT e.digest FROM event_inbox e"                                                \
     "            WHERE e.tenant_id = r.tenant_id AND e.source = r.source"                          \
     "              AND e.event_id = r.event_id LIMIT 1)"                                           \
     "        END,"                                                                                 \
-    "        ins.seq"                                                                              \
+    "        ins.seq,"
+
+/* The tail of the insert without the fast path: every job pending, as
+ * before the fast path existed (the same columns, the jobs' NULL). */
+#define INGEST_INSERT_PLAIN                                                                        \
+    INGEST_INSERT_HEAD                                                                             \
+    "), jobs AS (" /* matching (SPEC §6): the tenant's routes for this event type, its            \
+                    * resource wildcard and '*', of subscriptions enabled AND verified */          \
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
+    "                             event_type, fifo, origin_id)"                                    \
+    "  SELECT DISTINCT s.id, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"                 \
+    "         s.ordering = 'fifo', coalesce(s.origin_id, 0)" /* named: no per-row trigger */       \
+        INGEST_MATCH_FROM "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                  \
+    ")" INGEST_VERDICT_COLUMNS                                                                     \
+    "        CASE WHEN ins.seq IS NOT NULL THEN 1 ELSE 0 END," /* jobs perhaps: kick */            \
+    "        NULL::int8, NULL::text, NULL::int8, NULL::text, NULL::text, NULL::text, NULL::text,"  \
+    "        NULL::text, NULL::text, NULL::text"                                                   \
     "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
     "                       AND ins.event_id = r.event_id"                                         \
     "  ORDER BY r.ord"
 
+/* The tail of the insert with the fast path: matching into m, the jobs to
+ * lease into f, every job inserted (leased or pending), and the leased ones
+ * returned after the records' rows. */
+#define INGEST_INSERT_FAST                                                                         \
+    INGEST_INSERT_HEAD                                                                             \
+    "), m AS (" /* matching (SPEC §6): the tenant's routes for this event type, its               \
+                 * resource wildcard and '*', of subscriptions enabled AND verified */             \
+    "  SELECT DISTINCT s.id AS sub, i.tenant_id, i.seq, i.day, i.event_id, i.event_type,"          \
+    "         s.ordering = 'fifo' AS fifo, coalesce(s.origin_id, 0) AS origin_id,"                 \
+    "         s.max_rate IS NULL AS unlimited" INGEST_MATCH_FROM                                   \
+    "), f AS (" /* the fast path: the first $20 of them that may start now (store_ingest.h) */     \
+    "  SELECT x.sub, x.seq FROM ("                                                                 \
+    "    SELECT m.sub, m.seq, coalesce(lr.room, ($24::int4[])[1]) AS lane_room,"                   \
+    "           coalesce(orr.room, ($24::int4[])[2]) AS origin_room,"                              \
+    "           row_number() OVER (PARTITION BY m.tenant_id, m.origin_id ORDER BY m.seq, m.sub) "  \
+    "k,"                                                                                           \
+    "           row_number() OVER (PARTITION BY m.origin_id ORDER BY m.seq, m.sub) ko"             \
+    "      FROM m"                                                                                 \
+    "      LEFT JOIN (SELECT l.tenant_id, l.origin_id, min(l.room) AS room"                        \
+    "                   FROM unnest($21::text[], $22::int8[], $23::int4[]) l(tenant_id, "          \
+    "origin_id,"                                                                                   \
+    "                        room)"                                                                \
+    "                  WHERE l.tenant_id IS NOT NULL GROUP BY 1, 2) lr"                            \
+    "             ON lr.tenant_id = m.tenant_id AND lr.origin_id = m.origin_id"                    \
+    "      LEFT JOIN (SELECT l.origin_id, min(l.room) AS room"                                     \
+    "                   FROM unnest($21::text[], $22::int8[], $23::int4[]) l(tenant_id, "          \
+    "origin_id,"                                                                                   \
+    "                        room)"                                                                \
+    "                  WHERE l.tenant_id IS NULL GROUP BY 1) orr ON orr.origin_id = m.origin_id"   \
+    "     WHERE ($20::int4[])[1] > 0 AND NOT m.fifo AND m.unlimited) x"                            \
+    "   WHERE x.k <= x.lane_room AND x.ko <= x.origin_room"                                        \
+    "   ORDER BY x.seq, x.sub LIMIT ($20::int4[])[1]"                                              \
+    "), jobs AS (" /* named origin: no per-row trigger */                                          \
+    "  INSERT INTO delivery_jobs (subscription_id, tenant_id, event_seq, event_day, event_id,"     \
+    "                             event_type, fifo, origin_id, state, lease_owner, lease_until)"   \
+    "  SELECT m.sub, m.tenant_id, m.seq, m.day, m.event_id, m.event_type, m.fifo, m.origin_id,"    \
+    "         CASE WHEN f.sub IS NULL THEN 'pending' ELSE 'in_flight' END,"                        \
+    "         CASE WHEN f.sub IS NOT NULL THEN ($18::text[])[1] END,"                              \
+    "         CASE WHEN f.sub IS NOT NULL"                                                         \
+    "              THEN now() + ($19::int8[])[1] * interval '1 millisecond' END"                   \
+    "    FROM m LEFT JOIN f ON f.sub = m.sub AND f.seq = m.seq"                                    \
+    "  ON CONFLICT (subscription_id, event_seq) DO NOTHING"                                        \
+    "  RETURNING id, subscription_id, event_seq, lease_owner, origin_id"                           \
+    ")" INGEST_VERDICT_COLUMNS "        (SELECT count(*) FROM m) - (SELECT count(*) FROM f),"      \
+    "        NULL::int8, NULL::text, NULL::int8, NULL::text, NULL::text, NULL::text, NULL::text,"  \
+    "        NULL::text, NULL::text, NULL::text"                                                   \
+    "   FROM r LEFT JOIN ins ON ins.tenant_id = r.tenant_id AND ins.source = r.source"             \
+    "                       AND ins.event_id = r.event_id"                                         \
+    " UNION ALL" /* the leased jobs, after every verdict row */                                    \
+    " SELECT n.ord, NULL, NULL, NULL, NULL, j.id, j.subscription_id::text, j.origin_id, s.url,"    \
+    "        s.headers_sealed, s.secret_sealed,"                                                   \
+    "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                 \
+    "        array_to_string(s.retry_schedule, ','), s.policy, n.schema_version"                   \
+    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq"                                             \
+    "   JOIN n ON n.tenant_id = ins.tenant_id AND n.source = ins.source"                           \
+    "         AND n.event_id = ins.event_id"                                                       \
+    "   JOIN subscriptions s ON s.id = j.subscription_id"                                          \
+    "  WHERE j.lease_owner IS NOT NULL"                                                            \
+    "  ORDER BY 6 NULLS FIRST, 1"
+
 const struct hub_sql hub_sql_ingest_insert = {
-    "ingest_insert", INGEST_INSERT_SQL, 1, /* plan per batch: see struct hub_sql */
+    "ingest_insert", INGEST_INSERT_PLAIN, 1, /* plan per batch: see struct hub_sql */
 };
 
 const struct hub_sql hub_sql_ingest_insert_prepared = {
     "ingest_insert_prepared",
-    INGEST_INSERT_SQL,
+    INGEST_INSERT_PLAIN,
+    0,
+};
+
+const struct hub_sql hub_sql_ingest_insert_fast = {
+    "ingest_insert_fast",
+    INGEST_INSERT_FAST,
+    1,
+};
+
+const struct hub_sql hub_sql_ingest_insert_fast_prepared = {
+    "ingest_insert_fast_prepared",
+    INGEST_INSERT_FAST,
     0,
 };
 
@@ -227,17 +316,69 @@ void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32
     rows->n++;
 }
 
-int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows, struct hub_pg_txn *txn) {
+void hub_store_ingest_fast_init(struct hub_store_ingest_fast *f) {
+    memset(f, 0, sizeof(*f));
+    hub_pgarr_init(&f->room_tenants, HUB_OID_TEXT);
+    hub_pgarr_init(&f->room_origins, HUB_OID_INT8);
+    hub_pgarr_init(&f->rooms, HUB_OID_INT4);
+}
+
+/* Frees what an offer's arrays hold (they are empty after a move). */
+static void fast_arrays_free(struct hub_store_ingest_fast *f) {
+    hub_pgarr_free(&f->room_tenants);
+    hub_pgarr_free(&f->room_origins);
+    hub_pgarr_free(&f->rooms);
+}
+
+int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
+                                  struct hub_store_ingest_fast *fast, struct hub_pg_txn *txn) {
+    struct hub_pgarr a[HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS];
+    struct hub_store_ingest_fast none;
+    int on;
+
+    if (fast == NULL) {
+        hub_store_ingest_fast_init(&none);
+        fast = &none;
+    }
     if (rows->n == 0) {
         for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
             hub_pgarr_free(&rows->a[k]);
         }
+        fast_arrays_free(fast);
         return 0;
     }
+    /* the arrays move into a[]: the transaction takes them all */
+    memcpy(a, rows->a, sizeof(rows->a));
+    on = fast->owner != NULL && fast->budget > 0;
+    hub_pgarr_init(&a[17], HUB_OID_TEXT);
+    hub_pgarr_add_text(&a[17], on ? fast->owner : NULL);
+    hub_pgarr_init(&a[18], HUB_OID_INT8);
+    hub_pgarr_add_i64(&a[18], fast->lease_ms);
+    hub_pgarr_init(&a[19], HUB_OID_INT4);
+    hub_pgarr_add_i32(&a[19], on ? fast->budget : 0);
+    a[20] = fast->room_tenants;
+    a[21] = fast->room_origins;
+    a[22] = fast->rooms;
+    hub_pgarr_init(&a[23], HUB_OID_INT4);
+    hub_pgarr_add_i32(&a[23], fast->lane_room);
+    hub_pgarr_add_i32(&a[23], fast->origin_room);
+    memset(rows->a, 0, sizeof(rows->a));
+    hub_store_ingest_fast_init(fast); /* emptied: its arrays moved */
+    fast_arrays_free(fast);
+    if (!on) {
+        /* nothing to lease: the plain statement, which takes $1..$17 only */
+        for (int k = HUB_INGEST_NPARAMS; k < HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS; k++) {
+            hub_pgarr_free(&a[k]);
+        }
+        return hub_pgarr_txn_add(txn,
+                                 rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
+                                                                 : &hub_sql_ingest_insert_prepared,
+                                 a, HUB_INGEST_NPARAMS);
+    }
     return hub_pgarr_txn_add(txn,
-                             rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
-                                                             : &hub_sql_ingest_insert_prepared,
-                             rows->a, HUB_INGEST_NPARAMS);
+                             rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert_fast
+                                                             : &hub_sql_ingest_insert_fast_prepared,
+                             a, HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS);
 }
 
 /* --------------------------------------------------- the JSON check -- */
@@ -295,6 +436,8 @@ int hub_store_quarantine_rows_txn_add(struct hub_store_quarantine_rows *rows,
 const struct hub_sql *const hub_sql_ingest_all[] = {
     &hub_sql_ingest_insert,
     &hub_sql_ingest_insert_prepared,
+    &hub_sql_ingest_insert_fast,
+    &hub_sql_ingest_insert_fast_prepared,
     &hub_sql_ingest_json_errors,
     &hub_sql_quarantine_insert,
     NULL,

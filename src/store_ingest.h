@@ -58,25 +58,74 @@ struct hub_store_kafka_pos {
  *                          (hub_sqlstate_json_grammar tells it apart).
  *   $17 schema_version text  the registered schema version the payload
  *                          passed (SPEC §3.5), NULL when none checked it
- * Result rows (text), one per row given, ordered by ord; see enum
- * hub_ingest_insert_col.
+ * and the fast path's (struct hub_store_ingest_fast; one-element arrays but
+ * $21..$23):
+ *   $18 lease owner text   $19 lease ms int8        $20 most jobs leased int4
+ *   $21 tenant text, $22 origin int8, $23 room int4: how many jobs a
+ *                          (tenant, origin) pair may take now, or with a
+ *                          NULL tenant the origin for all its tenants (the
+ *                          least entry counts)
+ *   $24 int4[2]: the room of a pair, and of an origin, not listed.
+ * Each event's jobs are inserted pending, but for up to $20 of them (not
+ * fifo, no max_rate, within the rooms, in arrival order), inserted already
+ * leased to $18 ('in_flight', lease_until now() + $19 ms), as a claim
+ * would have.
+ * Result rows (text): one per record given, ordered by ord, then one per
+ * job leased, ordered by job id; see enum hub_ingest_insert_col.
  */
 #define HUB_INGEST_NPARAMS 17
+#define HUB_INGEST_FAST_NPARAMS 7
 extern const struct hub_sql hub_sql_ingest_insert;
 /* The same statement, prepared once per connection (generic plan): for
  * small batches, where planning would cost more than it saves. */
 extern const struct hub_sql hub_sql_ingest_insert_prepared;
+/* The insert when something may be leased ($1..$24): hub_sql_ingest_insert
+ * takes $1..$17 only and leases nothing (its job columns are NULL and
+ * HUB_INGEST_COL_JOBS_PENDING is 1 on the row of a record stored). */
+extern const struct hub_sql hub_sql_ingest_insert_fast;
+extern const struct hub_sql hub_sql_ingest_insert_fast_prepared;
 
-/* The result columns of hub_sql_ingest_insert. */
+/* The result columns of hub_sql_ingest_insert.  A record's row has the
+ * first five (HUB_INGEST_COL_JOB NULL); a leased job's row has ord and the
+ * job's columns, the others NULL. */
 enum hub_ingest_insert_col {
-    HUB_INGEST_COL_ORD = 0,       /* int4: $1 of the row */
-    HUB_INGEST_COL_TENANT_STATUS, /* tenants.status; NULL: the tenant is not on the roster */
-    HUB_INGEST_COL_STORED_DIGEST, /* digest already stored under the key ("\x" + 64 hex),
-                                   * for an active tenant's row not inserted; else NULL */
-    HUB_INGEST_COL_SEQ,           /* event_inbox.seq when inserted now; else NULL.  An active
-                                   * row with neither digest nor seq raced a concurrent
-                                   * insert of its key: run the batch again */
+    HUB_INGEST_COL_ORD = 0,            /* int4: $1 of the row (of the job's event) */
+    HUB_INGEST_COL_TENANT_STATUS,      /* tenants.status; NULL: the tenant is not on the roster */
+    HUB_INGEST_COL_STORED_DIGEST,      /* digest already stored under the key ("\x" + 64 hex),
+                                        * for an active tenant's row not inserted; else NULL */
+    HUB_INGEST_COL_SEQ,                /* event_inbox.seq when inserted now; else NULL.  An active
+                                        * row with neither digest nor seq raced a concurrent
+                                        * insert of its key: run the batch again */
+    HUB_INGEST_COL_JOBS_PENDING,       /* int8: the statement's jobs left pending (for the claim),
+                                        * the same on every record row */
+    HUB_INGEST_COL_JOB,                /* int8: a leased job's id; NULL on a record's row */
+    HUB_INGEST_COL_JOB_SUB,            /* its subscription id (uuid text) */
+    HUB_INGEST_COL_JOB_ORIGIN,         /* its origin id (int8) */
+    HUB_INGEST_COL_JOB_URL,            /* the subscription's url */
+    HUB_INGEST_COL_JOB_HEADERS_SEALED, /* sealed destination headers, or NULL */
+    HUB_INGEST_COL_JOB_SECRET_SEALED,  /* sealed signing secret */
+    HUB_INGEST_COL_JOB_PREV_SECRET_SEALED, /* the previous one within its grace, or NULL */
+    HUB_INGEST_COL_JOB_RETRY_SCHEDULE,     /* "1000,5000,..." (ms), or NULL */
+    HUB_INGEST_COL_JOB_POLICY,             /* policy name, or NULL */
+    HUB_INGEST_COL_JOB_SCHEMA_VERSION,     /* the schema version its event passed, or NULL */
 };
+
+/* What the fast path lets one insert lease (dispatch.h,
+ * hub_dispatch_fast_offer fills it).  owner NULL or budget 0: nothing. */
+struct hub_store_ingest_fast {
+    const char *owner;             /* $18: "<dispatcher>#<serial>", copied by the add */
+    int64_t lease_ms;              /* $19 */
+    int32_t budget;                /* $20 */
+    struct hub_pgarr room_tenants; /* $21 text[] (NULL elements: the origin's entry) */
+    struct hub_pgarr room_origins; /* $22 int8[] */
+    struct hub_pgarr rooms;        /* $23 int4[] */
+    int32_t lane_room;             /* $24[1]: a pair not listed */
+    int32_t origin_room;           /* $24[2]: an origin not listed */
+};
+
+/* An offer of nothing, its arrays empty; hub_store_ingest_rows_txn_add()
+ * frees them. */
+void hub_store_ingest_fast_init(struct hub_store_ingest_fast *f);
 
 /* Rows of hub_sql_ingest_insert being built; n counts the rows added. */
 struct hub_store_ingest_rows {
@@ -100,11 +149,14 @@ void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32
 
 /*
  * Appends the insert over the rows to txn: the prepared statement for a few
- * rows, planned per batch for many (store_ingest.c says why).  With no rows
- * nothing is appended and the arrays are freed.  rows is empty afterwards.
- * Returns 0, or HUB_ENOMEM as hub_pgarr_txn_add().
+ * rows, planned per batch for many (store_ingest.c says why).  fast says
+ * what it may lease (NULL: nothing); its arrays go with the statement.
+ * With no rows nothing is appended and the arrays are freed.  rows (and
+ * fast's arrays) are empty afterwards.  Returns 0, or HUB_ENOMEM as
+ * hub_pgarr_txn_add().
  */
-int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows, struct hub_pg_txn *txn);
+int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
+                                  struct hub_store_ingest_fast *fast, struct hub_pg_txn *txn);
 
 /* SQLSTATEs of a payload that is not well-formed JSON failing the insert:
  * 1 when sqlstate (may be NULL) is one of them. */

@@ -192,7 +192,7 @@ ingest_sql_file() {
 }
 
 # ins_exec KEY: EXECUTE of the ingest statement for one event of $TENANT
-# with id KEY (payload {"m":1}); its row: ord|status|digest|seq.
+# with id KEY (payload {"m":1}); its row: ord|status|digest|seq|...
 ins_exec() {
     printf "EXECUTE ins('{0}', '{%s}', '{/midnight}', '{%s}', '{t.x}', '{t.x}', '{0}',
                       '{2026-01-01T00:00:00Z}', '{application/json}', ARRAY['{}'::jsonb],
@@ -234,9 +234,9 @@ scenario_same_key_across_midnight_is_stored_once() {
     out=$(race "$d 23:59:59.9+00" "$d1 00:00:00.1+00" mid-1)
     log "B: $out"
     rows=$(grep -E '^0\|' <<<"$out")
-    assert_match "$(sed -n 1p <<<"$rows")" '^0\|active\|\|$' \
+    assert_match "$(sed -n 1p <<<"$rows")" '^0\|active\|\|\|' \
         "B, after midnight, waited for A (before midnight) and stored nothing: its row is raced"
-    assert_match "$(sed -n 2p <<<"$rows")" '^0\|active\|\\x[0-9a-f]{64}\|$' \
+    assert_match "$(sed -n 2p <<<"$rows")" '^0\|active\|\\x[0-9a-f]{64}\|\|' \
         "B again: the key is a duplicate of A's"
     assert_eq 1 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'mid-1'")" \
         "the key is stored once, on A's day"
