@@ -198,7 +198,7 @@ ins_exec() {
                       '{2026-01-01T00:00:00Z}', '{application/json}', ARRAY['{}'::jsonb],
                       ARRAY[convert_to('{\"m\":1}', 'UTF8')],
                       ARRAY[sha256(convert_to('{\"m\":1}', 'UTF8'))],
-                      '{NULL}', '{NULL}', '{NULL}', '{f}');\n" "$TENANT" "$1"
+                      '{NULL}', '{NULL}', '{NULL}', '{f}', '{NULL}');\n" "$TENANT" "$1"
 }
 
 # race CLOCK_A CLOCK_B KEY: transaction A (clock CLOCK_A) stores KEY and
