@@ -202,6 +202,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "a (tenant, origin) pair or origin at its cap keeps claimed jobs waiting for a slot only as "
      "many as its attempts free within this time (at most its cap): the run-ahead that keeps "
      "workers busy between claims; 0: none"},
+    /* tenant API key cache (src/auth_cache.h) */
+    {"AUTH_CACHE_TTL", CFG_DURATION, "1s", OFF(auth_cache_ttl_ms), 0, 1000, NULL,
+     "how long a process answers a tenant API key from its last lookup: a key revoked, a "
+     "tenant deactivated or a quota changed is seen by every process within it; 0ms: every "
+     "request looks its key up"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

@@ -91,6 +91,8 @@ struct hub_config {
     int64_t dispatch_tenant_origin_start; /* adaptive limit of a new (tenant, origin) */
     int64_t dispatch_slow_answer_ms;      /* an answer this slow lowers it */
     int64_t dispatch_queue_ahead_ms;      /* run-ahead of a pair at its cap */
+    /* tenant API key cache (src/auth_cache.h) */
+    int64_t auth_cache_ttl_ms; /* how stale an authentication may be; 0 = off */
 };
 
 /*
