@@ -6,8 +6,8 @@
 # ANY process stops working on EVERY process within that time, and at once
 # on the process that made the change.
 #
-# Two `serve` processes on one database: A takes the admin calls, B the
-# tenant's events.  B keeps the key hot (an event every 50 ms) while A
+# Three `serve` processes on one database: A takes the admin calls, B the
+# tenant's events, C too with the cache off (STREAMING_HUB_AUTH_CACHE_TTL=0ms).  B keeps the key hot (an event every 50 ms) while A
 # revokes it; B must refuse it within the TTL plus a margin for the machine
 # (a request in flight, a loaded CI runner): 1,500 ms.
 #
@@ -26,11 +26,29 @@ setup() {
     # B first: lib.sh's HUB_URL/HUB_PID then stay A's, for admin_curl
     hub_start STREAMING_HUB_DATA_DIR="$WORK/hub-b"
     B_URL=$HUB_URL
+    B_PID=$HUB_PID
+    track_pid "$HUB_PID"
+    track_pid "$HUB_WRAPPER_PID"
+    # C: the cache off
+    hub_start STREAMING_HUB_DATA_DIR="$WORK/hub-c" STREAMING_HUB_AUTH_CACHE_TTL=0ms
+    C_URL=$HUB_URL
+    C_PID=$HUB_PID
     track_pid "$HUB_PID"
     track_pid "$HUB_WRAPPER_PID"
     hub_start
     A_URL=$HUB_URL
-    export A_URL B_URL
+    export A_URL B_URL B_PID C_URL C_PID
+}
+
+teardown() {
+    stop_pid "$B_PID"
+    stop_pid "$C_PID"
+}
+
+# stop_pid PID: SIGTERM to a hub other than lib.sh's own, and its end.
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null
+    wait_until 30 "! kill -0 $1 2>/dev/null" || kill -9 "$1" 2>/dev/null
 }
 
 # on URL KEY ID: POST one event to that process; prints the status.
@@ -108,16 +126,11 @@ scenario_a_deactivated_tenant_stops_on_every_process() {
 scenario_with_the_cache_off_a_revocation_is_seen_at_once() {
     local key_id
     own_client
-    hub_start STREAMING_HUB_DATA_DIR="$WORK/hub-c" STREAMING_HUB_AUTH_CACHE_TTL=0ms
-    local c_url=$HUB_URL
-    track_pid "$HUB_PID"
-    track_pid "$HUB_WRAPPER_PID"
-    HUB_URL=$A_URL
-    assert_eq 202 "$(on "$c_url" "$KEY" warm-1)" "C (cache off) takes the key"
+    assert_eq 202 "$(on "$C_URL" "$KEY" warm-1)" "C (cache off) takes the key"
     key_id=$(psql_q "SELECT id FROM tenant_api_keys WHERE tenant_id = '$TENANT'")
     admin_curl DELETE "/admin/tenants/$TENANT/api-keys/$key_id" >/dev/null
     assert_eq 204 "$(http_status)" "A revokes the key"
-    assert_eq 401 "$(on "$c_url" "$KEY" c-after)" "C refuses it on the next request"
+    assert_eq 401 "$(on "$C_URL" "$KEY" c-after)" "C refuses it on the next request"
 }
 
 scenarios_main "$@"
