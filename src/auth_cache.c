@@ -28,6 +28,8 @@ static struct auth_slot slots[AUTH_CACHE_MAX];
  * what the change replaced, and is not kept. */
 static uint64_t cleared_ns;
 
+/* The first slot to probe for hash: its first four bytes, already uniform
+ * (SHA-256), masked to the table. */
 static size_t slot_of(const unsigned char hash[32]) {
     uint32_t h;
 
@@ -45,7 +47,7 @@ int hub_auth_cache_get(const unsigned char hash[32], uint64_t now_ns, int64_t tt
     size_t i = slot_of(hash);
 
     if (ttl_ms <= 0) {
-        return 0;
+        return 0; /* off: the caller looks the key up */
     }
     for (int p = 0; p < AUTH_CACHE_PROBE; p++, i = (i + 1) & (AUTH_CACHE_MAX - 1)) {
         struct auth_slot *s = &slots[i];
