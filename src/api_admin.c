@@ -324,6 +324,7 @@ static void run_get(struct hub *hub, h2o_req_t *req, enum admin_op op, const str
 
 /* The patched tenant (hub_admin_object_col), or 404. */
 static void tenant_patch_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    hub_api_auth_forget(); /* its status or quota may have changed: not from the cache */
     send_one_row((struct admin_call *)call, out, 0, "tenant not found");
 }
 
@@ -413,6 +414,7 @@ done:
  * repeated DELETE does not tell the two apart. */
 static void key_revoke_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     h2o_req_t *req = call->req;
+    hub_api_auth_forget(); /* this process stops taking the key at once */
 
     if (hub_api_found(req, out, 0, "API key not found for this tenant") != NULL) {
         hub_api_send_no_content(req);

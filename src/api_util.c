@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth_cache.h"
 #include "hub.h"
 #include "log.h"
 #include "store_admin.h"
@@ -1012,6 +1013,8 @@ static double quota_value(PGresult *r, enum hub_auth_tenant_col col) {
  * defaults to the rate, at least 1: a bucket must admit one event. */
 static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     PGresult *r;
+    struct hub_auth_entry e;
+    const char *id;
 
     if (out->status != HUB_PG_OK) {
         call->on_auth(call, NULL, db_error_status(call->req, out));
@@ -1025,7 +1028,15 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
         if (call->ingest_burst < 1.0) {
             call->ingest_burst = call->ingest_rate > 1.0 ? call->ingest_rate : 1.0;
         }
-        call->on_auth(call, PQgetvalue(r, 0, HUB_AUTH_TENANT_ID), 200);
+        id = PQgetvalue(r, 0, HUB_AUTH_TENANT_ID);
+        if (strlen(id) < sizeof(e.tenant_id)) {
+            strcpy(e.tenant_id, id);
+            e.ingest_rate = call->ingest_rate;
+            e.ingest_burst = call->ingest_burst;
+            hub_auth_cache_put(call->auth_hash, call->auth_started_ns,
+                               call->hub->cfg.auth_cache_ttl_ms, &e);
+        }
+        call->on_auth(call, id, 200);
     } else {
         call->on_auth(call, NULL, 401);
     }
@@ -1035,17 +1046,27 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
  * and the plaintext never leaves the process.  A malformed key costs no
  * round trip. */
 void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
-    unsigned char hash[32];
+    unsigned char *hash = call->auth_hash;
     const char *values[1] = {(const char *)hash};
-    const int lengths[1] = {(int)sizeof(hash)};
+    const int lengths[1] = {(int)sizeof(call->auth_hash)};
     const int formats[1] = {1};
     struct hub_pg_txn *txn;
+    struct hub_auth_entry e;
     h2o_iovec_t key;
 
     call->on_auth = cb;
     if (!hub_api_bearer_token(call->req, &key) || !api_key_well_formed(key) ||
         sha256(key.base, key.len, hash) != 0) {
         cb(call, NULL, 401);
+        return;
+    }
+    /* Taken before the lookup is sent: the row it reads is at least this
+     * recent, which is what bounds the cache's staleness. */
+    call->auth_started_ns = hub_now_ns();
+    if (hub_auth_cache_get(hash, call->auth_started_ns, call->hub->cfg.auth_cache_ttl_ms, &e)) {
+        call->ingest_rate = e.ingest_rate;
+        call->ingest_burst = e.ingest_burst;
+        cb(call, e.tenant_id, 200);
         return;
     }
     /* the route answers 503 through its callback: its prologue
@@ -1057,6 +1078,10 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     }
     hub_pg_txn_add(txn, &hub_sql_api_auth_tenant, 1, values, lengths, formats);
     hub_api_call_submit(call, txn);
+}
+
+void hub_api_auth_forget(void) {
+    hub_auth_cache_clear();
 }
 
 /* The answer to a failed tenant authentication; 1 when it answered. */

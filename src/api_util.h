@@ -291,6 +291,9 @@ struct hub_api_call {
      * hub_api_quotas_check): events per second and burst, 0 when none. */
     double ingest_rate;
     double ingest_burst;
+    /* The key's SHA-256 and when its lookup started, for auth_cache.h. */
+    unsigned char auth_hash[32];
+    uint64_t auth_started_ns;
     /* The route's Idempotency-Key state once hub_api_idem_start found a
      * key (api_idem.h); borrowed from the route's own state, else NULL. */
     struct hub_api_idem *idem;
@@ -337,13 +340,20 @@ void hub_api_call_wake(struct hub_api_call *call, void (*cb)(struct hub_api_call
 
 /*
  * Authenticates the request's tenant API key ("Authorization: Bearer shk_…"):
- * SHA-256 of the key, looked up among unrevoked keys of active tenants.
+ * SHA-256 of the key, looked up among unrevoked keys of active tenants, or
+ * found in this process's cache of recent lookups (auth_cache.h: at most
+ * STREAMING_HUB_AUTH_CACHE_TTL old, so a revocation anywhere is seen within it).
  * Runs cb once with the tenant id or an error status (see hub_api_auth_cb);
  * on success the tenant's ingest quota is in call->ingest_rate/_burst;
  * cb may run before this returns (malformed or missing key: no database
  * round trip).  cb is not run if the request goes away meanwhile.
  */
 void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb);
+
+/* Empties this process's cache of key lookups: call it once a key, a
+ * tenant's status or its quota changed (other processes see the change
+ * within STREAMING_HUB_AUTH_CACHE_TTL). */
+void hub_api_auth_forget(void);
 
 /*
  * The prologue of a tenant route once its key was checked: answers a failed

@@ -221,6 +221,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "role all: the ingest transaction leases to this process the jobs it can start at once "
      "(workers free, destination under its cap, breaker closed, not fifo, no max_rate) and "
      "hands them to the dispatcher with the event it holds; false: every job is claimed"},
+    /* tenant API key cache (src/auth_cache.h) */
+    {"AUTH_CACHE_TTL", CFG_DURATION, "1s", OFF(auth_cache_ttl_ms), 0, 1000, NULL,
+     "how long a process answers a tenant API key from its last lookup: a key revoked, a "
+     "tenant deactivated or a quota changed is seen by every process within it; 0ms: every "
+     "request looks its key up"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

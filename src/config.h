@@ -99,6 +99,8 @@ struct hub_config {
     int64_t opevents_burst;
     /* the delivery fast path (dispatch_fast.c) */
     int dispatch_fast_path;
+    /* tenant API key cache (src/auth_cache.h) */
+    int64_t auth_cache_ttl_ms; /* how stale an authentication may be; 0 = off */
 };
 
 /*

@@ -32,6 +32,9 @@
 #   - with --list prints the scenario names and exits (nothing is started);
 #   - picks the scenarios named on the command line or in HUB_TEST_ONLY
 #     (names or shell patterns, e.g. `quota_429 'pull_*'`), else all;
+#     leaves out those HUB_TEST_SKIP names (same form; the sanitizer pass
+#     skips pure latency checks this way, tests/integration/CMakeLists.txt),
+#     printing a `# scenario NAME: skipped` line for each;
 #   - runs hub_test_init and setup, the prepares, then each scenario body in
 #     order, each in a subshell of its own: its variables, its `cd` and its
 #     failures stay its own, and fatal ends that scenario only;
@@ -210,6 +213,27 @@ scenarios_main() {
         set -- "${only[@]}"
     fi
     selected=$(scenarios_select "$all" "$@") || exit 2
+    if [[ -n ${HUB_TEST_SKIP:-} ]]; then
+        local skip kept="" p hit
+        IFS=$' \t,' read -ra skip <<<"$HUB_TEST_SKIP"
+        for name in $selected; do
+            hit=0
+            for p in "${skip[@]}"; do
+                # shellcheck disable=SC2053 # a pattern on purpose
+                [[ $name == $p ]] && hit=1
+            done
+            if ((hit)); then
+                printf '# scenario %s: skipped (HUB_TEST_SKIP)\n' "$name"
+            else
+                kept+="$name"$'\n'
+            fi
+        done
+        selected=$kept
+        if [[ -z $selected ]]; then
+            echo "# every selected scenario is skipped (HUB_TEST_SKIP)"
+            exit 77 # ctest's SKIP_RETURN_CODE: not a pass, not a failure
+        fi
+    fi
 
     hub_test_init
     # shellcheck disable=SC2034 # read by hub_test_summary and hub_ensure
