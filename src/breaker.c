@@ -457,6 +457,10 @@ size_t hub_breakers_list(struct hub_breakers *b, int64_t now_ms, hub_breakers_li
     return n;
 }
 
+size_t hub_breakers_open_hint(const struct hub_breakers *b) {
+    return b != NULL ? b->nopen : 0;
+}
+
 size_t hub_breakers_open_count(struct hub_breakers *b, int64_t now_ms) {
     if (b == NULL) {
         return 0;

@@ -135,4 +135,9 @@ size_t hub_breakers_list(struct hub_breakers *b, int64_t now_ms, hub_breakers_li
  * gauge), after the same forgetting as hub_breakers_list(). */
 size_t hub_breakers_open_count(struct hub_breakers *b, int64_t now_ms);
 
+/* The same count without the forgetting (constant time, may count breakers
+ * a sweep would forget): for callers on a hot path that only need to know
+ * whether there are none or few. */
+size_t hub_breakers_open_hint(const struct hub_breakers *b);
+
 #endif

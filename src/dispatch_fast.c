@@ -61,6 +61,11 @@
  * subscriptions has the rest claimed), and at least this many. */
 #define FAST_PER_RECORD 4
 #define FAST_MIN 4
+/* With more breakers open or half-open than this, no offer is made: listing
+ * them (and finding each one's origin) on every ingest transaction would
+ * cost the loop more than the claim the fast path saves, and a destination
+ * outage is not the time to save it. */
+#define FAST_BREAKERS_MAX 8
 
 /* An offer: what one ingest transaction may lease, until its callback. */
 struct hub_dispatch_fast {
@@ -106,12 +111,15 @@ static void block_breaker(void *arg, const char *tenant, const char *origin, con
 struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t records,
                                                   struct hub_store_ingest_fast *p) {
     struct hub_dispatch_fast *f;
-    size_t workers, held, room, budget, want;
+    size_t workers, held, room, budget, want, open;
     struct block_breakers bb = {d, p};
 
     hub_store_ingest_fast_init(p);
     if (d == NULL || d->stopping || !d->hub->cfg.dispatch_fast_path || d->hub->httpc == NULL) {
         return NULL;
+    }
+    if ((open = hub_breakers_open_hint(d->breakers)) > FAST_BREAKERS_MAX) {
+        return NULL; /* many destinations failing: the claim takes every job */
     }
     workers = (size_t)d->hub->cfg.dispatch_workers;
     held = d->inflight + d->n_queue + d->loading;
@@ -139,7 +147,9 @@ struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t
     p->lane_room = (int32_t)d->hub->cfg.dispatch_tenant_origin_start;
     p->origin_room = (int32_t)d->hub->cfg.dispatch_origin_max;
     hub_caps_each_room(d->caps, room_entry, p);
-    hub_breakers_list(d->breakers, f->stamp.ms, block_breaker, &bb);
+    if (open > 0) {
+        hub_breakers_list(d->breakers, f->stamp.ms, block_breaker, &bb);
+    }
     d->fast_reserved += f->budget;
     d->fast_offers++;
     return f;

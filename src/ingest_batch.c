@@ -489,11 +489,16 @@ static int batch_schema_step(struct ingest_batch *b) {
         batch_failed(b, &ingest_outcome_oom);
         return 1;
     }
-    b->schema_done = rc == 0;
+    if (rc == 0) {
+        /* rc 1 may have finished at once (ingest_batch_schema_done ran and
+         * submitted, perhaps failing the batch): b is not touched then */
+        b->schema_done = 1;
+    }
     return rc;
 }
 
 void ingest_batch_schema_done(struct ingest_batch *b) {
+    b->in_step = INGEST_STEP_NONE;
     for (size_t i = 0; i < b->n; i++) {
         struct hub_ingest_rec *r = &b->recs[i];
         if (r->schema_want && (r->verdict == HUB_V_QUARANTINED_SCHEMA ||
@@ -645,6 +650,7 @@ void ingest_batch_submit(struct ingest_batch *b) {
 
 void ingest_batch_start(struct ingest_batch *b) {
     b->fast = NULL;
+    b->in_step = INGEST_STEP_NONE;
     b->attempts = 0;
     b->races = 0;
     ingest_batch_submit(b);

@@ -89,9 +89,16 @@ struct ingest_batch {
     int marked;      /* in-batch repeats are marked */
     int races;       /* transactions in a row that left a raced key to run again */
     int schema_done; /* the schema step has looked at the batch (ingest_schema.c) */
+    int in_step;     /* the step holds it: INGEST_STEP_CHECKING or INGEST_STEP_WAITING */
     /* the fast path's offer to the transaction in flight (dispatch.h), or NULL */
     struct hub_dispatch_fast *fast;
 };
+
+/* Where the schema step holds a batch (ingest_batch.in_step): a check on
+ * the threadpool cannot be recalled, so stopping waits for it as for a
+ * transaction; a wait for the registry's first snapshot can, and stopping
+ * cancels it (hub_schemas_cancel_wait) and releases the batch. */
+enum { INGEST_STEP_NONE = 0, INGEST_STEP_CHECKING, INGEST_STEP_WAITING };
 
 /* The outcome a batch fails with when its transaction could not even be
  * built (out of memory): never sent, nothing stored. */

@@ -32,6 +32,7 @@
 #include "ingest_batch.h"
 #include "kafka.h"
 #include "log.h"
+#include "schema_registry.h"
 #include "util.h"
 
 #define INGEST_POLL_BUDGET 8192 /* records taken per loop turn */
@@ -790,10 +791,16 @@ void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *a
     /* Batches waiting in retry give up now (their records replay on the next
      * start); batches with a transaction outstanding finish and commit. */
     for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
-        if (p->inflight != NULL && !p->inflight->in_txn) {
-            uv_timer_stop(&p->inflight->retry);
-            batch_release(p->inflight);
+        struct ingest_batch *b = p->inflight;
+        if (b == NULL || b->in_txn || b->in_step == INGEST_STEP_CHECKING) {
+            continue; /* it finishes (a check runs on into its transaction) */
         }
+        if (b->in_step == INGEST_STEP_WAITING) {
+            hub_schemas_cancel_wait(ing->hub, b);
+            b->in_step = INGEST_STEP_NONE;
+        }
+        uv_timer_stop(&b->retry);
+        batch_release(b);
     }
     uv_poll_stop(&ing->wake);
     uv_close((uv_handle_t *)&ing->wake, ingest_handle_closed);

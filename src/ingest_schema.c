@@ -204,7 +204,10 @@ static void unknown_quarantine(struct hub_ingest_rec *r) {
 /* The registry's first snapshot is in: the batch goes through the writer
  * again, and so through the step. */
 static void resume_ready(void *arg) {
-    ingest_batch_submit(arg);
+    struct ingest_batch *b = arg;
+
+    b->in_step = INGEST_STEP_NONE;
+    ingest_batch_submit(b);
 }
 
 int ingest_schema_start(struct ingest_batch *b) {
@@ -217,7 +220,11 @@ int ingest_schema_start(struct ingest_batch *b) {
     if (!hub_schemas_ready(hub)) {
         /* nothing is checked before the registry is known: the batch waits
          * for it (the database is what both need) */
-        return hub_schemas_when_ready(hub, resume_ready, b) == 0 ? 1 : HUB_ENOMEM;
+        if (hub_schemas_when_ready(hub, resume_ready, b) != 0) {
+            return HUB_ENOMEM;
+        }
+        b->in_step = INGEST_STEP_WAITING;
+        return 1;
     }
     set = hub_schemas_acquire(hub);
     if (set == NULL) {
@@ -285,5 +292,6 @@ int ingest_schema_start(struct ingest_batch *b) {
         free(job);
         return HUB_ENOMEM;
     }
+    b->in_step = INGEST_STEP_CHECKING;
     return 1;
 }

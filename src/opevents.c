@@ -74,6 +74,7 @@ static void stored(void *arg, const struct hub_pg_outcome *failure) {
                 HUB_LS("tenant", p->rec.ev.tenant),
                 HUB_LS("error", failure != NULL ? failure->error : "not accepted"));
     }
+    ingest_rec_schema_free(&p->rec); /* a hub.* type may have schemas too */
     hub_event_free(&p->rec.ev);
     free(p->text);
     free(p);

@@ -652,6 +652,20 @@ int hub_schemas_when_ready(struct hub *hub, void (*cb)(void *arg), void *arg) {
     return 0;
 }
 
+void hub_schemas_cancel_wait(struct hub *hub, void *arg) {
+    struct schema_waiter **pw = hub->schemas != NULL ? &hub->schemas->waiters : NULL;
+
+    while (pw != NULL && *pw != NULL) {
+        struct schema_waiter *w = *pw;
+        if (w->arg == arg) {
+            *pw = w->next;
+            free(w);
+        } else {
+            pw = &w->next;
+        }
+    }
+}
+
 /* The reference is taken on the loop, where the snapshot is swapped: a
  * snapshot is never freed while a reference can still be taken on it. */
 struct hub_schema_set *hub_schemas_acquire(struct hub *hub) {

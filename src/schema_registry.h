@@ -81,6 +81,10 @@ int hub_schemas_ready(const struct hub *hub);
  * before this returns, when it already is).  Returns 0 or HUB_ENOMEM. */
 int hub_schemas_when_ready(struct hub *hub, void (*cb)(void *arg), void *arg);
 
+/* Forgets the waits of hub_schemas_when_ready() registered with arg: their
+ * callback will not run (a stopping ingest releases the batch itself). */
+void hub_schemas_cancel_wait(struct hub *hub, void *arg);
+
 /* The snapshot in use, with a reference the caller releases; NULL when the
  * registry holds no schema at all (nothing to check). */
 struct hub_schema_set *hub_schemas_acquire(struct hub *hub);

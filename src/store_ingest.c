@@ -195,7 +195,10 @@
     "   JOIN n ON n.tenant_id = ins.tenant_id AND n.source = ins.source"                           \
     "         AND n.event_id = ins.event_id"                                                       \
     "   JOIN subscriptions s ON s.id = j.subscription_id"                                          \
-    "  WHERE j.lease_owner IS NOT NULL"                                                            \
+    "  WHERE j.lease_owner IS NOT NULL" /* one row per job: the record inserted, the first of */   \
+    "    AND n.ord = (SELECT min(n2.ord) FROM n n2" /* its key (repeats unmarked after OOM) */     \
+    "                  WHERE n2.tenant_id = n.tenant_id AND n2.source = n.source"                  \
+    "                    AND n2.event_id = n.event_id)"                                            \
     "  ORDER BY 6 NULLS FIRST, 1"
 
 const struct hub_sql hub_sql_ingest_insert = {
