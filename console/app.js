@@ -38,7 +38,12 @@ let renderSeq = 0;
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, '');
   const [path, query] = raw.split('?');
-  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  let parts;
+  try {
+    parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  } catch {
+    parts = ['not-found']; // a malformed %-escape in a pasted link: not a screen
+  }
   return { name: parts[0] || 'overview', arg: parts[1] || null, params: new URLSearchParams(query || '') };
 }
 

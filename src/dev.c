@@ -214,6 +214,22 @@ static int dev_create_database(const char *dsn_admin) {
     return rc;
 }
 
+/* 1 when the listen address addr ("host:port", "[v6]:port") is a loopback
+ * one: only then may dev allow private destinations by default (an API
+ * reachable from elsewhere would let any tenant aim webhooks at this
+ * machine's network). */
+static int listen_is_loopback(const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon != NULL ? (size_t)(colon - addr) : strlen(addr);
+
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    return (n >= 4 && strncmp(addr, "127.", 4) == 0) || (n == 3 && strncmp(addr, "::1", 3) == 0) ||
+           (n == 9 && strncmp(addr, "localhost", 9) == 0);
+}
+
 int hub_dev_main(int argc, char **argv) {
     struct hub_config cfg = {0};
     char data_dir[PATH_MAX], pgdata[PATH_MAX + 64], logp[PATH_MAX + 64], dsn[PATH_MAX + 64],
@@ -231,9 +247,10 @@ int hub_dev_main(int argc, char **argv) {
     }
     /* A receiver on this machine is the point of a first try, so dev allows
      * loopback and private destinations unless told otherwise (or told it
-     * is production, which refuses them); `serve` keeps the default false.
-     * The banner says which (hub.c). */
-    if (getenv("STREAMING_HUB_ALLOW_PRIVATE_SINKS") == NULL && strcmp(cfg.env, "production") != 0) {
+     * is production, which refuses them, or listens beyond loopback);
+     * `serve` keeps the default false.  The banner says which (hub.c). */
+    if (getenv("STREAMING_HUB_ALLOW_PRIVATE_SINKS") == NULL && strcmp(cfg.env, "production") != 0 &&
+        listen_is_loopback(cfg.http_listen_addr)) {
         cfg.allow_private_sinks = 1;
     }
     if (hub_mkdir_p(cfg.data_dir) != 0 || realpath(cfg.data_dir, data_dir) == NULL) {
