@@ -177,11 +177,15 @@ scenario_delivery_outcomes_are_counted() {
     hub_curl POST "/v1/subscriptions/$ok/replay" "{\"since\":\"$t0\"}" \
         -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 202 "$(http_status)" "a replay of the 3 d.ok events"
-    wait_stats "group_by=event_type" '.delivered == 12 and .replayed == 3 and .dead == 1' 30 ||
+    wait_stats "group_by=event_type" '.delivered == 12 and .replayed == 3 and .dead == 1 and .accepted == 11' 30 ||
         fail "the delivery figures did not settle: $(last_body)"
-    assert_eq "200|accepted=10 duplicates=0 quarantined=0 dropped=0 delivered=12" \
+    # the dead job's hub.delivery.dead (docs/operational-events.md) is an
+    # event of the tenant's stream too, counted under its own type
+    assert_eq "200|accepted=11 duplicates=0 quarantined=0 dropped=0 delivered=12" \
         "$(http_status)|$(figures | cut -d' ' -f1-5)" \
-        "10 events; 12 deliveries (3 + 6, and the 3 replayed)"
+        "10 events and the operational one; 12 deliveries (3 + 6, and the 3 replayed)"
+    assert_eq "accepted=1" "$(group hub.delivery.dead | cut -d' ' -f1)" \
+        "the operational event counted under its own type"
     assert_eq "retried=2 dead=1 replayed=3" "$(figures | cut -d' ' -f7-9)" \
         "the failing job: 2 retries then dead; 3 jobs replayed"
     assert_ge "$(jq -r .delayed <<<"$(last_body)")" 1 "max_rate 3/s put some of 6 off (delayed)"
