@@ -18,6 +18,7 @@
  */
 #include "api_dryrun.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,20 @@
  * of 1 MiB must not become a 2 GiB answer.  Past it the list is cut
  * ("truncated": true); the first event always comes. */
 #define DRYRUN_BYTES_MAX "8388608"
+/* Bytes of rendered results one answer carries at most.  The stored cap
+ * above does not bound the shaped bodies (4 MiB each, and a control byte
+ * is six once escaped as \u0001), so the results themselves are counted,
+ * as JSON text: past the cap a result keeps match, shape headers, retry
+ * and error but loses its body texts ("body_truncated": true).  Rendered
+ * on the policy threads, the answer costs the loop one copy of at most
+ * this much. */
+#define DRYRUN_ANSWER_MAX ((size_t)16 << 20)
 
 struct dryrun;
 
 /* One stored event and its call.  The strings are copies of the row
- * (owned); result is made on the policy thread and taken by the answer. */
+ * (owned); text, the result rendered as JSON, is made on the policy thread
+ * and copied into the answer. */
 struct dry_event {
     struct hub_policy_call call;
     struct dryrun *dr;
@@ -55,8 +65,10 @@ struct dry_event {
     int schema_major;
     char *payload;
     size_t payload_len;
-    json_t *result;
-    int failed; /* a function raised, timed out or ran out of memory */
+    char *text; /* the result object as JSON text, NULL on out of memory */
+    size_t text_len;
+    int failed;         /* a function raised, timed out or ran out of memory */
+    int body_truncated; /* the answer cap took its body texts */
 };
 
 struct dryrun {
@@ -77,7 +89,8 @@ struct dryrun {
     struct dry_event *ev;
     size_t n, done;
     int errors;
-    int truncated; /* the byte cap cut the list */
+    int truncated;              /* the byte cap cut the list, or a result lost its bodies */
+    atomic_size_t answer_bytes; /* results' text so far: the threads add to it */
 };
 
 /* on_free: the events, the policy, the generation. */
@@ -91,7 +104,7 @@ static void dryrun_free(struct hub_api_call *call) {
         free(e->event_type);
         free(e->content_type);
         free(e->payload);
-        json_decref(e->result);
+        free(e->text);
     }
     free(dr->ev);
     if (dr->owns_p && dr->p != NULL) {
@@ -142,32 +155,60 @@ static void send_compile_error(h2o_req_t *req, const char *msg) {
 /* ------------------------------------------------------------ the answer -- */
 
 /* The last call is back: 200 with the results in the events' order (the
- * rows' order: newest first for "recent", by sequence for a list).  An
- * event whose result could not be built (out of memory on its thread)
- * fails the whole answer rather than leave a hole in it. */
+ * rows' order: newest first for "recent", by sequence for a list).  The
+ * results are text already (rendered on the policy threads, at most
+ * DRYRUN_ANSWER_MAX together): the loop only splices them after the other
+ * members, one copy.  An event whose result could not be rendered (out of
+ * memory on its thread) fails the whole answer rather than leave a hole
+ * in it. */
 static void answer(struct hub_api_call *call, void *arg) {
     struct dryrun *dr = (struct dryrun *)call;
-    json_t *body, *results = json_array();
+    json_t *head;
+    char *head_text = NULL, *text = NULL, *at;
+    size_t head_len, len = 0;
 
     (void)arg;
-    for (size_t i = 0; i < dr->n && results != NULL; i++) {
-        if (dr->ev[i].result == NULL || json_array_append(results, dr->ev[i].result) != 0) {
-            json_decref(results);
-            results = NULL;
+    for (size_t i = 0; i < dr->n; i++) {
+        if (dr->ev[i].text == NULL) {
+            hub_api_send_oom(call->req);
+            return;
         }
+        len += dr->ev[i].text_len + 1;
     }
-    body = results != NULL
-               ? json_pack("{s:s?, s:o, s:o, s:i, s:b}", "policy", dr->policy_name, "generation",
-                           dr->owns_p ? json_null()
-                                      : json_integer((json_int_t)hub_policy_gen_number(dr->gen)),
-                           "results", results, "errors", dr->errors, "truncated", dr->truncated)
-               : NULL;
-    if (body == NULL) {
+    head = json_pack("{s:s?, s:o, s:i, s:b}", "policy", dr->policy_name, "generation",
+                     dr->owns_p ? json_null()
+                                : json_integer((json_int_t)hub_policy_gen_number(dr->gen)),
+                     "errors", dr->errors, "truncated", dr->truncated);
+    if (head != NULL) {
+        head_text = json_dumps(head, HUB_API_JSON_FLAGS);
+        json_decref(head);
+    }
+    /* {head members,"results":[r1,r2,...]}: the head's closing brace is
+     * replaced by the results member */
+    head_len = head_text != NULL ? strlen(head_text) - 1 : 0;
+    if (head_text != NULL) {
+        text = malloc(head_len + sizeof(",\"results\":[]}") + len);
+    }
+    if (text == NULL) {
+        free(head_text);
         hub_api_send_oom(call->req);
         return;
     }
-    hub_api_send_json(call->req, 200, body);
-    json_decref(body);
+    memcpy(text, head_text, head_len);
+    at = text + head_len;
+    at += sprintf(at, "%s\"results\":[", head_len > 1 ? "," : "");
+    for (size_t i = 0; i < dr->n; i++) {
+        if (i > 0) {
+            *at++ = ',';
+        }
+        memcpy(at, dr->ev[i].text, dr->ev[i].text_len);
+        at += dr->ev[i].text_len;
+    }
+    *at++ = ']';
+    *at++ = '}';
+    hub_api_send_json_text(call->req, 200, text, (size_t)(at - text));
+    free(text);
+    free(head_text);
 }
 
 /* -------------------------------------------------- on the policy threads -- */
@@ -194,8 +235,47 @@ static int attr_standard(const char *name) {
     return strstr(standard, key) != NULL;
 }
 
+/* A policy thread: r (borrowed) as e->text, under the answer's cap.  The
+ * text is reserved on the request's running total; when it does not fit,
+ * the reservation is given back and r loses its body texts (the stored
+ * one and shape's), which leaves a result of a few KiB that is always
+ * taken.  Which events keep their bodies then depends on the threads'
+ * order; the answer says "truncated" either way.  e->text stays NULL on
+ * out of memory. */
+static void render(struct dry_event *e, json_t *r) {
+    struct dryrun *dr = e->dr;
+    json_t *shape;
+    char *text;
+    size_t len;
+
+    json_object_set_new(r, "body_truncated", json_false());
+    if ((text = json_dumps(r, HUB_API_JSON_FLAGS)) == NULL) {
+        return;
+    }
+    len = strlen(text);
+    if (atomic_fetch_add(&dr->answer_bytes, len) + len > DRYRUN_ANSWER_MAX) {
+        atomic_fetch_sub(&dr->answer_bytes, len);
+        free(text);
+        json_object_del(r, "stored_body");
+        json_object_del(r, "stored_body_encoding");
+        if (json_is_object(shape = json_object_get(r, "shape"))) {
+            json_object_del(shape, "body");
+            json_object_del(shape, "body_encoding");
+        }
+        json_object_set_new(r, "body_truncated", json_true());
+        e->body_truncated = 1;
+        if ((text = json_dumps(r, HUB_API_JSON_FLAGS)) == NULL) {
+            return;
+        }
+        len = strlen(text);
+        atomic_fetch_add(&dr->answer_bytes, len);
+    }
+    e->text = text;
+    e->text_len = len;
+}
+
 /* A policy thread: one stored event through the policy, as a result
- * object in e->result (NULL when memory ran out).  The event is rebuilt
+ * rendered in e->text (NULL when memory ran out).  The event is rebuilt
  * from its stored attributes the way dispatch builds it for delivery
  * (dispatch_attempt.c, event_from_attrs), so a policy sees the same ev
  * here as when the event is delivered; the tenant is the request's, which
@@ -239,8 +319,7 @@ static void event_run(struct hub_policy_call *c) {
     v = hub_policy_try_json(&t, hub_policy_name(dr->p), &dr->rctx, e->payload, e->payload_len);
     if (r != NULL && v != NULL && json_object_update(r, v) == 0 &&
         hub_policy_body_set(r, "stored_body", e->payload, e->payload_len) == 0) {
-        e->result = r;
-        r = NULL;
+        render(e, r);
     }
     json_decref(r);
     json_decref(v);
@@ -254,6 +333,7 @@ static void event_done(struct hub_policy_call *c) {
     struct dryrun *dr = e->dr;
 
     dr->errors += e->failed;
+    dr->truncated |= e->body_truncated;
     if (++dr->done == dr->n) {
         hub_api_call_wake(&dr->call, answer, NULL);
     }

@@ -191,8 +191,8 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
             o->state = "dead";
             o->reason = dead_reason;
             d->hub->metrics.deliveries[HUB_D_DEAD]++;
-            hub_opevents_dead(d->hub, j->tenant, j->sub_id, j->id, j->event_id, j->event_type,
-                              dead_reason);
+            /* hub.delivery.dead waits for the statement (flush_done): the
+             * fence may refuse this outcome */
         } else {
             o->state = "pending";
             o->delay_ms = delay;
@@ -322,13 +322,23 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     }
     d->flush_single -= d->flush_single < f->n ? d->flush_single : f->n;
     /* the subscriptions the batch disabled (410, auto-disable) come back
-     * from the outcome statement: no attempt of theirs may start now */
+     * from the outcome statement: no attempt of theirs may start now; so
+     * do the jobs it set dead, which only now (the fence passed, the
+     * transaction committed) may be told to their tenants */
     if (out->n_results >= 1 && out->results[0] != NULL &&
         PQnfields(out->results[0]) == HUB_OUTCOMES_NCOLS) {
         PGresult *r = out->results[0];
         for (int i = 0; i < PQntuples(r); i++) {
             const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
             const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
+            if (!PQgetisnull(r, i, HUB_OUTCOMES_DEAD_JOB)) {
+                hub_opevents_dead(d->hub, tenant, sub_id,
+                                  strtoll(PQgetvalue(r, i, HUB_OUTCOMES_DEAD_JOB), NULL, 10),
+                                  PQgetvalue(r, i, HUB_OUTCOMES_EVENT_ID),
+                                  PQgetvalue(r, i, HUB_OUTCOMES_EVENT_TYPE),
+                                  PQgetvalue(r, i, HUB_OUTCOMES_REASON));
+                continue;
+            }
             dispatch_queue_drop_subscription(d, sub_id);
             hub_opevents_disabled(d->hub, tenant, sub_id, PQgetvalue(r, i, HUB_OUTCOMES_REASON));
             if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {

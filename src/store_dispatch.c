@@ -319,6 +319,9 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * ignored).  The parking trigger (migrations/0011) runs only when enabled
  * really changes.
  * au: the audit entries of the disables, which are also the result rows.
+ * The jobs j set to 'dead' follow them (dead_job not NULL): only an outcome
+ * that passed the fence and committed may tell the tenant its delivery is
+ * dead, so the dispatcher publishes hub.delivery.dead from these rows.
  */
 #define OUT_NEW_FIRST                                                                              \
     "(CASE WHEN last.success THEN NULL WHEN last.ok_at IS NOT NULL THEN last.first_fail"           \
@@ -358,7 +361,10 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "         success_excerpt = " OUT_ON_JOB("o.excerpt", "success_excerpt")                        \
     "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text || '#' || o.claim"                 \
     "     AND o.state <> 'filtered'"                                                               \
-    "  RETURNING d.id, d.attempt_count, d.success_number, d.success_delivery_id"                   \
+    "  RETURNING d.id, d.attempt_count, d.success_number, d.success_delivery_id,"                 \
+    "            d.state AS new_state, d.reason AS new_reason, d.tenant_id AS job_tenant,"         \
+    "            d.subscription_id AS job_sub, d.event_id AS job_event_id,"                        \
+    "            d.event_type AS job_event_type"                                                   \
     "), f AS ("                                                                                    \
     "  DELETE FROM delivery_jobs d USING o"                                                        \
     "   WHERE d.id = o.id AND o.state = 'filtered'"                                                \
@@ -415,7 +421,11 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "                                      'failure_last_at', failure_last_at) END"                \
     "    FROM u WHERE disabled"                                                                    \
     ")"                                                                                            \
-    " SELECT id::text, tenant_id, disabled_reason FROM u WHERE disabled"
+    " SELECT id::text, tenant_id, disabled_reason, NULL::text AS dead_job, NULL::text AS event_id,"  \
+    "        NULL::text AS event_type FROM u WHERE disabled"                                       \
+    " UNION ALL"                                                                                   \
+    " SELECT job_sub::text, job_tenant, new_reason, id::text, job_event_id, job_event_type"        \
+    "   FROM j WHERE new_state = 'dead'"
 
 const struct hub_sql hub_sql_dispatch_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};
 const struct hub_sql hub_sql_dispatch_outcomes_checked = {

@@ -212,8 +212,9 @@ extern const struct hub_sql hub_sql_dispatch_load_events;
  *     with a failure in the batch whose streak is then at least $17 ms old
  *     and spans at least $18 ms is auto-disabled ('auto_disabled'); both
  *     audited (actor "dispatcher").
- * One row per subscription this statement disabled (text): enum
- * hub_outcomes_col.  hub_sql_dispatch_outcomes_checked does the same but
+ * One row per subscription this statement disabled (text, dead_job NULL),
+ * then one per job it set to 'dead' (dead_job its id; the reason the
+ * outcome's): enum hub_outcomes_col.  hub_sql_dispatch_outcomes_checked does the same but
  * first probes for an attempt already recorded under its number (a job's
  * attempt_count lowered by hand), at an index descent per attempt: the
  * dispatcher switches to it after a unique violation (23505).
@@ -240,9 +241,12 @@ enum hub_outcomes_param {
     HUB_OUTCOMES_NPARAMS,
 };
 enum hub_outcomes_col {
-    HUB_OUTCOMES_SUB_ID, /* subscription id */
-    HUB_OUTCOMES_TENANT, /* its tenant */
-    HUB_OUTCOMES_REASON, /* 'gone' or 'auto_disabled' */
+    HUB_OUTCOMES_SUB_ID,     /* subscription id */
+    HUB_OUTCOMES_TENANT,     /* its tenant */
+    HUB_OUTCOMES_REASON,     /* 'gone' or 'auto_disabled'; a dead job's reason */
+    HUB_OUTCOMES_DEAD_JOB,   /* the dead job's id (int8 as text), NULL for a disable */
+    HUB_OUTCOMES_EVENT_ID,   /* the dead job's event id, NULL for a disable */
+    HUB_OUTCOMES_EVENT_TYPE, /* the dead job's event type, NULL for a disable */
     HUB_OUTCOMES_NCOLS,
 };
 extern const struct hub_sql hub_sql_dispatch_outcomes;

@@ -15,7 +15,9 @@
 #     and nothing is stored in its stream;
 #   - the rate limit: a subscription whose jobs keep dying publishes at most
 #     the burst (3) within a few seconds, the rest counted as limited;
-#   - STREAMING_HUB_OPEVENTS=false publishes nothing.
+#   - STREAMING_HUB_OPEVENTS=false publishes nothing;
+#   - a last attempt whose outcome the lease fence refuses (the job was
+#     handed to another holder meanwhile) publishes no hub.delivery.dead.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -138,6 +140,38 @@ scenario_rate_limited_per_subscription() {
     assert_le "$n" 4 "the rest is held back by the rate limit ($n)"
     assert_ge "$(metric_delta 'streaming_hub_opevents_total{type="hub.delivery.dead",result="limited"}' "$limited0")" 8 \
         "and counted as limited"
+    : "$w"
+}
+
+# The job's lease changes hands while its last attempt is in flight
+# against a slow sink (as when another hub reclaimed it): the outcome is
+# fenced out, the job stays the new holder's, and the tenant is told of no
+# dead delivery (it is published from the committed outcome only).
+scenario_a_fenced_out_dead_outcome_publishes_nothing() {
+    local a ka w f job dead0
+    a=$(own_tenant)
+    ka=$(tenant_key "$a")
+    w=$(subscribe_at "$ka" "/ok/fw-$a" 'hub.*')
+    # 3 s answers against the 2 s delivery timeout: every attempt fails, the
+    # second (last, one retry) goes dead
+    f=$(subscribe_at "$ka" "/slow/3000/ff-$a" transaction.posted ",$ONE")
+    dead0=$(metric 'streaming_hub_deliveries_total{outcome="dead"}')
+    ev "$a" 1 "fen-$a-"
+    wait_sql 30 1 "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$f'
+                    AND state = 'in_flight' AND attempt_count = 1" ||
+        fail "the last attempt did not start"
+    job=$(psql_q "SELECT id FROM delivery_jobs WHERE subscription_id = '$f'")
+    psql_q "UPDATE delivery_jobs SET lease_owner = 'another-hub#1',
+                                     lease_until = now() + interval '1 hour' WHERE id = $job" >/dev/null
+    # the attempt times out after 2 s; its outcome is then written (or not)
+    sleep 4
+    assert_ge "$(metric_delta 'streaming_hub_deliveries_total{outcome="dead"}' "$dead0")" 1 \
+        "the last attempt failed: its outcome was dead"
+    assert_eq "in_flight another-hub#1 1" \
+        "$(psql_q "SELECT state || ' ' || lease_owner || ' ' || attempt_count FROM delivery_jobs WHERE id = $job")" \
+        "the fence kept the job as the new holder left it"
+    assert_eq 0 "$(stored_opev "$a" hub.delivery.dead)" "no hub.delivery.dead stored"
+    assert_eq 0 "$(hub_deliveries "/ok/fw-$a")" "none delivered to the tenant's watcher"
     : "$w"
 }
 

@@ -51,17 +51,18 @@ psql_q "INSERT INTO tenants (id, status) VALUES ('t', 'active');
 # outcomes "ID:KIND:STARTED_AT ...": one batch of outcomes, written as the
 # dispatcher "us" from its claim OUT_CLAIM (default 1).  KIND t is a
 # success, f a failure with status OUT_FAIL_STATUS (default 500) retried in
-# 1 s, filtered or released an outcome without an attempt.  Every outcome is
+# 1 s, d a failure that leaves the job dead (reason exhausted), filtered or
+# released an outcome without an attempt.  Every outcome is
 # of subscription OUT_SUB (default $SUB); OUT_AUTODISABLE (t/f, default f),
 # OUT_WINDOW_MS and OUT_SPREAD_MS (default 0) are the auto-disable
-# settings.  The statement's rows (the subscriptions it disabled) go to
-# $WORK/outcomes.out.
+# settings.  The statement's rows (the subscriptions it disabled, then the
+# jobs it set dead) go to $WORK/outcomes.out.
 outcomes() {
     local ids=() states=() nulls=() delays=() tried=() dids=() starts=() durations=() statuses=()
-    local errors=() subs=() okays=() claims=() id ok at
+    local errors=() subs=() okays=() claims=() reasons=() id ok at
     for o in "$@"; do
         IFS=: read -r id ok at <<<"$o"
-        ids+=("$id") starts+=("\"$at\"") nulls+=(NULL) durations+=(5)
+        ids+=("$id") starts+=("\"$at\"") nulls+=(NULL) durations+=(5) reasons+=(NULL)
         claims+=("${OUT_CLAIM:-1}")
         subs+=("${OUT_SUB:-$SUB}") dids+=("00000000-0000-7000-8000-0000000$(printf %05d "$id")")
         case $ok in
@@ -69,6 +70,10 @@ outcomes() {
         f)
             states+=(pending) delays+=(1000) statuses+=("${OUT_FAIL_STATUS:-500}") errors+=(status)
             tried+=(t) okays+=(f)
+            ;;
+        d)
+            states+=(dead) delays+=(0) statuses+=(500) errors+=(status) tried+=(t) okays+=(f)
+            reasons[-1]=exhausted
             ;;
         filtered | released)
             states+=("$([[ $ok == filtered ]] && echo filtered || echo pending)") delays+=(0)
@@ -79,7 +84,7 @@ outcomes() {
     local IFS=,
     psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" >"$WORK/outcomes.out" 2>"$WORK/outcomes.err" <<SQL
 PREPARE o($TYPES) AS $SQL;
-EXECUTE o('{${ids[*]}}', '{${states[*]}}', '{${nulls[*]}}', '{${delays[*]}}', '{${tried[*]}}',
+EXECUTE o('{${ids[*]}}', '{${states[*]}}', '{${reasons[*]}}', '{${delays[*]}}', '{${tried[*]}}',
           '{${dids[*]}}', '{${starts[*]}}', '{${durations[*]}}', '{${statuses[*]}}',
           '{${errors[*]}}', '{${nulls[*]}}', '{${subs[*]}}', '{${okays[*]}}', 'us',
           '{${claims[*]}}', '${OUT_AUTODISABLE:-f}', ${OUT_WINDOW_MS:-0}, ${OUT_SPREAD_MS:-0});
@@ -215,7 +220,7 @@ assert_eq "$before" "$(moved)" "claim 2's outcome of a job leased to claim 1 is 
 psql_q "UPDATE subscriptions SET failure_first_at = now() - interval '2 hours',
                                  failure_last_at = now() - interval '1 hour' WHERE id = '$S3'" >/dev/null
 OUT_SUB=$S2 OUT_FAIL_STATUS=410 OUT_AUTODISABLE=t outcomes "104:f:$NOW" "102:t:$NOW"
-assert_eq "$S2|t|gone" "$(cat "$WORK/outcomes.out")" "a fenced 410 disables its subscription (reported)"
+assert_eq "$S2|t|gone|||" "$(cat "$WORK/outcomes.out")" "a fenced 410 disables its subscription (reported)"
 assert_eq "false gone $NOW 1" \
     "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' ' || failure_last_at || ' '
                       || (SELECT count(*) FROM audit_log WHERE object_id = '$S2'
@@ -223,7 +228,7 @@ assert_eq "false gone $NOW 1" \
                  FROM subscriptions WHERE id = '$S2'")" \
     "disabled as gone, audited; the streak moved by the fenced 410, not cleared by the stale success"
 OUT_SUB=$S3 OUT_AUTODISABLE=t OUT_WINDOW_MS=3600000 OUT_SPREAD_MS=1000 outcomes "105:f:$NOW"
-assert_eq "$S3|t|auto_disabled" "$(cat "$WORK/outcomes.out")" \
+assert_eq "$S3|t|auto_disabled|||" "$(cat "$WORK/outcomes.out")" \
     "a fenced failure past the gates auto-disables (reported)"
 assert_eq "false auto_disabled 1" \
     "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' '
@@ -299,6 +304,23 @@ psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" \
 assert_eq "121:parked 122:pending" \
     "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id IN (121, 122)")" \
     "the migration parks the pending jobs of an unverified subscription only"
+
+# 11. dead jobs come back as rows (the dispatcher publishes hub.delivery.dead
+# from them), only those the fence let through: a dead outcome of a job
+# leased to another dispatcher, or to a later claim, is no row
+psql_q "INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, event_day, event_id,
+                                   event_type, state, lease_owner, lease_until)
+        OVERRIDING SYSTEM VALUE
+        SELECT g, '$SUB', 't', g, current_date, 'e' || g, 'a.b', 'in_flight',
+               CASE g WHEN 131 THEN 'us#1' WHEN 132 THEN 'another#1' ELSE 'us#2' END,
+               now() + interval '1 minute'
+          FROM generate_series(131, 133) g" >/dev/null
+outcomes "131:d:$NOW" "132:d:$NOW" "133:d:$NOW" || fatal "dead outcomes: $(cat "$WORK/outcomes.err")"
+assert_eq "$SUB|t|exhausted|131|e131|a.b" "$(cat "$WORK/outcomes.out")" \
+    "the fenced dead job is a row with its event; the stale ones are not"
+assert_eq "131:dead 132:in_flight 133:in_flight" \
+    "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id BETWEEN 131 AND 133")" \
+    "only the fenced job is dead"
 
 # 10. retention of attempt rows (migrations/0014): partition upkeep keeps
 # creating and dropping the renamed table's day partitions under their old

@@ -281,6 +281,79 @@ scenario_dry_run_isolation() {
     assert_eq 0 "$(jq '.results | length' <<<"$out")" "A's recent events: none"
 }
 
+# shaped_dry NAME REQUEST: the dry-run REQUEST, its body in $WORK/NAME.json
+# and its status in $WORK/NAME.status, while /healthz is asked every 20 ms
+# (times in $WORK/NAME-health.s)
+shaped_dry() {
+    rm -f "$WORK/$1.done"
+    (
+        : >"$WORK/$1-health.s"
+        while [ ! -e "$WORK/$1.done" ]; do
+            curl -s -o /dev/null -w '%{time_total}\n' --max-time 5 "$HUB_URL/healthz" \
+                >>"$WORK/$1-health.s"
+            sleep 0.02
+        done
+    ) &
+    local pinger=$!
+    curl -s -o "$WORK/$1.json" -w '%{http_code}' --max-time 60 \
+        -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
+        -d "$2" "$HUB_URL/admin/policies/dry-run" >"$WORK/$1.status"
+    touch "$WORK/$1.done"
+    wait "$pinger"
+}
+
+# Shaped bodies are counted too: 20 events shaped into 4 MiB of control
+# bytes each (24 MiB once escaped) once made a 503 MB answer that held the
+# loop for seconds.  The answer now stays under its 16 MiB cap, the results
+# keep match and retry but not the bodies, and the loop keeps answering
+# /healthz meanwhile (the results are rendered on the policy threads).
+scenario_dry_run_caps_the_shaped_bodies() {
+    local t req out bytes worst
+    t=$(own_tenant)
+    stored "$t" 20 dshp-
+    req=$(jq -cn --arg t "$t" \
+        --arg src 'return {shape=function(ev) return string.rep("\1",4*2^20-16) end}' \
+        '{source: $src, tenant: $t, limit: 20}')
+    shaped_dry ctl "$req"
+    assert_eq 200 "$(cat "$WORK/ctl.status")" "the hostile shape answers 200"
+    bytes=$(wc -c <"$WORK/ctl.json")
+    log "hostile shape, 20 events: answer of $bytes bytes"
+    assert_le "$bytes" $((17 * 1024 * 1024)) "the answer stays under its cap ($bytes bytes)"
+    # a shape that ran out of time (the sanitizer build is slow) has no body
+    # to cut: each result is cut or says its error
+    log "errors: $(jq .errors "$WORK/ctl.json") (shapes stopped by the deadline)"
+    out=$(jq -c '{n: (.results | length), truncated,
+        unexplained: [.results[] | select((.body_truncated | not) and .error == null)] | length,
+        matched: [.results[] | select(.match == true and .retry.action != null)] | length,
+        shaped: [.results[] | select(.shape.body != null)] | length}' "$WORK/ctl.json")
+    assert_eq '{"n":20,"truncated":true,"unexplained":0,"matched":20,"shaped":0}' "$out" \
+        "every result kept match and retry, none kept a body over the cap"
+    worst=$(sort -n "$WORK/ctl-health.s" | tail -n1)
+    log "worst /healthz during the hostile dry-run: ${worst} s ($(wc -l <"$WORK/ctl-health.s") probes)"
+    assert_eq 1 "$(awk -v w="$worst" 'BEGIN { print (w < 0.2) }')" \
+        "the loop kept answering /healthz within 200 ms (worst ${worst} s)"
+    # 1 MiB bodies, 20 of them: those that fit keep theirs, the rest are cut;
+    # the loop splices the ~16 MiB answer without holding /healthz up
+    req=$(jq -cn --arg t "$t" --arg src 'return {shape=function(ev) return string.rep("x",2^20) end}' \
+        '{source: $src, tenant: $t, limit: 20}')
+    shaped_dry mib "$req"
+    bytes=$(wc -c <"$WORK/mib.json")
+    out=$(jq -c '{truncated, cut: [.results[] | select(.body_truncated)] | length,
+        whole: [.results[] | select((.shape.body | length) == 1048576)] | length}' "$WORK/mib.json")
+    worst=$(sort -n "$WORK/mib-health.s" | tail -n1)
+    log "1 MiB shapes, 20 events: answer of $bytes bytes, $out, worst /healthz ${worst} s"
+    assert_le "$bytes" $((17 * 1024 * 1024)) "under the cap ($bytes bytes)"
+    assert_eq 20 "$(jq '.cut + .whole' <<<"$out")" "each result is whole or cut ($out)"
+    assert_ge "$(jq .whole <<<"$out")" 10 "what fits keeps its body ($out)"
+    assert_eq true "$(jq .truncated <<<"$out")" "the answer says it was cut"
+    assert_eq 1 "$(awk -v w="$worst" 'BEGIN { print (w < 0.2) }')" \
+        "/healthz within 200 ms while the 16 MiB answer went out (worst ${worst} s)"
+    # small bodies still come whole
+    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":3}")
+    assert_eq '[false,false,false]' "$(jq -c '[.results[].body_truncated]' <<<"$out")" \
+        "small bodies are not cut"
+}
+
 # The number of issue 27: 1,000 stored events under 2 s, and the loop keeps
 # answering meanwhile.
 scenario_dry_run_1000_events_under_2s() {
