@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "api_util.h"
 #include "error.h"
@@ -51,6 +52,13 @@ struct schemas_call {
     json_t *schema;    /* PUT: the body */
     char *schema_text; /* PUT: its stored text (compact, keys sorted) */
     char *setting;     /* PUT settings: "accept" | "quarantine" */
+    /* PUT: the parse and compile on the threadpool, and what they found */
+    uv_work_t work;
+    char *body; /* a copy of the request body: the request may go meanwhile */
+    size_t body_len;
+    int compile_rc;
+    char body_error[256]; /* set when the body is not a JSON object */
+    struct hub_jschema_error compile_err;
 };
 
 /* on_free: what the route put in its state (api_util.h). */
@@ -64,6 +72,7 @@ static void schemas_call_free(struct hub_api_call *call) {
     json_decref(c->schema);
     free(c->schema_text);
     free(c->setting);
+    free(c->body);
 }
 
 /* 1 when s[0..len) is an event type a route takes: 1..200 of
@@ -272,42 +281,125 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
 }
 
 /*
- * Reads and compiles the body of a registration.  Returns 0, or answers
- * (400 naming the schema pointer, 413, 500) and returns -1.
+ * On a threadpool thread: parses the body of a registration, compiles it
+ * only to see that it can be (the registries compile their own copies), and
+ * renders its stored text.  The call is waiting (hub_api_call_wait), so
+ * nothing on the loop touches c meanwhile.
+ */
+static void put_compile_work(uv_work_t *w) {
+    struct schemas_call *c = w->data;
+    struct hub_jschema *compiled = NULL;
+    json_error_t jerr;
+
+    /* the checks of hub_api_read_json_object, which must run on the loop */
+    c->schema = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (c->schema == NULL || !json_is_object(c->schema)) {
+        if (c->schema == NULL) {
+            snprintf(c->body_error, sizeof(c->body_error),
+                     "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        } else {
+            snprintf(c->body_error, sizeof(c->body_error),
+                     "the request body must be a JSON object");
+        }
+        c->compile_rc = HUB_EINVAL;
+        return;
+    }
+    c->compile_rc = hub_jschema_compile(c->schema, NULL, &compiled, &c->compile_err);
+    hub_jschema_free(compiled);
+    if (c->compile_rc == 0) {
+        /* the stored text: compact with sorted keys, so one schema has one
+         * digest whatever the spacing or member order it was sent with */
+        c->schema_text = json_dumps(c->schema, JSON_COMPACT | JSON_SORT_KEYS);
+        if (c->schema_text == NULL) {
+            c->compile_rc = HUB_ENOMEM;
+        }
+    }
+}
+
+/* Back on the loop with the request still there: answers a schema that
+ * does not compile (400 naming the schema pointer, 500), or asks what the
+ * version must be compared with. */
+static void put_compiled(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    h2o_req_t *req = call->req;
+    const struct hub_jschema_error *err = &c->compile_err;
+    (void)arg;
+
+    if (c->compile_rc == HUB_ENOMEM) {
+        hub_api_send_oom(req);
+        return;
+    }
+    if (c->compile_rc == HUB_ECANCELED) {
+        hub_api_send_problem(req, 503, "the hub is stopping; retry later", NULL);
+        return;
+    }
+    if (c->body_error[0] != '\0') {
+        hub_api_send_problem(req, 400, c->body_error, NULL);
+        return;
+    }
+    if (c->compile_rc != 0) {
+        json_t *errors = NULL;
+        char field[HUB_JSCHEMA_POINTER_MAX + 8];
+        snprintf(field, sizeof(field), "schema%s", err->pointer);
+        hub_api_errors_add(&errors, field, err->message);
+        if (errors != NULL) {
+            json_object_set_new(json_array_get(errors, 0), "pointer", json_string(err->pointer));
+        }
+        hub_api_send_problem(req, 400, "the body is not a usable draft-07 JSON Schema", errors);
+        return;
+    }
+    char maj[12], min[12], pat[12];
+    snprintf(maj, sizeof(maj), "%d", c->major);
+    snprintf(min, sizeof(min), "%d", c->minor);
+    snprintf(pat, sizeof(pat), "%d", c->patch);
+    const char *p[HUB_SQL_SCHEMA_PRIOR_NPARAMS] = {c->scope, c->type, c->version, maj, min, pat};
+    hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS, p);
+}
+
+/* The threadpool is done: the wait ends (freeing the call when its request
+ * went away meanwhile). */
+static void put_compile_done(uv_work_t *w, int status) {
+    struct schemas_call *c = w->data;
+
+    if (status != 0) {
+        c->compile_rc = HUB_ECANCELED; /* the loop is closing */
+    }
+    hub_api_call_wake(&c->call, put_compiled, NULL);
+}
+
+/*
+ * Takes the body of a registration and parses and compiles it on the libuv
+ * threadpool: even under the validator's limits a large schema costs tens
+ * of milliseconds to parse and as many to compile, which the loop (every
+ * tenant's requests) must not wait for.  Returns 0 with the call waiting
+ * (put_compiled continues), or answers (413, 400, 500) and returns -1.
  */
 static int put_read(struct schemas_call *c) {
     h2o_req_t *req = c->call.req;
-    struct hub_jschema_error err;
-    struct hub_jschema *compiled = NULL;
-    int rc;
+    char detail[96];
 
-    c->schema = hub_api_read_json_object(req, HUB_API_MAX_BODY);
-    if (c->schema == NULL) {
-        return -1; /* answered */
+    if (req->entity.len > HUB_API_MAX_BODY) {
+        snprintf(detail, sizeof(detail), "the request body is larger than %d bytes",
+                 HUB_API_MAX_BODY);
+        hub_api_send_problem(req, 413, detail, NULL);
+        return -1;
     }
-    rc = hub_jschema_compile(c->schema, NULL, &compiled, &err);
-    hub_jschema_free(compiled);
-    if (rc == HUB_ENOMEM) {
+    if (req->entity.base == NULL || req->entity.len == 0) {
+        hub_api_send_problem(req, 400, "a JSON object is required as the request body", NULL);
+        return -1;
+    }
+    c->body = malloc(req->entity.len);
+    if (c->body == NULL) {
         hub_api_send_oom(req);
         return -1;
     }
-    if (rc != 0) {
-        json_t *errors = NULL;
-        char field[HUB_JSCHEMA_POINTER_MAX + 8];
-        snprintf(field, sizeof(field), "schema%s%s", err.pointer[0] ? "" : "", err.pointer);
-        hub_api_errors_add(&errors, field, err.message);
-        if (errors != NULL) {
-            json_object_set_new(json_array_get(errors, 0), "pointer", json_string(err.pointer));
-        }
-        hub_api_send_problem(req, 400, "the body is not a usable draft-07 JSON Schema", errors);
-        return -1;
-    }
-    /* the stored text: compact with sorted keys, so one schema has one
-     * digest whatever the spacing or member order it was sent with */
-    c->schema_text = json_dumps(c->schema, JSON_COMPACT | JSON_SORT_KEYS);
-    if (c->schema_text == NULL) {
-        hub_api_send_oom(req);
-        return -1;
+    memcpy(c->body, req->entity.base, req->entity.len);
+    c->body_len = req->entity.len;
+    c->work.data = c;
+    hub_api_call_wait(&c->call);
+    if (uv_queue_work(c->call.hub->loop, &c->work, put_compile_work, put_compile_done) != 0) {
+        c->compile_rc = HUB_ENOMEM;
+        hub_api_call_wake(&c->call, put_compiled, NULL);
     }
     return 0;
 }
@@ -387,20 +479,10 @@ static void schemas_run(struct schemas_call *c) {
                            HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS, p);
         return;
     }
-    case OP_PUT: {
-        char maj[12], min[12], pat[12];
-        if (put_read(c) != 0) {
-            return;
-        }
-        snprintf(maj, sizeof(maj), "%d", c->major);
-        snprintf(min, sizeof(min), "%d", c->minor);
-        snprintf(pat, sizeof(pat), "%d", c->patch);
-        const char *p[HUB_SQL_SCHEMA_PRIOR_NPARAMS] = {c->scope, c->type, c->version,
-                                                       maj,      min,     pat};
-        hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS,
-                           p);
+    case OP_PUT:
+        /* answered, or continues in put_compiled once compiled */
+        (void)put_read(c);
         return;
-    }
     }
 }
 
