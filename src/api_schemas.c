@@ -173,18 +173,57 @@ static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *
 
 /* ------------------------------------------------------- registration -- */
 
-/* The insert came back: 201 with the new version; a unique violation means
- * another request registered the same version between our two round
- * trips, which is a 409 like any other taken version. */
+/*
+ * The insert came back (the transaction's second statement; the first took
+ * the scope's lock): 201 with the new version, or 409 naming the cap the
+ * scope is at.  A unique violation means another request registered the
+ * same version between our two round trips, which is a 409 like any other
+ * taken version.
+ */
 static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    const struct hub_config *cfg = &call->hub->cfg;
+    const char *who = c->tenant ? "tenant" : "scope";
+    PGresult *r = out->n_results > 1 ? out->results[1] : NULL;
+    char detail[256];
+
     if (out->status == HUB_PG_ESTMT && out->sqlstate != NULL &&
         strcmp(out->sqlstate, "23505") == 0) {
         hub_api_send_problem(call->req, 409,
                              "this version was registered meanwhile; versions are immutable", NULL);
         return;
     }
-    hub_schemas_poke(call->hub);
-    send_first_object(call, out, 201, "the schema was not stored");
+    if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (!PQgetisnull(r, 0, HUB_SCHEMA_PUT_COL_OBJECT)) {
+        json_t *obj = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_OBJECT),
+                                        (size_t)PQgetlength(r, 0, HUB_SCHEMA_PUT_COL_OBJECT));
+        hub_schemas_poke(call->hub);
+        if (obj != NULL) { /* re-rendered compact, as every answer */
+            hub_api_send_json(call->req, 201, obj);
+            json_decref(obj);
+        }
+        return;
+    }
+    /* over a cap: name the one that refused it, and what the scope holds */
+    long long n = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_VERSIONS), NULL, 10);
+    long long bytes = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_BYTES), NULL, 10);
+    if (n >= cfg->schema_max_versions) {
+        snprintf(detail, sizeof(detail),
+                 "this %s holds %lld live schema versions, the most allowed "
+                 "(STREAMING_HUB_SCHEMA_MAX_VERSIONS = %lld): retire one first",
+                 who, n, (long long)cfg->schema_max_versions);
+    } else {
+        snprintf(detail, sizeof(detail),
+                 "this %s holds %lld bytes of live schema text; with this schema (%zu bytes) it "
+                 "would pass the most allowed (STREAMING_HUB_SCHEMA_MAX_BYTES = %lld): retire "
+                 "versions first",
+                 who, bytes, strlen(c->schema_text), (long long)cfg->schema_max_bytes);
+    }
+    /* a conflict with the scope's state, not a fault of the schema */
+    hub_api_send_problem(call->req, 409, detail, NULL);
 }
 
 /* The breaking changes (a JSON array from hub_jschema_compat) as the
@@ -275,9 +314,20 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
     snprintf(maj, sizeof(maj), "%d", c->major);
     snprintf(min, sizeof(min), "%d", c->minor);
     snprintf(pat, sizeof(pat), "%d", c->patch);
-    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {c->scope, c->type, c->version,     maj,
-                                                 min,      pat,     c->schema_text, c->who};
-    hub_api_call_query(call, put_done, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p);
+    char max_n[24], max_bytes[24];
+    snprintf(max_n, sizeof(max_n), "%lld", (long long)call->hub->cfg.schema_max_versions);
+    snprintf(max_bytes, sizeof(max_bytes), "%lld", (long long)call->hub->cfg.schema_max_bytes);
+    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {
+        c->scope, c->type, c->version, maj, min, pat, c->schema_text, c->who, max_n, max_bytes};
+    /* the lock first: the caps count what committed registrations left */
+    struct hub_pg_txn *txn = hub_api_call_txn(call, put_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_schema_scope_lock, HUB_SQL_SCHEMA_SCOPE_LOCK_NPARAMS, p, NULL,
+                   NULL);
+    hub_pg_txn_add(txn, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p, NULL, NULL);
+    hub_api_call_submit(call, txn);
 }
 
 /*

@@ -14,7 +14,9 @@
 # setting; Kafka ingest quarantined the same way; the tenant's versions of a
 # major hide the platform's, and never reach another tenant; a hostile
 # payload does not hold up another tenant; a big schema registers without
-# holding up /healthz (the compile runs off the loop); deliveries carry
+# holding up /healthz (the compile runs off the loop); a tenant at its cap
+# of live versions or bytes is refused with 409 naming it, and others are
+# not; deliveries carry
 # X-Lerian-Schema-Version; two processes: a schema registered on one
 # validates on the other within 1 s.
 set -uo pipefail
@@ -31,6 +33,8 @@ TOPIC=lerian.streaming.schemas
 # the event type ev_post's ce-type (studio.lerian.account.created) derives
 TYPE=account.created
 M='streaming_hub_ingest_records_total'
+# the per-scope caps of the shared hub (low, so a scenario reaches them)
+CAP_VERSIONS=30
 
 # An account schema: an object with a required string id and a bounded
 # integer amount.
@@ -41,7 +45,8 @@ setup() {
     kafka_start --topic "$TOPIC:2"
     sink_start
     hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
-        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true STREAMING_HUB_SCHEMA_POLL=100ms
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true STREAMING_HUB_SCHEMA_POLL=100ms \
+        STREAMING_HUB_SCHEMA_MAX_VERSIONS=$CAP_VERSIONS STREAMING_HUB_SCHEMA_MAX_BYTES=3MiB
 }
 
 # tput KEY TYPE VERSION BODY: PUT /v1/schemas/TYPE/VERSION as KEY's tenant.
@@ -335,6 +340,44 @@ scenario_registration_compiles_off_the_loop() {
     done
     assert_ge "$n" 1 "/healthz asked while they registered (${put_ms} ms)"
     assert_le "$worst" 100 "/healthz answered within 100 ms meanwhile (worst ${worst} ms of $n)"
+}
+
+# A tenant at a cap is refused with 409 naming it; retiring makes room;
+# another tenant registers all along.
+scenario_per_tenant_caps() {
+    local key2 key3 i body
+    own_client a
+    key2=$(own_tenant_key b)
+    key3=$(own_tenant_key c)
+    for i in $(seq 1 "$CAP_VERSIONS"); do
+        tput "$KEY" "cap.v$i" 1.0.0 '{"type":"object"}' >/dev/null
+        [[ $(http_status) == 201 ]] || fail "version $i of $CAP_VERSIONS refused: $(last_body)"
+    done
+    body=$(tput "$KEY" cap.over 1.0.0 '{"type":"object"}')
+    assert_eq 409 "$(http_status)" "one version over the cap"
+    assert_contains "$body" "STREAMING_HUB_SCHEMA_MAX_VERSIONS" "the problem names the cap: $body"
+    assert_contains "$(last_header content-type)" "application/problem+json" "problem+json"
+    assert_contains "$body" "problem:conflict" "a conflict with what the tenant holds"
+    tput "$key2" cap.other 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "another tenant still registers"
+    admin_curl PUT "/admin/schemas/$(own_id).platform/1.0.0" '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "and so does the platform"
+    hub_curl DELETE /v1/schemas/cap.v1/1.0.0 "" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 204 "$(http_status)" "a version retired"
+    tput "$KEY" cap.over 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "makes room for one more"
+    # bytes: 3 MiB of live text fits five of the 0.6 MiB schemas, not six
+    big_schema "$WORK/cap-big.json"
+    for i in 1 2 3 4 5 6; do
+        hub_curl PUT "/v1/schemas/cap.big/$i.0.0" "" -H "Authorization: Bearer $key3" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/cap-big.json" >/dev/null
+        [[ $(http_status) == 201 ]] || break
+    done
+    assert_eq 6 "$i" "five big schemas registered"
+    assert_eq 409 "$(http_status)" "the sixth is over the bytes cap"
+    assert_contains "$(last_body)" "STREAMING_HUB_SCHEMA_MAX_BYTES" "the problem names it"
+    tput "$key2" cap.other 2.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "another tenant still registers"
 }
 
 scenario_delivery_header() {
