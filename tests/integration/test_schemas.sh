@@ -16,7 +16,8 @@
 # payload does not hold up another tenant; a big schema registers without
 # holding up /healthz (the compile runs off the loop); a tenant at its cap
 # of live versions or bytes is refused with 409 naming it, and others are
-# not; deliveries carry
+# not; a reload compiles only new schemas (one registered beside 3 MiB of
+# big ones is in use within 300 ms); deliveries carry
 # X-Lerian-Schema-Version; two processes: a schema registered on one
 # validates on the other within 1 s.
 set -uo pipefail
@@ -378,6 +379,35 @@ scenario_per_tenant_caps() {
     assert_contains "$(last_body)" "STREAMING_HUB_SCHEMA_MAX_BYTES" "the problem names it"
     tput "$key2" cap.other 2.0.0 '{"type":"object"}' >/dev/null
     assert_eq 201 "$(http_status)" "another tenant still registers"
+}
+
+# A reload compiles only the schemas no snapshot in use has: with 3 MiB of
+# big schemas live (~70 ms each to compile), a new small one is in use
+# within 300 ms of its registration, not after a compile of everything.
+scenario_reload_reuses_compiled_schemas() {
+    local key2 i start ms code
+    own_client a
+    key2=$(own_tenant_key b)
+    big_schema "$WORK/reuse-big.json"
+    for i in 1 2 3 4 5; do
+        hub_curl PUT "/v1/schemas/reuse.big/$i.0.0" "" -H "Authorization: Bearer $key2" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/reuse-big.json" >/dev/null
+        assert_eq 201 "$(http_status)" "big schema $i registered"
+    done
+    sleep 1 # every reload of those done
+    tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "a small schema registered"
+    start=$(date +%s%N)
+    code=0
+    for i in $(seq 1 100); do
+        TENANT=$(own_id a) ev_schema "$KEY" "reuse-$i" '{"id":5}' 1.0.0 >/dev/null
+        code=$(http_status)
+        [[ $code == 422 ]] && break
+        sleep 0.01
+    done
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_eq 422 "$code" "the small schema is in use"
+    assert_le "$ms" 300 "within 300 ms of its registration (${ms} ms)"
 }
 
 scenario_delivery_header() {
