@@ -59,6 +59,11 @@ struct schemas_call {
     int compile_rc;
     char body_error[256]; /* set when the body is not a JSON object */
     struct hub_jschema_error compile_err;
+    /* PUT: the comparison with the version below, on the threadpool too */
+    char *prev_text;    /* the stored text of the version below */
+    char *prev_version; /* its number */
+    int compat_rc;
+    json_t *changes; /* the breaking changes found */
 };
 
 /* on_free: what the route put in its state (api_util.h). */
@@ -73,6 +78,9 @@ static void schemas_call_free(struct hub_api_call *call) {
     free(c->schema_text);
     free(c->setting);
     free(c->body);
+    free(c->prev_text);
+    free(c->prev_version);
+    json_decref(c->changes);
 }
 
 /* 1 when s[0..len) is an event type a route takes: 1..200 of
@@ -249,14 +257,91 @@ static json_t *changes_errors(const json_t *changes) {
     return errors;
 }
 
+/* The insert, under the scope's lock and caps (put_done answers). */
+static void put_insert(struct schemas_call *c) {
+    struct hub_api_call *call = &c->call;
+    char maj[12], min[12], pat[12];
+    snprintf(maj, sizeof(maj), "%d", c->major);
+    snprintf(min, sizeof(min), "%d", c->minor);
+    snprintf(pat, sizeof(pat), "%d", c->patch);
+    char max_n[24], max_bytes[24];
+    snprintf(max_n, sizeof(max_n), "%lld", (long long)call->hub->cfg.schema_max_versions);
+    snprintf(max_bytes, sizeof(max_bytes), "%lld", (long long)call->hub->cfg.schema_max_bytes);
+    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {
+        c->scope, c->type, c->version, maj, min, pat, c->schema_text, c->who, max_n, max_bytes};
+    /* the lock first: the caps count what committed registrations left */
+    struct hub_pg_txn *txn = hub_api_call_txn(call, put_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_schema_scope_lock, HUB_SQL_SCHEMA_SCOPE_LOCK_NPARAMS, p, NULL,
+                   NULL);
+    hub_pg_txn_add(txn, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p, NULL, NULL);
+    hub_api_call_submit(call, txn);
+}
+
+/* On a threadpool thread: parses the version below and compares the new
+ * schema with it (as costly as a compile for a large schema). */
+static void compat_work(uv_work_t *w) {
+    struct schemas_call *c = w->data;
+    json_t *old = json_loads(c->prev_text, 0, NULL);
+
+    c->compat_rc = old != NULL ? hub_jschema_compat(old, c->schema, &c->changes) : HUB_EINVAL;
+    json_decref(old);
+}
+
+/* Back on the loop with the request still there: 409 naming each breaking
+ * change, or the insert. */
+static void compat_answered(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    (void)arg;
+
+    if (c->compat_rc == HUB_ENOMEM) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    if (c->compat_rc == HUB_ECANCELED) {
+        hub_api_send_problem(call->req, 503, "the hub is stopping; retry later", NULL);
+        return;
+    }
+    if (c->compat_rc == 0 && json_array_size(c->changes) > 0) {
+        char detail[256];
+        snprintf(detail, sizeof(detail),
+                 "%s breaks compatibility with %s, the version below it in major %d: "
+                 "publish it as a new major instead",
+                 c->version, c->prev_version, c->major);
+        hub_api_send_problem(call->req, 409, detail, changes_errors(c->changes));
+        return;
+    }
+    /* compat_rc != 0: the stored version no longer parses as a schema; the
+     * new one is compiled and valid, so it is accepted (and logged) */
+    if (c->compat_rc != 0) {
+        hub_log(HUB_WARN, "a stored schema could not be compared; registering the new one",
+                HUB_LS("event_type", c->type), HUB_LS("version", c->prev_version));
+    }
+    put_insert(c);
+}
+
+/* The threadpool is done comparing: the wait ends (freeing the call when
+ * its request went away meanwhile). */
+static void compat_done(uv_work_t *w, int status) {
+    struct schemas_call *c = w->data;
+
+    if (status != 0) {
+        c->compat_rc = HUB_ECANCELED; /* the loop is closing */
+    }
+    hub_api_call_wake(&c->call, compat_answered, NULL);
+}
+
 /* What the version is compared with came back: the same version already
- * there (200 when identical, 409 when not), a breaking change against the
- * version below it (409), or the insert. */
+ * there (200 when identical, 409 when not), the version below it to
+ * compare with on the threadpool (compat_answered goes on), or the insert. */
 static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct schemas_call *c = (struct schemas_call *)call;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     const char *prev = NULL;
     const char *prev_version = NULL;
+    int oom = 0;
 
     if (out->status != HUB_PG_OK || r == NULL) {
         hub_api_send_db_error(call->req, out);
@@ -283,51 +368,22 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
         prev = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_SCHEMA);
         prev_version = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_VERSION);
     }
-    if (prev != NULL) {
-        json_t *old = json_loads(prev, 0, NULL);
-        json_t *changes = NULL;
-        int rc = old != NULL ? hub_jschema_compat(old, c->schema, &changes) : HUB_EINVAL;
-        json_decref(old);
-        if (rc == HUB_ENOMEM) {
-            hub_api_send_oom(call->req);
-            return;
-        }
-        if (rc == 0 && json_array_size(changes) > 0) {
-            char detail[256];
-            snprintf(detail, sizeof(detail),
-                     "%s breaks compatibility with %s, the version below it in major %d: "
-                     "publish it as a new major instead",
-                     c->version, prev_version, c->major);
-            hub_api_send_problem(call->req, 409, detail, changes_errors(changes));
-            json_decref(changes);
-            return;
-        }
-        json_decref(changes);
-        /* rc != 0: the stored version no longer parses as a schema; the new
-         * one is compiled and valid, so it is accepted (and logged) */
-        if (rc != 0) {
-            hub_log(HUB_WARN, "a stored schema could not be compared; registering the new one",
-                    HUB_LS("event_type", c->type), HUB_LS("version", prev_version));
-        }
-    }
-    char maj[12], min[12], pat[12];
-    snprintf(maj, sizeof(maj), "%d", c->major);
-    snprintf(min, sizeof(min), "%d", c->minor);
-    snprintf(pat, sizeof(pat), "%d", c->patch);
-    char max_n[24], max_bytes[24];
-    snprintf(max_n, sizeof(max_n), "%lld", (long long)call->hub->cfg.schema_max_versions);
-    snprintf(max_bytes, sizeof(max_bytes), "%lld", (long long)call->hub->cfg.schema_max_bytes);
-    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {
-        c->scope, c->type, c->version, maj, min, pat, c->schema_text, c->who, max_n, max_bytes};
-    /* the lock first: the caps count what committed registrations left */
-    struct hub_pg_txn *txn = hub_api_call_txn(call, put_done);
-    if (txn == NULL) {
+    if (prev == NULL) {
+        put_insert(c);
         return;
     }
-    hub_pg_txn_add(txn, &hub_sql_schema_scope_lock, HUB_SQL_SCHEMA_SCOPE_LOCK_NPARAMS, p, NULL,
-                   NULL);
-    hub_pg_txn_add(txn, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p, NULL, NULL);
-    hub_api_call_submit(call, txn);
+    c->prev_text = hub_api_strdup(prev, &oom);
+    c->prev_version = hub_api_strdup(prev_version, &oom);
+    if (oom) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    c->work.data = c;
+    hub_api_call_wait(call);
+    if (uv_queue_work(call->hub->loop, &c->work, compat_work, compat_done) != 0) {
+        c->compat_rc = HUB_ENOMEM;
+        hub_api_call_wake(call, compat_answered, NULL);
+    }
 }
 
 /*
