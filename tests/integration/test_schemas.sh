@@ -62,6 +62,22 @@ ev_schema() {
     ev_post "$key" "$id" "$data" /schemas -H "ce-schemaversion: $version" "$@"
 }
 
+# until_422 TRIES PAUSE ID_PREFIX: posts {"id":5} (invalid for SCHEMA_V1)
+# as version 1.0.0 of $TENANT with $KEY until it is refused (422), at most
+# TRIES times PAUSE apart; sets code (the last status) and ms (how long).
+until_422() {
+    local i start
+    start=$(date +%s%N)
+    code=0
+    for i in $(seq 1 "$1"); do
+        ev_schema "$KEY" "$3-$i" '{"id":5}' 1.0.0 >/dev/null
+        code=$(http_status)
+        [[ $code == 422 ]] && break
+        sleep "$2"
+    done
+    ms=$((($(date +%s%N) - start) / 1000000))
+}
+
 scenario_registry_roundtrip() {
     local t body digest
     t=$(own_id t)
@@ -385,7 +401,7 @@ scenario_per_tenant_caps() {
 # big schemas live (~70 ms each to compile), a new small one is in use
 # within 300 ms of its registration, not after a compile of everything.
 scenario_reload_reuses_compiled_schemas() {
-    local key2 i start ms code
+    local key2 i ms code
     own_client a
     key2=$(own_tenant_key b)
     big_schema "$WORK/reuse-big.json"
@@ -397,15 +413,7 @@ scenario_reload_reuses_compiled_schemas() {
     sleep 1 # every reload of those done
     tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
     assert_eq 201 "$(http_status)" "a small schema registered"
-    start=$(date +%s%N)
-    code=0
-    for i in $(seq 1 100); do
-        TENANT=$(own_id a) ev_schema "$KEY" "reuse-$i" '{"id":5}' 1.0.0 >/dev/null
-        code=$(http_status)
-        [[ $code == 422 ]] && break
-        sleep 0.01
-    done
-    ms=$((($(date +%s%N) - start) / 1000000))
+    until_422 100 0.01 reuse
     assert_eq 422 "$code" "the small schema is in use"
     assert_le "$ms" 300 "within 300 ms of its registration (${ms} ms)"
 }
@@ -429,7 +437,7 @@ scenario_delivery_header() {
 # Two processes on one database: a schema registered through A is used by
 # B within 1 s (B's poll, STREAMING_HUB_SCHEMA_POLL at its default 250 ms).
 scenario_two_processes_within_1s() {
-    local url_a url_b start ms code t saved
+    local url_a url_b ms code t saved
     own_client
     t=$TENANT
     url_a=$HUB_URL
@@ -445,15 +453,7 @@ scenario_two_processes_within_1s() {
     HUB_URL=$url_a
     hub_curl PUT "/v1/schemas/$TYPE/1.0.0" "$SCHEMA_V1" -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 201 "$(http_status)" "registered on A"
-    start=$(date +%s%N)
-    code=0
-    for i in $(seq 1 40); do
-        HUB_URL=$url_b TENANT=$t ev_schema "$KEY" "two-$i" '{"id":5}' 1.0.0 >/dev/null
-        code=$(http_status)
-        [[ $code == 422 ]] && break
-        sleep 0.02
-    done
-    ms=$((($(date +%s%N) - start) / 1000000))
+    HUB_URL=$url_b TENANT=$t until_422 40 0.02 two
     assert_eq 422 "$code" "B validates with A's schema"
     assert_le "$ms" 1000 "within 1 s of the registration (${ms} ms)"
     kill "$pid_b" 2>/dev/null
