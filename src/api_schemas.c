@@ -63,7 +63,8 @@ struct schemas_call {
     char *prev_text;    /* the stored text of the version below */
     char *prev_version; /* its number */
     int compat_rc;
-    json_t *changes; /* the breaking changes found */
+    json_t *changes;    /* the breaking changes found */
+    json_t *registered; /* the new version's object, answered once in use */
 };
 
 /* on_free: what the route put in its state (api_util.h). */
@@ -81,6 +82,7 @@ static void schemas_call_free(struct hub_api_call *call) {
     free(c->prev_text);
     free(c->prev_version);
     json_decref(c->changes);
+    json_decref(c->registered);
 }
 
 /* 1 when s[0..len) is an event type a route takes: 1..200 of
@@ -181,6 +183,23 @@ static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *
 
 /* ------------------------------------------------------- registration -- */
 
+/* The new version is in this process's registry (or the reload failed,
+ * which the registry logged): 201, re-rendered compact as every answer. */
+static void put_answer(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    (void)arg;
+
+    hub_api_send_json(call->req, 201, c->registered);
+}
+
+/* hub_schemas_after_reload's callback: the wait ends (freeing the call
+ * when its request went away meanwhile). */
+static void put_in_use(void *arg) {
+    struct schemas_call *c = arg;
+
+    hub_api_call_wake(&c->call, put_answer, NULL);
+}
+
 /*
  * The insert came back (the transaction's second statement; the first took
  * the scope's lock): 201 with the new version, or 409 naming the cap the
@@ -206,12 +225,18 @@ static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out
         return;
     }
     if (!PQgetisnull(r, 0, HUB_SCHEMA_PUT_COL_OBJECT)) {
-        json_t *obj = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_OBJECT),
-                                        (size_t)PQgetlength(r, 0, HUB_SCHEMA_PUT_COL_OBJECT));
-        hub_schemas_poke(call->hub);
-        if (obj != NULL) { /* re-rendered compact, as every answer */
-            hub_api_send_json(call->req, 201, obj);
-            json_decref(obj);
+        c->registered = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_OBJECT),
+                                          (size_t)PQgetlength(r, 0, HUB_SCHEMA_PUT_COL_OBJECT));
+        if (c->registered == NULL) {
+            hub_schemas_poke(call->hub);
+            return; /* answered */
+        }
+        /* answered once this process uses it: an event sent here right
+         * after the 201 is checked against the new version */
+        hub_api_call_wait(call);
+        if (hub_schemas_after_reload(call->hub, put_in_use, c) != 0) {
+            hub_schemas_poke(call->hub);
+            put_in_use(c);
         }
         return;
     }

@@ -72,6 +72,8 @@ struct hub_schemas {
     int failing;                /* polls are failing (logged once) */
     int closed;                 /* the sidecar is closed: the last one out frees reg */
     struct schema_waiter *waiters;
+    /* hub_schemas_after_reload: for the next round, and the round under way */
+    struct schema_waiter *pending, *round;
 };
 
 /* ------------------------------------------------------------ versions -- */
@@ -474,14 +476,34 @@ static void waiters_run(struct hub_schemas *reg) {
 
 static void poll_send(struct hub_schemas *reg);
 
+/* Runs and frees a list of waiters (hub_schemas_after_reload). */
+static void waiters_list_run(struct schema_waiter *w) {
+    while (w != NULL) {
+        struct schema_waiter *next = w->next;
+        w->cb(w->arg);
+        free(w);
+        w = next;
+    }
+}
+
+/* A round (a poll, and the load it started) has ended, however: its
+ * waiters may answer. */
+static void round_end(struct hub_schemas *reg) {
+    struct schema_waiter *w = reg->round;
+
+    reg->busy = 0;
+    reg->round = NULL;
+    waiters_list_run(w);
+}
+
 /* Back on the loop: the new snapshot replaces the one in use. */
 static void load_done(uv_work_t *w, int status) {
     struct schema_load *ld = w->data;
     struct hub_schemas *reg = ld->reg;
 
     (void)status;
-    reg->busy = 0;
     if (reg->hub == NULL) { /* stopped meanwhile */
+        reg->busy = 0;
         hub_schemas_release(ld->set);
         load_free(ld);
         if (reg->closed) {
@@ -512,6 +534,8 @@ static void load_done(uv_work_t *w, int status) {
         }
     }
     load_free(ld);
+    /* after the swap: the round's waiters answer with the new snapshot in use */
+    round_end(reg);
     if (reg->poked) {
         poll_send(reg);
     }
@@ -594,18 +618,18 @@ static void load_answered(void *arg, const struct hub_pg_outcome *out) {
     struct hub_schemas *reg = arg;
 
     if (reg->hub == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return; /* stopping: the sidecar's close frees reg */
     }
     if (out->status != HUB_PG_OK || out->n_results < 3) {
-        reg->busy = 0;
+        round_end(reg);
         poll_failed(reg, out);
         return;
     }
     reg->failing = 0;
     uint64_t gen = strtoull(PQgetvalue(out->results[0], 0, HUB_SCHEMA_GEN_COL), NULL, 10);
     if (load_start(reg, gen, out->results[1], out->results[2]) != 0) {
-        reg->busy = 0;
+        round_end(reg);
         hub_log(HUB_ERROR, "out of memory loading the schema registry; keeping the last one");
         return;
     }
@@ -619,17 +643,17 @@ static void poll_answered(void *arg, const struct hub_pg_outcome *out) {
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
 
     if (reg->hub == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return;
     }
     if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
-        reg->busy = 0;
+        round_end(reg);
         poll_failed(reg, out);
         return;
     }
     reg->failing = 0;
     if (strtoull(PQgetvalue(r, 0, HUB_SCHEMA_GEN_COL), NULL, 10) == reg->generation && reg->ready) {
-        reg->busy = 0;
+        round_end(reg);
         if (reg->poked) {
             poll_send(reg);
         }
@@ -640,7 +664,7 @@ static void poll_answered(void *arg, const struct hub_pg_outcome *out) {
      * poll loads that) */
     txn = hub_pg_txn_new(reg->side.pg, load_answered, reg);
     if (txn == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return;
     }
     hub_pg_txn_add(txn, &hub_sql_schema_generation, 0, NULL, NULL, NULL);
@@ -660,9 +684,16 @@ static void poll_send(struct hub_schemas *reg) {
     reg->poked = 0;
     txn = hub_pg_txn_new(reg->side.pg, poll_answered, reg);
     if (txn == NULL) {
+        /* no round: nothing better will come of waiting for one */
+        struct schema_waiter *w = reg->pending;
+        reg->pending = NULL;
+        waiters_list_run(w);
         return;
     }
     reg->busy = 1;
+    /* the round's poll starts now: it sees every change committed before */
+    reg->round = reg->pending;
+    reg->pending = NULL;
     hub_pg_txn_add(txn, &hub_sql_schema_generation, 0, NULL, NULL, NULL);
     hub_pg_txn_submit(txn);
 }
@@ -714,6 +745,10 @@ void hub_schemas_stop(struct hub *hub) {
     }
     hub->schemas = NULL;
     reg->hub = NULL;
+    /* the API's waits answer now: their changes are committed */
+    waiters_list_run(reg->round);
+    waiters_list_run(reg->pending);
+    reg->round = reg->pending = NULL;
     /* waiters are batches of an ingest that has stopped by now */
     while (reg->waiters != NULL) {
         struct schema_waiter *w = reg->waiters;
@@ -729,6 +764,26 @@ void hub_schemas_poke(struct hub *hub) {
         hub->schemas->poked = 1;
         poll_send(hub->schemas);
     }
+}
+
+int hub_schemas_after_reload(struct hub *hub, void (*cb)(void *arg), void *arg) {
+    struct hub_schemas *reg = hub->schemas;
+    struct schema_waiter *w;
+
+    if (reg == NULL) {
+        cb(arg);
+        return 0;
+    }
+    if ((w = malloc(sizeof(*w))) == NULL) {
+        return HUB_ENOMEM;
+    }
+    w->cb = cb;
+    w->arg = arg;
+    w->next = reg->pending;
+    reg->pending = w;
+    reg->poked = 1;
+    poll_send(reg);
+    return 0;
 }
 
 int hub_schemas_ready(const struct hub *hub) {
