@@ -13,7 +13,8 @@
 # unknown major accepted by default (counted) and quarantined by the type's
 # setting; Kafka ingest quarantined the same way; the tenant's versions of a
 # major hide the platform's, and never reach another tenant; a hostile
-# payload does not hold up another tenant; a big schema registers without
+# payload does not hold up another tenant; a schema of 9,000 costly patterns
+# is refused quickly with 400 naming the pattern; a big schema registers without
 # holding up /healthz (the compile runs off the loop); a tenant at its cap
 # of live versions or bytes is refused with 409 naming it, and others are
 # not; a reload compiles only new schemas (one registered beside 3 MiB of
@@ -323,6 +324,31 @@ big_schema() {
         }
         printf "}}"
     }' >"$1"
+}
+
+# The reported attack: 9,000 properties each with a pattern of nested
+# counted repeats (a valid 0.6 MiB draft-07 schema that took seconds of CPU
+# and ~480 MiB per process to compile) is refused with 400 naming the
+# pattern over the compiled-size limit, and the hub's memory stays put.
+scenario_hostile_schema_refused() {
+    local start ms rss0 rss1 body
+    own_client
+    awk 'BEGIN {
+        printf "{\"type\":\"object\",\"properties\":{"
+        for (i = 0; i < 9000; i++)
+            printf "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"(?:(?:[a-z]\\\\d?){1,30}){1,30}\"}", (i ? "," : ""), i
+        printf "}}"
+    }' >"$WORK/hostile-schema.json"
+    rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$HUB_PID/status")
+    start=$(date +%s%N)
+    body=$(hub_curl PUT "/v1/schemas/$TYPE/1.0.0" "" -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' --data-binary "@$WORK/hostile-schema.json")
+    ms=$((($(date +%s%N) - start) / 1000000))
+    rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$HUB_PID/status")
+    assert_eq 400 "$(http_status)" "refused (${ms} ms, RSS ${rss0} -> ${rss1} KiB)"
+    assert_match "$body" '"pointer":"/properties/p[0-9]+/pattern"' "naming the pattern: ${body:0:300}"
+    assert_contains "$body" "compiled patterns over" "and the limit"
+    assert_le "$((rss1 - rss0))" 65536 "the hub's memory grew by under 64 MiB"
 }
 
 # Even under the validator's limits the most costly schema compiles in
