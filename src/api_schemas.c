@@ -64,7 +64,8 @@ struct schemas_call {
     char *prev_version; /* its number */
     int compat_rc;
     json_t *changes;    /* the breaking changes found */
-    json_t *registered; /* the new version's object, answered once in use */
+    json_t *registered; /* PUT, settings: the object answered once in use */
+    int answer_status;  /* ... with this status (204: no body) */
 };
 
 /* on_free: what the route put in its state (api_util.h). */
@@ -166,30 +167,17 @@ static void get_done(struct hub_api_call *call, const struct hub_pg_outcome *out
     send_first_object(call, out, 200, "no such schema version");
 }
 
-/* The settings are stored: this process reloads at once, the others at
- * their next poll. */
-static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    hub_schemas_poke(call->hub);
-    send_first_object(call, out, 200, "the settings were not stored");
-}
-
-/* A retirement: 204, or 404 when no live version had that number. */
-static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    if (hub_api_found(call->req, out, 0, "no such schema version") != NULL) {
-        hub_schemas_poke(call->hub);
-        hub_api_send_no_content(call->req);
-    }
-}
-
-/* ------------------------------------------------------- registration -- */
-
-/* The new version is in this process's registry (or the reload failed,
- * which the registry logged): 201, re-rendered compact as every answer. */
+/* The change is in this process's registry (or the reload failed, which
+ * the registry logged): the answer kept for then. */
 static void put_answer(struct hub_api_call *call, void *arg) {
     struct schemas_call *c = (struct schemas_call *)call;
     (void)arg;
 
-    hub_api_send_json(call->req, 201, c->registered);
+    if (c->answer_status == 204) {
+        hub_api_send_no_content(call->req);
+    } else {
+        hub_api_send_json(call->req, c->answer_status, c->registered);
+    }
 }
 
 /* hub_schemas_after_reload's callback: the wait ends (freeing the call
@@ -199,6 +187,46 @@ static void put_in_use(void *arg) {
 
     hub_api_call_wake(&c->call, put_answer, NULL);
 }
+
+/* Answers status (with c->registered unless 204) once this process's
+ * registry has the change just committed: a request sent here right after
+ * the answer sees it. */
+static void answer_in_use(struct schemas_call *c, int status) {
+    c->answer_status = status;
+    hub_api_call_wait(&c->call);
+    if (hub_schemas_after_reload(c->call.hub, put_in_use, c) != 0) {
+        hub_schemas_poke(c->call.hub);
+        put_in_use(c);
+    }
+}
+
+/* The settings are stored: answered once this process uses them, the
+ * others at their next poll. */
+static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    PGresult *r = hub_api_found(call->req, out, 0, "the settings were not stored");
+
+    if (r == NULL) {
+        return;
+    }
+    c->registered = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_OBJECT_COL),
+                                      (size_t)PQgetlength(r, 0, HUB_SCHEMA_OBJECT_COL));
+    if (c->registered == NULL) {
+        hub_schemas_poke(call->hub);
+        return; /* answered */
+    }
+    answer_in_use(c, 200);
+}
+
+/* A retirement: 204 once this process no longer uses the version, or 404
+ * when no live version had that number. */
+static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    if (hub_api_found(call->req, out, 0, "no such schema version") != NULL) {
+        answer_in_use((struct schemas_call *)call, 204);
+    }
+}
+
+/* ------------------------------------------------------- registration -- */
 
 /*
  * The insert came back (the transaction's second statement; the first took
@@ -231,13 +259,8 @@ static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out
             hub_schemas_poke(call->hub);
             return; /* answered */
         }
-        /* answered once this process uses it: an event sent here right
-         * after the 201 is checked against the new version */
-        hub_api_call_wait(call);
-        if (hub_schemas_after_reload(call->hub, put_in_use, c) != 0) {
-            hub_schemas_poke(call->hub);
-            put_in_use(c);
-        }
+        /* an event sent here right after the 201 is checked against it */
+        answer_in_use(c, 201);
         return;
     }
     /* over a cap: name the one that refused it, and what the scope holds */
