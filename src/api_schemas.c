@@ -200,6 +200,18 @@ static void answer_in_use(struct schemas_call *c, int status) {
     }
 }
 
+/* answer_in_use with the object in column col of r's first row (parsed
+ * and re-rendered compact, as every answer); 500 when it does not parse. */
+static void answer_object_in_use(struct schemas_call *c, PGresult *r, int col, int status) {
+    c->registered =
+        hub_api_pg_object(c->call.req, PQgetvalue(r, 0, col), (size_t)PQgetlength(r, 0, col));
+    if (c->registered == NULL) {
+        hub_schemas_poke(c->call.hub); /* answered: the change still loads */
+        return;
+    }
+    answer_in_use(c, status);
+}
+
 /* The settings are stored: answered once this process uses them, the
  * others at their next poll. */
 static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
@@ -209,13 +221,7 @@ static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome
     if (r == NULL) {
         return;
     }
-    c->registered = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_OBJECT_COL),
-                                      (size_t)PQgetlength(r, 0, HUB_SCHEMA_OBJECT_COL));
-    if (c->registered == NULL) {
-        hub_schemas_poke(call->hub);
-        return; /* answered */
-    }
-    answer_in_use(c, 200);
+    answer_object_in_use(c, r, HUB_SCHEMA_OBJECT_COL, 200);
 }
 
 /* A retirement: 204 once this process no longer uses the version, or 404
@@ -253,14 +259,8 @@ static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out
         return;
     }
     if (!PQgetisnull(r, 0, HUB_SCHEMA_PUT_COL_OBJECT)) {
-        c->registered = hub_api_pg_object(call->req, PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_OBJECT),
-                                          (size_t)PQgetlength(r, 0, HUB_SCHEMA_PUT_COL_OBJECT));
-        if (c->registered == NULL) {
-            hub_schemas_poke(call->hub);
-            return; /* answered */
-        }
         /* an event sent here right after the 201 is checked against it */
-        answer_in_use(c, 201);
+        answer_object_in_use(c, r, HUB_SCHEMA_PUT_COL_OBJECT, 201);
         return;
     }
     /* over a cap: name the one that refused it, and what the scope holds */

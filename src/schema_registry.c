@@ -766,21 +766,30 @@ void hub_schemas_poke(struct hub *hub) {
     }
 }
 
+/* Adds cb(arg) to the front of *list.  Returns 0 or HUB_ENOMEM. */
+static int waiter_push(struct schema_waiter **list, void (*cb)(void *arg), void *arg) {
+    struct schema_waiter *w = malloc(sizeof(*w));
+
+    if (w == NULL) {
+        return HUB_ENOMEM;
+    }
+    w->cb = cb;
+    w->arg = arg;
+    w->next = *list;
+    *list = w;
+    return 0;
+}
+
 int hub_schemas_after_reload(struct hub *hub, void (*cb)(void *arg), void *arg) {
     struct hub_schemas *reg = hub->schemas;
-    struct schema_waiter *w;
 
     if (reg == NULL) {
         cb(arg);
         return 0;
     }
-    if ((w = malloc(sizeof(*w))) == NULL) {
+    if (waiter_push(&reg->pending, cb, arg) != 0) {
         return HUB_ENOMEM;
     }
-    w->cb = cb;
-    w->arg = arg;
-    w->next = reg->pending;
-    reg->pending = w;
     reg->poked = 1;
     poll_send(reg);
     return 0;
@@ -791,20 +800,11 @@ int hub_schemas_ready(const struct hub *hub) {
 }
 
 int hub_schemas_when_ready(struct hub *hub, void (*cb)(void *arg), void *arg) {
-    struct schema_waiter *w;
-
     if (hub_schemas_ready(hub)) {
         cb(arg);
         return 0;
     }
-    if ((w = malloc(sizeof(*w))) == NULL) {
-        return HUB_ENOMEM;
-    }
-    w->cb = cb;
-    w->arg = arg;
-    w->next = hub->schemas->waiters;
-    hub->schemas->waiters = w;
-    return 0;
+    return waiter_push(&hub->schemas->waiters, cb, arg);
 }
 
 void hub_schemas_cancel_wait(struct hub *hub, void *arg) {
