@@ -54,7 +54,10 @@ struct schemas_call {
     char *setting;     /* PUT settings: "accept" | "quarantine" */
     /* PUT: the parse and compile on the threadpool, and what they found */
     uv_work_t work;
-    char *body; /* a copy of the request body: the request may go meanwhile */
+    uv_work_cb work_cb;          /* the step to run (put_compile_work, compat_work) */
+    uv_after_work_cb after_cb;   /* ... and its end on the loop */
+    struct schemas_call *queued; /* next in the queue of steps waiting for their turn */
+    char *body;                  /* a copy of the request body: the request may go meanwhile */
     size_t body_len;
     int compile_rc;
     char body_error[256]; /* set when the body is not a JSON object */
@@ -305,6 +308,60 @@ static json_t *changes_errors(const json_t *changes) {
     return errors;
 }
 
+/*
+ * Registration steps on the threadpool run one at a time per process: the
+ * threadpool also checks every tenant's events against their schemas, and
+ * one tenant's burst of large registrations must not take all its threads.
+ * Loop-only state, so file-static.
+ */
+#define SCHEMAS_WORK_MAX 1
+static int work_running;
+static struct schemas_call *work_head, *work_tail;
+
+/* Starts c's step; a call whose request went away meanwhile skips it (its
+ * end runs at once, as cancelled, and frees the call). */
+static void work_start(struct schemas_call *c) {
+    work_running++;
+    if (c->call.req == NULL ||
+        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, c->after_cb) != 0) {
+        c->after_cb(&c->work, UV_ECANCELED);
+    }
+}
+
+/* Runs work(c) on the threadpool when its turn comes, then after on the
+ * loop; the call waits meanwhile (hub_api_call_wait).  after must call
+ * work_finished first. */
+static void work_submit(struct schemas_call *c, uv_work_cb work, uv_after_work_cb after) {
+    c->work.data = c;
+    c->work_cb = work;
+    c->after_cb = after;
+    c->queued = NULL;
+    hub_api_call_wait(&c->call);
+    if (work_running < SCHEMAS_WORK_MAX) {
+        work_start(c);
+        return;
+    }
+    if (work_tail != NULL) {
+        work_tail->queued = c;
+    } else {
+        work_head = c;
+    }
+    work_tail = c;
+}
+
+/* A step ended: the next waiting one starts. */
+static void work_finished(void) {
+    work_running--;
+    if (work_head != NULL && work_running < SCHEMAS_WORK_MAX) {
+        struct schemas_call *next = work_head;
+        work_head = next->queued;
+        if (work_head == NULL) {
+            work_tail = NULL;
+        }
+        work_start(next);
+    }
+}
+
 /* The insert, under the scope's lock and caps (put_done answers). */
 static void put_insert(struct schemas_call *c) {
     struct hub_api_call *call = &c->call;
@@ -375,8 +432,9 @@ static void compat_answered(struct hub_api_call *call, void *arg) {
 static void compat_done(uv_work_t *w, int status) {
     struct schemas_call *c = w->data;
 
+    work_finished();
     if (status != 0) {
-        c->compat_rc = HUB_ECANCELED; /* the loop is closing */
+        c->compat_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
     }
     hub_api_call_wake(&c->call, compat_answered, NULL);
 }
@@ -426,12 +484,7 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
         hub_api_send_oom(call->req);
         return;
     }
-    c->work.data = c;
-    hub_api_call_wait(call);
-    if (uv_queue_work(call->hub->loop, &c->work, compat_work, compat_done) != 0) {
-        c->compat_rc = HUB_ENOMEM;
-        hub_api_call_wake(call, compat_answered, NULL);
-    }
+    work_submit(c, compat_work, compat_done);
 }
 
 /*
@@ -515,8 +568,9 @@ static void put_compiled(struct hub_api_call *call, void *arg) {
 static void put_compile_done(uv_work_t *w, int status) {
     struct schemas_call *c = w->data;
 
+    work_finished();
     if (status != 0) {
-        c->compile_rc = HUB_ECANCELED; /* the loop is closing */
+        c->compile_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
     }
     hub_api_call_wake(&c->call, put_compiled, NULL);
 }
@@ -549,12 +603,7 @@ static int put_read(struct schemas_call *c) {
     }
     memcpy(c->body, req->entity.base, req->entity.len);
     c->body_len = req->entity.len;
-    c->work.data = c;
-    hub_api_call_wait(&c->call);
-    if (uv_queue_work(c->call.hub->loop, &c->work, put_compile_work, put_compile_done) != 0) {
-        c->compile_rc = HUB_ENOMEM;
-        hub_api_call_wake(&c->call, put_compiled, NULL);
-    }
+    work_submit(c, put_compile_work, put_compile_done);
     return 0;
 }
 
