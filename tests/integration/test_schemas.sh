@@ -15,7 +15,8 @@
 # major hide the platform's, and never reach another tenant; a hostile
 # payload does not hold up another tenant; a schema of 9,000 costly patterns
 # is refused quickly with 400 naming the pattern; a big schema registers without
-# holding up /healthz (the compile runs off the loop); a tenant at its cap
+# holding up /healthz (the compile runs off the loop), and clients that hang
+# up on theirs leave nothing behind; a tenant at its cap
 # of live versions or bytes is refused with 409 naming it, and others are
 # not; a reload compiles only new schemas (one registered beside 3 MiB of
 # big ones is in use within 300 ms, and the 201 comes once it is);
@@ -384,6 +385,24 @@ scenario_registration_compiles_off_the_loop() {
     done
     assert_ge "$n" 1 "/healthz asked while they registered (${put_ms} ms)"
     assert_le "$worst" 100 "/healthz answered within 100 ms meanwhile (worst ${worst} ms of $n)"
+}
+
+# Clients that hang up while their registrations wait for the threadpool
+# leave nothing behind: the next registration is answered.
+scenario_abandoned_registrations() {
+    local v
+    own_client
+    big_schema "$WORK/gone-schema.json"
+    for v in 1 2 3 4; do
+        curl -s -o /dev/null --max-time 0.05 -X PUT -H "Authorization: Bearer $KEY" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/gone-schema.json" \
+            "$HUB_URL/v1/schemas/gone.big/$v.0.0" &
+        track_pid $!
+    done
+    wait
+    tput "$KEY" gone.small 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "the next registration is answered"
+    hub_alive || fail "the hub died"
 }
 
 # A tenant at a cap is refused with 409 naming it; retiring makes room;
