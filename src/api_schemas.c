@@ -54,8 +54,9 @@ struct schemas_call {
     char *setting;     /* PUT settings: "accept" | "quarantine" */
     /* PUT: the parse and compile on the threadpool, and what they found */
     uv_work_t work;
-    uv_work_cb work_cb;          /* the step to run (put_compile_work, compat_work) */
-    uv_after_work_cb after_cb;   /* ... and its end on the loop */
+    uv_work_cb work_cb; /* the step to run (put_compile_work, compat_work) */
+    int *work_rc;       /* ... where it leaves its result */
+    void (*answer)(struct hub_api_call *call, void *arg); /* ... what follows on the loop */
     struct schemas_call *queued; /* next in the queue of steps waiting for their turn */
     char *body;                  /* a copy of the request body: the request may go meanwhile */
     size_t body_len;
@@ -320,21 +321,25 @@ static struct schemas_call *work_head, *work_tail;
 
 /* Starts c's step; a call whose request went away meanwhile skips it (its
  * end runs at once, as cancelled, and frees the call). */
+static void work_done(uv_work_t *w, int status);
+
 static void work_start(struct schemas_call *c) {
     work_running++;
     if (c->call.req == NULL ||
-        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, c->after_cb) != 0) {
-        c->after_cb(&c->work, UV_ECANCELED);
+        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, work_done) != 0) {
+        work_done(&c->work, UV_ECANCELED);
     }
 }
 
-/* Runs work(c) on the threadpool when its turn comes, then after on the
- * loop; the call waits meanwhile (hub_api_call_wait).  after must call
- * work_finished first. */
-static void work_submit(struct schemas_call *c, uv_work_cb work, uv_after_work_cb after) {
+/* Runs work(c) on the threadpool when its turn comes, leaving its result
+ * in *rc, then answer(c) on the loop if the request is still there; the
+ * call waits meanwhile (hub_api_call_wait). */
+static void work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
+                        void (*answer)(struct hub_api_call *call, void *arg)) {
     c->work.data = c;
     c->work_cb = work;
-    c->after_cb = after;
+    c->work_rc = rc;
+    c->answer = answer;
     c->queued = NULL;
     hub_api_call_wait(&c->call);
     if (work_running < SCHEMAS_WORK_MAX) {
@@ -349,8 +354,11 @@ static void work_submit(struct schemas_call *c, uv_work_cb work, uv_after_work_c
     work_tail = c;
 }
 
-/* A step ended: the next waiting one starts. */
-static void work_finished(void) {
+/* A step ended (or was skipped): the next waiting one starts, and the
+ * call's wait ends (freeing it when its request went away meanwhile). */
+static void work_done(uv_work_t *w, int status) {
+    struct schemas_call *c = w->data;
+
     work_running--;
     if (work_head != NULL && work_running < SCHEMAS_WORK_MAX) {
         struct schemas_call *next = work_head;
@@ -360,6 +368,10 @@ static void work_finished(void) {
         }
         work_start(next);
     }
+    if (status != 0) {
+        *c->work_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
+    }
+    hub_api_call_wake(&c->call, c->answer, NULL);
 }
 
 /* The insert, under the scope's lock and caps (put_done answers). */
@@ -427,18 +439,6 @@ static void compat_answered(struct hub_api_call *call, void *arg) {
     put_insert(c);
 }
 
-/* The threadpool is done comparing: the wait ends (freeing the call when
- * its request went away meanwhile). */
-static void compat_done(uv_work_t *w, int status) {
-    struct schemas_call *c = w->data;
-
-    work_finished();
-    if (status != 0) {
-        c->compat_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
-    }
-    hub_api_call_wake(&c->call, compat_answered, NULL);
-}
-
 /* What the version is compared with came back: the same version already
  * there (200 when identical, 409 when not), the version below it to
  * compare with on the threadpool (compat_answered goes on), or the insert. */
@@ -484,7 +484,7 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
         hub_api_send_oom(call->req);
         return;
     }
-    work_submit(c, compat_work, compat_done);
+    work_submit(c, compat_work, &c->compat_rc, compat_answered);
 }
 
 /*
@@ -563,18 +563,6 @@ static void put_compiled(struct hub_api_call *call, void *arg) {
     hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS, p);
 }
 
-/* The threadpool is done: the wait ends (freeing the call when its request
- * went away meanwhile). */
-static void put_compile_done(uv_work_t *w, int status) {
-    struct schemas_call *c = w->data;
-
-    work_finished();
-    if (status != 0) {
-        c->compile_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
-    }
-    hub_api_call_wake(&c->call, put_compiled, NULL);
-}
-
 /*
  * Takes the body of a registration and parses and compiles it on the libuv
  * threadpool: even under the validator's limits a large schema costs tens
@@ -603,7 +591,7 @@ static int put_read(struct schemas_call *c) {
     }
     memcpy(c->body, req->entity.base, req->entity.len);
     c->body_len = req->entity.len;
-    work_submit(c, put_compile_work, put_compile_done);
+    work_submit(c, put_compile_work, &c->compile_rc, put_compiled);
     return 0;
 }
 
