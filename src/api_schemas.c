@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "api_util.h"
 #include "error.h"
@@ -51,6 +52,24 @@ struct schemas_call {
     json_t *schema;    /* PUT: the body */
     char *schema_text; /* PUT: its stored text (compact, keys sorted) */
     char *setting;     /* PUT settings: "accept" | "quarantine" */
+    /* PUT: the parse and compile on the threadpool, and what they found */
+    uv_work_t work;
+    uv_work_cb work_cb; /* the step to run (put_compile_work, compat_work) */
+    int *work_rc;       /* ... where it leaves its result */
+    void (*answer)(struct hub_api_call *call, void *arg); /* ... what follows on the loop */
+    struct schemas_call *queued; /* next in the queue of steps waiting for their turn */
+    char *body;                  /* a copy of the request body: the request may go meanwhile */
+    size_t body_len;
+    int compile_rc;
+    char body_error[256]; /* set when the body is not a JSON object */
+    struct hub_jschema_error compile_err;
+    /* PUT: the comparison with the version below, on the threadpool too */
+    char *prev_text;    /* the stored text of the version below */
+    char *prev_version; /* its number */
+    int compat_rc;
+    json_t *changes;    /* the breaking changes found */
+    json_t *registered; /* PUT, settings: the object answered once in use */
+    int answer_status;  /* ... with this status (204: no body) */
 };
 
 /* on_free: what the route put in its state (api_util.h). */
@@ -64,6 +83,11 @@ static void schemas_call_free(struct hub_api_call *call) {
     json_decref(c->schema);
     free(c->schema_text);
     free(c->setting);
+    free(c->body);
+    free(c->prev_text);
+    free(c->prev_version);
+    json_decref(c->changes);
+    json_decref(c->registered);
 }
 
 /* 1 when s[0..len) is an event type a route takes: 1..200 of
@@ -147,35 +171,119 @@ static void get_done(struct hub_api_call *call, const struct hub_pg_outcome *out
     send_first_object(call, out, 200, "no such schema version");
 }
 
-/* The settings are stored: this process reloads at once, the others at
- * their next poll. */
-static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    hub_schemas_poke(call->hub);
-    send_first_object(call, out, 200, "the settings were not stored");
+/* The change is in this process's registry (or the reload failed, which
+ * the registry logged): the answer kept for then. */
+static void put_answer(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    (void)arg;
+
+    if (c->answer_status == 204) {
+        hub_api_send_no_content(call->req);
+    } else {
+        hub_api_send_json(call->req, c->answer_status, c->registered);
+    }
 }
 
-/* A retirement: 204, or 404 when no live version had that number. */
+/* hub_schemas_after_reload's callback: the wait ends (freeing the call
+ * when its request went away meanwhile). */
+static void put_in_use(void *arg) {
+    struct schemas_call *c = arg;
+
+    hub_api_call_wake(&c->call, put_answer, NULL);
+}
+
+/* Answers status (with c->registered unless 204) once this process's
+ * registry has the change just committed: a request sent here right after
+ * the answer sees it. */
+static void answer_in_use(struct schemas_call *c, int status) {
+    c->answer_status = status;
+    hub_api_call_wait(&c->call);
+    if (hub_schemas_after_reload(c->call.hub, put_in_use, c) != 0) {
+        hub_schemas_poke(c->call.hub);
+        put_in_use(c);
+    }
+}
+
+/* answer_in_use with the object in column col of r's first row (parsed
+ * and re-rendered compact, as every answer); 500 when it does not parse. */
+static void answer_object_in_use(struct schemas_call *c, PGresult *r, int col, int status) {
+    c->registered =
+        hub_api_pg_object(c->call.req, PQgetvalue(r, 0, col), (size_t)PQgetlength(r, 0, col));
+    if (c->registered == NULL) {
+        hub_schemas_poke(c->call.hub); /* answered: the change still loads */
+        return;
+    }
+    answer_in_use(c, status);
+}
+
+/* The settings are stored: answered once this process uses them, the
+ * others at their next poll. */
+static void settings_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    PGresult *r = hub_api_found(call->req, out, 0, "the settings were not stored");
+
+    if (r == NULL) {
+        return;
+    }
+    answer_object_in_use(c, r, HUB_SCHEMA_OBJECT_COL, 200);
+}
+
+/* A retirement: 204 once this process no longer uses the version, or 404
+ * when no live version had that number. */
 static void delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     if (hub_api_found(call->req, out, 0, "no such schema version") != NULL) {
-        hub_schemas_poke(call->hub);
-        hub_api_send_no_content(call->req);
+        answer_in_use((struct schemas_call *)call, 204);
     }
 }
 
 /* ------------------------------------------------------- registration -- */
 
-/* The insert came back: 201 with the new version; a unique violation means
- * another request registered the same version between our two round
- * trips, which is a 409 like any other taken version. */
+/*
+ * The insert came back (the transaction's second statement; the first took
+ * the scope's lock): 201 with the new version, or 409 naming the cap the
+ * scope is at.  A unique violation means another request registered the
+ * same version between our two round trips, which is a 409 like any other
+ * taken version.
+ */
 static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    const struct hub_config *cfg = &call->hub->cfg;
+    const char *who = c->tenant ? "tenant" : "scope";
+    PGresult *r = out->n_results > 1 ? out->results[1] : NULL;
+    char detail[256];
+
     if (out->status == HUB_PG_ESTMT && out->sqlstate != NULL &&
         strcmp(out->sqlstate, "23505") == 0) {
         hub_api_send_problem(call->req, 409,
                              "this version was registered meanwhile; versions are immutable", NULL);
         return;
     }
-    hub_schemas_poke(call->hub);
-    send_first_object(call, out, 201, "the schema was not stored");
+    if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    if (!PQgetisnull(r, 0, HUB_SCHEMA_PUT_COL_OBJECT)) {
+        /* an event sent here right after the 201 is checked against it */
+        answer_object_in_use(c, r, HUB_SCHEMA_PUT_COL_OBJECT, 201);
+        return;
+    }
+    /* over a cap: name the one that refused it, and what the scope holds */
+    long long n = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_VERSIONS), NULL, 10);
+    long long bytes = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_BYTES), NULL, 10);
+    if (n >= cfg->schema_max_versions) {
+        snprintf(detail, sizeof(detail),
+                 "this %s holds %lld live schema versions, the most allowed "
+                 "(STREAMING_HUB_SCHEMA_MAX_VERSIONS = %lld): retire one first",
+                 who, n, (long long)cfg->schema_max_versions);
+    } else {
+        snprintf(detail, sizeof(detail),
+                 "this %s holds %lld bytes of live schema text; with this schema (%zu bytes) it "
+                 "would pass the most allowed (STREAMING_HUB_SCHEMA_MAX_BYTES = %lld): retire "
+                 "versions first",
+                 who, bytes, strlen(c->schema_text), (long long)cfg->schema_max_bytes);
+    }
+    /* a conflict with the scope's state, not a fault of the schema */
+    hub_api_send_problem(call->req, 409, detail, NULL);
 }
 
 /* The breaking changes (a JSON array from hub_jschema_compat) as the
@@ -201,14 +309,145 @@ static json_t *changes_errors(const json_t *changes) {
     return errors;
 }
 
+/*
+ * Registration steps on the threadpool run one at a time per process: the
+ * threadpool also checks every tenant's events against their schemas, and
+ * one tenant's burst of large registrations must not take all its threads.
+ * Loop-only state, so file-static.
+ */
+#define SCHEMAS_WORK_MAX 1
+static int work_running;
+static struct schemas_call *work_head, *work_tail;
+
+/* Starts c's step; a call whose request went away meanwhile skips it (its
+ * end runs at once, as cancelled, and frees the call). */
+static void work_done(uv_work_t *w, int status);
+
+static void work_start(struct schemas_call *c) {
+    work_running++;
+    if (c->call.req == NULL ||
+        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, work_done) != 0) {
+        work_done(&c->work, UV_ECANCELED);
+    }
+}
+
+/* Runs work(c) on the threadpool when its turn comes, leaving its result
+ * in *rc, then answer(c) on the loop if the request is still there; the
+ * call waits meanwhile (hub_api_call_wait). */
+static void work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
+                        void (*answer)(struct hub_api_call *call, void *arg)) {
+    c->work.data = c;
+    c->work_cb = work;
+    c->work_rc = rc;
+    c->answer = answer;
+    c->queued = NULL;
+    hub_api_call_wait(&c->call);
+    if (work_running < SCHEMAS_WORK_MAX) {
+        work_start(c);
+        return;
+    }
+    if (work_tail != NULL) {
+        work_tail->queued = c;
+    } else {
+        work_head = c;
+    }
+    work_tail = c;
+}
+
+/* A step ended (or was skipped): the next waiting one starts, and the
+ * call's wait ends (freeing it when its request went away meanwhile). */
+static void work_done(uv_work_t *w, int status) {
+    struct schemas_call *c = w->data;
+
+    work_running--;
+    if (work_head != NULL && work_running < SCHEMAS_WORK_MAX) {
+        struct schemas_call *next = work_head;
+        work_head = next->queued;
+        if (work_head == NULL) {
+            work_tail = NULL;
+        }
+        work_start(next);
+    }
+    if (status != 0) {
+        *c->work_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
+    }
+    hub_api_call_wake(&c->call, c->answer, NULL);
+}
+
+/* The insert, under the scope's lock and caps (put_done answers). */
+static void put_insert(struct schemas_call *c) {
+    struct hub_api_call *call = &c->call;
+    char maj[12], min[12], pat[12];
+    snprintf(maj, sizeof(maj), "%d", c->major);
+    snprintf(min, sizeof(min), "%d", c->minor);
+    snprintf(pat, sizeof(pat), "%d", c->patch);
+    char max_n[24], max_bytes[24];
+    snprintf(max_n, sizeof(max_n), "%lld", (long long)call->hub->cfg.schema_max_versions);
+    snprintf(max_bytes, sizeof(max_bytes), "%lld", (long long)call->hub->cfg.schema_max_bytes);
+    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {
+        c->scope, c->type, c->version, maj, min, pat, c->schema_text, c->who, max_n, max_bytes};
+    /* the lock first: the caps count what committed registrations left */
+    struct hub_pg_txn *txn = hub_api_call_txn(call, put_done);
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_schema_scope_lock, HUB_SQL_SCHEMA_SCOPE_LOCK_NPARAMS, p, NULL,
+                   NULL);
+    hub_pg_txn_add(txn, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p, NULL, NULL);
+    hub_api_call_submit(call, txn);
+}
+
+/* On a threadpool thread: parses the version below and compares the new
+ * schema with it (as costly as a compile for a large schema). */
+static void compat_work(uv_work_t *w) {
+    struct schemas_call *c = w->data;
+    json_t *old = json_loads(c->prev_text, 0, NULL);
+
+    c->compat_rc = old != NULL ? hub_jschema_compat(old, c->schema, &c->changes) : HUB_EINVAL;
+    json_decref(old);
+}
+
+/* Back on the loop with the request still there: 409 naming each breaking
+ * change, or the insert. */
+static void compat_answered(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    (void)arg;
+
+    if (c->compat_rc == HUB_ENOMEM) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    if (c->compat_rc == HUB_ECANCELED) {
+        hub_api_send_problem(call->req, 503, "the hub is stopping; retry later", NULL);
+        return;
+    }
+    if (c->compat_rc == 0 && json_array_size(c->changes) > 0) {
+        char detail[256];
+        snprintf(detail, sizeof(detail),
+                 "%s breaks compatibility with %s, the version below it in major %d: "
+                 "publish it as a new major instead",
+                 c->version, c->prev_version, c->major);
+        hub_api_send_problem(call->req, 409, detail, changes_errors(c->changes));
+        return;
+    }
+    /* compat_rc != 0: the stored version no longer parses as a schema; the
+     * new one is compiled and valid, so it is accepted (and logged) */
+    if (c->compat_rc != 0) {
+        hub_log(HUB_WARN, "a stored schema could not be compared; registering the new one",
+                HUB_LS("event_type", c->type), HUB_LS("version", c->prev_version));
+    }
+    put_insert(c);
+}
+
 /* What the version is compared with came back: the same version already
- * there (200 when identical, 409 when not), a breaking change against the
- * version below it (409), or the insert. */
+ * there (200 when identical, 409 when not), the version below it to
+ * compare with on the threadpool (compat_answered goes on), or the insert. */
 static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct schemas_call *c = (struct schemas_call *)call;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
     const char *prev = NULL;
     const char *prev_version = NULL;
+    int oom = 0;
 
     if (out->status != HUB_PG_OK || r == NULL) {
         hub_api_send_db_error(call->req, out);
@@ -235,80 +474,124 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
         prev = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_SCHEMA);
         prev_version = PQgetvalue(r, i, HUB_SCHEMA_PRIOR_COL_VERSION);
     }
-    if (prev != NULL) {
-        json_t *old = json_loads(prev, 0, NULL);
-        json_t *changes = NULL;
-        int rc = old != NULL ? hub_jschema_compat(old, c->schema, &changes) : HUB_EINVAL;
-        json_decref(old);
-        if (rc == HUB_ENOMEM) {
-            hub_api_send_oom(call->req);
-            return;
+    if (prev == NULL) {
+        put_insert(c);
+        return;
+    }
+    c->prev_text = hub_api_strdup(prev, &oom);
+    c->prev_version = hub_api_strdup(prev_version, &oom);
+    if (oom) {
+        hub_api_send_oom(call->req);
+        return;
+    }
+    work_submit(c, compat_work, &c->compat_rc, compat_answered);
+}
+
+/*
+ * On a threadpool thread: parses the body of a registration, compiles it
+ * only to see that it can be (the registries compile their own copies), and
+ * renders its stored text.  The call is waiting (hub_api_call_wait), so
+ * nothing on the loop touches c meanwhile.
+ */
+static void put_compile_work(uv_work_t *w) {
+    struct schemas_call *c = w->data;
+    struct hub_jschema *compiled = NULL;
+    json_error_t jerr;
+
+    /* the checks of hub_api_read_json_object, which must run on the loop */
+    c->schema = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (c->schema == NULL || !json_is_object(c->schema)) {
+        if (c->schema == NULL) {
+            snprintf(c->body_error, sizeof(c->body_error),
+                     "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        } else {
+            snprintf(c->body_error, sizeof(c->body_error),
+                     "the request body must be a JSON object");
         }
-        if (rc == 0 && json_array_size(changes) > 0) {
-            char detail[256];
-            snprintf(detail, sizeof(detail),
-                     "%s breaks compatibility with %s, the version below it in major %d: "
-                     "publish it as a new major instead",
-                     c->version, prev_version, c->major);
-            hub_api_send_problem(call->req, 409, detail, changes_errors(changes));
-            json_decref(changes);
-            return;
+        c->compile_rc = HUB_EINVAL;
+        return;
+    }
+    c->compile_rc = hub_jschema_compile(c->schema, NULL, &compiled, &c->compile_err);
+    hub_jschema_free(compiled);
+    if (c->compile_rc == 0) {
+        /* the stored text: compact with sorted keys, so one schema has one
+         * digest whatever the spacing or member order it was sent with */
+        c->schema_text = json_dumps(c->schema, JSON_COMPACT | JSON_SORT_KEYS);
+        if (c->schema_text == NULL) {
+            c->compile_rc = HUB_ENOMEM;
         }
-        json_decref(changes);
-        /* rc != 0: the stored version no longer parses as a schema; the new
-         * one is compiled and valid, so it is accepted (and logged) */
-        if (rc != 0) {
-            hub_log(HUB_WARN, "a stored schema could not be compared; registering the new one",
-                    HUB_LS("event_type", c->type), HUB_LS("version", prev_version));
+    }
+}
+
+/* Back on the loop with the request still there: answers a schema that
+ * does not compile (400 naming the schema pointer, 500), or asks what the
+ * version must be compared with. */
+static void put_compiled(struct hub_api_call *call, void *arg) {
+    struct schemas_call *c = (struct schemas_call *)call;
+    h2o_req_t *req = call->req;
+    const struct hub_jschema_error *err = &c->compile_err;
+    (void)arg;
+
+    if (c->compile_rc == HUB_ENOMEM) {
+        hub_api_send_oom(req);
+        return;
+    }
+    if (c->compile_rc == HUB_ECANCELED) {
+        hub_api_send_problem(req, 503, "the hub is stopping; retry later", NULL);
+        return;
+    }
+    if (c->body_error[0] != '\0') {
+        hub_api_send_problem(req, 400, c->body_error, NULL);
+        return;
+    }
+    if (c->compile_rc != 0) {
+        json_t *errors = NULL;
+        char field[HUB_JSCHEMA_POINTER_MAX + 8];
+        snprintf(field, sizeof(field), "schema%s", err->pointer);
+        hub_api_errors_add(&errors, field, err->message);
+        if (errors != NULL) {
+            json_object_set_new(json_array_get(errors, 0), "pointer", json_string(err->pointer));
         }
+        hub_api_send_problem(req, 400, "the body is not a usable draft-07 JSON Schema", errors);
+        return;
     }
     char maj[12], min[12], pat[12];
     snprintf(maj, sizeof(maj), "%d", c->major);
     snprintf(min, sizeof(min), "%d", c->minor);
     snprintf(pat, sizeof(pat), "%d", c->patch);
-    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {c->scope, c->type, c->version,     maj,
-                                                 min,      pat,     c->schema_text, c->who};
-    hub_api_call_query(call, put_done, &hub_sql_schema_put, HUB_SQL_SCHEMA_PUT_NPARAMS, p);
+    const char *p[HUB_SQL_SCHEMA_PRIOR_NPARAMS] = {c->scope, c->type, c->version, maj, min, pat};
+    hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS, p);
 }
 
 /*
- * Reads and compiles the body of a registration.  Returns 0, or answers
- * (400 naming the schema pointer, 413, 500) and returns -1.
+ * Takes the body of a registration and parses and compiles it on the libuv
+ * threadpool: even under the validator's limits a large schema costs tens
+ * of milliseconds to parse and as many to compile, which the loop (every
+ * tenant's requests) must not wait for.  Returns 0 with the call waiting
+ * (put_compiled continues), or answers (413, 400, 500) and returns -1.
  */
 static int put_read(struct schemas_call *c) {
     h2o_req_t *req = c->call.req;
-    struct hub_jschema_error err;
-    struct hub_jschema *compiled = NULL;
-    int rc;
+    char detail[96];
 
-    c->schema = hub_api_read_json_object(req, HUB_API_MAX_BODY);
-    if (c->schema == NULL) {
-        return -1; /* answered */
+    if (req->entity.len > HUB_API_MAX_BODY) {
+        snprintf(detail, sizeof(detail), "the request body is larger than %d bytes",
+                 HUB_API_MAX_BODY);
+        hub_api_send_problem(req, 413, detail, NULL);
+        return -1;
     }
-    rc = hub_jschema_compile(c->schema, NULL, &compiled, &err);
-    hub_jschema_free(compiled);
-    if (rc == HUB_ENOMEM) {
+    if (req->entity.base == NULL || req->entity.len == 0) {
+        hub_api_send_problem(req, 400, "a JSON object is required as the request body", NULL);
+        return -1;
+    }
+    c->body = malloc(req->entity.len);
+    if (c->body == NULL) {
         hub_api_send_oom(req);
         return -1;
     }
-    if (rc != 0) {
-        json_t *errors = NULL;
-        char field[HUB_JSCHEMA_POINTER_MAX + 8];
-        snprintf(field, sizeof(field), "schema%s%s", err.pointer[0] ? "" : "", err.pointer);
-        hub_api_errors_add(&errors, field, err.message);
-        if (errors != NULL) {
-            json_object_set_new(json_array_get(errors, 0), "pointer", json_string(err.pointer));
-        }
-        hub_api_send_problem(req, 400, "the body is not a usable draft-07 JSON Schema", errors);
-        return -1;
-    }
-    /* the stored text: compact with sorted keys, so one schema has one
-     * digest whatever the spacing or member order it was sent with */
-    c->schema_text = json_dumps(c->schema, JSON_COMPACT | JSON_SORT_KEYS);
-    if (c->schema_text == NULL) {
-        hub_api_send_oom(req);
-        return -1;
-    }
+    memcpy(c->body, req->entity.base, req->entity.len);
+    c->body_len = req->entity.len;
+    work_submit(c, put_compile_work, &c->compile_rc, put_compiled);
     return 0;
 }
 
@@ -387,20 +670,10 @@ static void schemas_run(struct schemas_call *c) {
                            HUB_SQL_SCHEMA_SETTINGS_PUT_NPARAMS, p);
         return;
     }
-    case OP_PUT: {
-        char maj[12], min[12], pat[12];
-        if (put_read(c) != 0) {
-            return;
-        }
-        snprintf(maj, sizeof(maj), "%d", c->major);
-        snprintf(min, sizeof(min), "%d", c->minor);
-        snprintf(pat, sizeof(pat), "%d", c->patch);
-        const char *p[HUB_SQL_SCHEMA_PRIOR_NPARAMS] = {c->scope, c->type, c->version,
-                                                       maj,      min,     pat};
-        hub_api_call_query(call, prior_done, &hub_sql_schema_prior, HUB_SQL_SCHEMA_PRIOR_NPARAMS,
-                           p);
+    case OP_PUT:
+        /* answered, or continues in put_compiled once compiled */
+        (void)put_read(c);
         return;
-    }
     }
 }
 

@@ -226,6 +226,13 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "how long a process answers a tenant API key from its last lookup: a key revoked, a "
      "tenant deactivated or a quota changed is seen by every process within it; 0ms: every "
      "request looks its key up"},
+    /* per-scope caps of the schema registry (api_schemas.c, store_schemas.h) */
+    {"SCHEMA_MAX_VERSIONS", CFG_INT, "200", OFF(schema_max_versions), 1, 100000, NULL,
+     "live (not retired) schema versions one tenant, or the platform, may hold; a registration "
+     "over it is refused with 409"},
+    {"SCHEMA_MAX_BYTES", CFG_SIZE, "8MiB", OFF(schema_max_bytes), 1 << 10, 1.0 * (1 << 30), NULL,
+     "bytes of live schema text (as stored: compact) one tenant, or the platform, may hold; a "
+     "registration over it is refused with 409"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

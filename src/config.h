@@ -101,6 +101,9 @@ struct hub_config {
     int dispatch_fast_path;
     /* tenant API key cache (src/auth_cache.h) */
     int64_t auth_cache_ttl_ms; /* how stale an authentication may be; 0 = off */
+    /* per-scope caps of the schema registry (api_schemas.c) */
+    int64_t schema_max_versions; /* live versions per tenant or the platform */
+    int64_t schema_max_bytes;    /* bytes of live schema text per tenant or the platform */
 };
 
 /*

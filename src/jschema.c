@@ -35,6 +35,11 @@ void hub_jschema_limits_default(struct hub_jschema_limits *l) {
     l->regex_match_limit = 100000;
     l->regex_depth_limit = 1000;
     l->max_errors = 8;
+    /* a pattern compiles in microseconds to a few KiB; these bound a
+     * schema written to make the compile itself the attack (thousands of
+     * nested quantifiers: seconds of CPU and hundreds of MiB of JIT code) */
+    l->max_patterns = 256;
+    l->max_regex_bytes = 4 << 20;
 }
 
 /* A subschema location: where it is and which base URI applies in it. */
@@ -69,7 +74,9 @@ struct js_cc {
     size_t cap_locs, nlocs;
     struct js_res *res;
     size_t nres, cap_res;
-    unsigned depth; /* nested compile_at calls: nesting plus chains of $refs */
+    unsigned depth;     /* nested compile_at calls: nesting plus chains of $refs */
+    size_t npatterns;   /* regexes compiled so far */
+    size_t regex_bytes; /* their compiled and JIT code, in bytes */
     int rc;
 };
 
@@ -640,19 +647,45 @@ static void child_list(struct js_cc *cc, const json_t *j, const char *key, const
     free(ap);
 }
 
-/* Compiles a regex (`pattern`, or a `patternProperties` key) found at
- * where, under the pattern length limit.  Returns owned code, or NULL with
- * the error recorded against where. */
+/*
+ * Compiles a regex (`pattern`, or a `patternProperties` key) found at
+ * where, under the pattern length, count and compiled-size limits.  Returns
+ * owned code, or NULL with the error recorded against where.  The limits are
+ * checked per pattern so the compile stops at the first one over them;
+ * nothing is compiled once the compile has failed.
+ */
 static pcre2_code *regex_at(struct js_cc *cc, const char *src, size_t len, const char *where) {
     char msg[128];
-    if (len > cc->s->limits.max_pattern_bytes) {
-        cc_fail(cc, HUB_ERANGE, where, "pattern longer than %zu bytes",
-                cc->s->limits.max_pattern_bytes);
+    const struct hub_jschema_limits *l = &cc->s->limits;
+    if (cc->rc) {
         return NULL;
     }
+    if (len > l->max_pattern_bytes) {
+        cc_fail(cc, HUB_ERANGE, where, "pattern longer than %zu bytes", l->max_pattern_bytes);
+        return NULL;
+    }
+    if (cc->npatterns >= l->max_patterns) {
+        cc_fail(cc, HUB_ERANGE, where, "more than %zu patterns in the schema", l->max_patterns);
+        return NULL;
+    }
+    cc->npatterns++;
     pcre2_code *re = js_regex_compile(src, len, msg, sizeof msg);
     if (!re) {
         cc_fail(cc, HUB_EINVAL, where, "invalid pattern: %s", msg);
+        return NULL;
+    }
+    size_t size = 0, jit = 0;
+    (void)pcre2_pattern_info(re, PCRE2_INFO_SIZE, &size);
+    /* 0 when JIT refused or is unavailable: the interpreter needs no more */
+    if (pcre2_pattern_info(re, PCRE2_INFO_JITSIZE, &jit) != 0) {
+        jit = 0;
+    }
+    cc->regex_bytes += size + jit;
+    if (cc->regex_bytes > l->max_regex_bytes) {
+        cc_fail(cc, HUB_ERANGE, where, "compiled patterns over %zu bytes (%zu so far)",
+                l->max_regex_bytes, cc->regex_bytes);
+        pcre2_code_free(re);
+        return NULL;
     }
     return re;
 }
@@ -1055,6 +1088,8 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
         l.regex_depth_limit =
             limits->regex_depth_limit ? limits->regex_depth_limit : l.regex_depth_limit;
         l.max_errors = limits->max_errors ? limits->max_errors : l.max_errors;
+        l.max_patterns = limits->max_patterns ? limits->max_patterns : l.max_patterns;
+        l.max_regex_bytes = limits->max_regex_bytes ? limits->max_regex_bytes : l.max_regex_bytes;
     }
     if (l.max_errors > HUB_JSCHEMA_ERRORS_MAX) {
         l.max_errors = HUB_JSCHEMA_ERRORS_MAX;

@@ -9,8 +9,10 @@
  * anchors; nothing is fetched: a `$ref` to another document is an error,
  * except the draft-07 meta-schema itself, which is built in), compiles each
  * `pattern` and `patternProperties` key with PCRE2, and refuses a schema
- * larger than the limits below.  Every compile error names the JSON pointer
- * of the schema location at fault.
+ * larger than the limits below.  The pattern limits are checked as each
+ * pattern is compiled, so a hostile schema costs at most the patterns
+ * before the one that crossed a limit, never the whole document.  Every compile error names the
+ * JSON pointer of the schema location at fault.
  *
  * Validate walks the instance with per-call state only: one compiled schema
  * may be validated from any number of threads at once.  Its work is bounded
@@ -80,6 +82,8 @@ struct hub_jschema_limits {
     uint32_t regex_match_limit; /* PCRE2 match limit per regex call (100,000) */
     uint32_t regex_depth_limit; /* PCRE2 depth (backtracking) limit per call (1,000) */
     size_t max_errors;          /* errors recorded per validation (<= ERRORS_MAX; 8) */
+    size_t max_patterns;        /* `pattern`s and `patternProperties` keys (256) */
+    size_t max_regex_bytes;     /* their compiled plus JIT code, summed (4 MiB) */
 };
 
 /* A compile error: where in the schema, and why. */

@@ -28,10 +28,23 @@ struct schema_group {
     int unknown_quarantine; /* -1: no setting of this scope */
 };
 
+/*
+ * A compiled schema shared by every snapshot whose entries have its digest:
+ * a reload compiles only the texts no snapshot in use has compiled, not
+ * every live row (a change of one version no longer costs every process a
+ * compile of everything every tenant registered).
+ */
+struct schema_compiled {
+    atomic_int refs; /* one per entry of each snapshot that uses it */
+    char digest[65];
+    struct hub_jschema *s;
+};
+
 struct hub_schema_set {
     atomic_int refs;
     uint64_t generation;
     struct hub_schema_entry *entries;
+    struct schema_compiled **compiled; /* entries[i].compiled is compiled[i]->s */
     size_t n_entries;
     char **strings; /* scope and type texts the entries borrow */
     size_t n_strings;
@@ -59,6 +72,8 @@ struct hub_schemas {
     int failing;                /* polls are failing (logged once) */
     int closed;                 /* the sidecar is closed: the last one out frees reg */
     struct schema_waiter *waiters;
+    /* hub_schemas_after_reload: for the next round, and the round under way */
+    struct schema_waiter *pending, *round;
 };
 
 /* ------------------------------------------------------------ versions -- */
@@ -100,10 +115,18 @@ int hub_schema_version_parse(const char *s, int *major, int *minor, int *patch) 
 /* Frees a snapshot and everything it owns: the compiled schemas, the
  * texts its entries borrow, the groups.  Its last reference is gone (or it
  * was never published: a load that ran out of memory). */
-static void set_free(struct hub_schema_set *set) {
-    for (size_t i = 0; i < set->n_entries; i++) {
-        hub_jschema_free(set->entries[i].compiled);
+static void compiled_release(struct schema_compiled *c) {
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1) {
+        hub_jschema_free(c->s);
+        free(c);
     }
+}
+
+static void set_free(struct hub_schema_set *set) {
+    for (size_t i = 0; set->compiled != NULL && i < set->n_entries; i++) {
+        compiled_release(set->compiled[i]);
+    }
+    free(set->compiled);
     for (size_t i = 0; i < set->n_strings; i++) {
         free(set->strings[i]);
     }
@@ -265,9 +288,10 @@ struct schema_load {
     size_t n_rows;
     struct load_setting *settings;
     size_t n_settings;
-    struct hub_schema_set *set; /* built by the thread; NULL on OOM */
-    size_t refused;             /* schemas that did not compile */
-    char refused_what[256];     /* the first one, for the log */
+    struct hub_schema_set *set;  /* built by the thread; NULL on OOM */
+    struct hub_schema_set *prev; /* a reference to the snapshot in use, or NULL */
+    size_t refused;              /* schemas that did not compile */
+    char refused_what[256];      /* the first one, for the log */
 };
 
 /* Frees a load's copied rows and the load (its snapshot has been handed on,
@@ -284,13 +308,71 @@ static void load_free(struct schema_load *ld) {
     }
     free(ld->rows);
     free(ld->settings);
+    hub_schemas_release(ld->prev);
     free(ld);
 }
 
+/* The compiled schemas a load can reuse, by digest: open addressing over a
+ * power-of-two table at most half full.  It holds no references: the load's
+ * reference to the snapshot in use keeps that one's alive, and the new
+ * snapshot's entries keep the new ones. */
+struct compiled_table {
+    struct schema_compiled **slots;
+    size_t cap;
+};
+
+/* The slot of digest in t: its entry, or the empty slot where it goes. */
+static struct schema_compiled **compiled_slot(struct compiled_table *t, const char *digest) {
+    /* the digest is a hex SHA-256: its first 16 digits are hash enough */
+    char head[17];
+    snprintf(head, sizeof(head), "%.16s", digest);
+    uint64_t h = strtoull(head, NULL, 16);
+    for (size_t i = (size_t)h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+        if (t->slots[i] == NULL || strcmp(t->slots[i]->digest, digest) == 0) {
+            return &t->slots[i];
+        }
+    }
+}
+
 /*
- * The compile thread: every row's schema compiled and grouped by (scope,
- * type) (rows come ordered so a group's versions are contiguous and
- * ascending), then the settings.  A row that does not compile is left out.
+ * The compiled schema of row r: the one a snapshot in use (or an earlier
+ * row of this load) has for its digest, with a reference more, else a new
+ * compile added to t.  Returns 0, or the compile's error.
+ */
+static int compiled_get(struct compiled_table *t, const struct load_row *r,
+                        struct schema_compiled **out) {
+    struct schema_compiled **slot = compiled_slot(t, r->digest);
+    struct hub_jschema_error err;
+
+    if (*slot != NULL) {
+        atomic_fetch_add(&(*slot)->refs, 1);
+        *out = *slot;
+        return 0;
+    }
+    struct schema_compiled *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return HUB_ENOMEM;
+    }
+    json_t *doc = json_loads(r->schema, 0, NULL);
+    int rc = doc != NULL ? hub_jschema_compile(doc, NULL, &c->s, &err) : HUB_EINVAL;
+    json_decref(doc);
+    if (rc != 0) {
+        free(c);
+        return rc;
+    }
+    atomic_init(&c->refs, 1); /* the entry's */
+    snprintf(c->digest, sizeof(c->digest), "%s", r->digest);
+    *slot = c;
+    *out = c;
+    return 0;
+}
+
+/*
+ * The compile thread: every row's schema compiled (or taken from the
+ * snapshot in use, or from an earlier row, when its digest is there) and
+ * grouped by (scope, type) (rows come ordered so a group's versions are
+ * contiguous and ascending), then the settings.  A row that does not
+ * compile is left out.
  */
 static void load_work(uv_work_t *w) {
     struct schema_load *ld = w->data;
@@ -309,22 +391,33 @@ static void load_work(uv_work_t *w) {
         set->cap *= 2;
     }
     set->entries = calloc(ld->n_rows + 1, sizeof(*set->entries));
+    set->compiled = calloc(ld->n_rows + 1, sizeof(*set->compiled));
     set->strings = calloc(ld->n_rows * 2 + 1, sizeof(*set->strings));
     set->groups = calloc(max_groups + 1, sizeof(*set->groups));
     set->slots = malloc(set->cap * sizeof(*set->slots));
-    if (set->entries == NULL || set->strings == NULL || set->groups == NULL || set->slots == NULL) {
+    struct compiled_table known = {.cap = 16};
+    size_t n_known = ld->n_rows + (ld->prev != NULL ? ld->prev->n_entries : 0);
+    while (known.cap < n_known * 2) {
+        known.cap *= 2;
+    }
+    known.slots = calloc(known.cap, sizeof(*known.slots));
+    if (set->entries == NULL || set->compiled == NULL || set->strings == NULL ||
+        set->groups == NULL || set->slots == NULL || known.slots == NULL) {
+        free(known.slots);
         set_free(set);
         return;
     }
     memset(set->slots, 0xff, set->cap * sizeof(*set->slots));
+    for (size_t i = 0; ld->prev != NULL && i < ld->prev->n_entries; i++) {
+        struct schema_compiled **slot = compiled_slot(&known, ld->prev->compiled[i]->digest);
+        *slot = ld->prev->compiled[i];
+    }
     for (size_t i = 0; i < ld->n_rows; i++) {
         struct load_row *r = &ld->rows[i];
         struct hub_schema_entry *e = &set->entries[set->n_entries];
-        struct hub_jschema_error err;
+        struct schema_compiled *c = NULL;
         struct schema_group *g;
-        json_t *doc = json_loads(r->schema, 0, NULL);
-        int rc = doc != NULL ? hub_jschema_compile(doc, NULL, &e->compiled, &err) : HUB_EINVAL;
-        json_decref(doc);
+        int rc = compiled_get(&known, r, &c);
         if (rc != 0) {
             if (ld->refused++ == 0) {
                 snprintf(ld->refused_what, sizeof(ld->refused_what), "%s/%s (%s)", r->type,
@@ -332,8 +425,11 @@ static void load_work(uv_work_t *w) {
             }
             continue;
         }
+        e->compiled = c->s;
+        set->compiled[set->n_entries] = c;
         if ((g = group_get(set, max_groups, r->scope, r->type)) == NULL) {
-            hub_jschema_free(e->compiled);
+            compiled_release(c);
+            free(known.slots);
             set_free(set);
             return;
         }
@@ -352,6 +448,7 @@ static void load_work(uv_work_t *w) {
         e->patch = r->patch;
         set->n_entries++;
     }
+    free(known.slots);
     /* settings may name a type without schemas (kept: a later version of
      * it finds its setting); pick ignores a group with no versions */
     for (size_t i = 0; i < ld->n_settings; i++) {
@@ -379,14 +476,34 @@ static void waiters_run(struct hub_schemas *reg) {
 
 static void poll_send(struct hub_schemas *reg);
 
+/* Runs and frees a list of waiters (hub_schemas_after_reload). */
+static void waiters_list_run(struct schema_waiter *w) {
+    while (w != NULL) {
+        struct schema_waiter *next = w->next;
+        w->cb(w->arg);
+        free(w);
+        w = next;
+    }
+}
+
+/* A round (a poll, and the load it started) has ended, however: its
+ * waiters may answer. */
+static void round_end(struct hub_schemas *reg) {
+    struct schema_waiter *w = reg->round;
+
+    reg->busy = 0;
+    reg->round = NULL;
+    waiters_list_run(w);
+}
+
 /* Back on the loop: the new snapshot replaces the one in use. */
 static void load_done(uv_work_t *w, int status) {
     struct schema_load *ld = w->data;
     struct hub_schemas *reg = ld->reg;
 
     (void)status;
-    reg->busy = 0;
     if (reg->hub == NULL) { /* stopped meanwhile */
+        reg->busy = 0;
         hub_schemas_release(ld->set);
         load_free(ld);
         if (reg->closed) {
@@ -417,6 +534,8 @@ static void load_done(uv_work_t *w, int status) {
         }
     }
     load_free(ld);
+    /* after the swap: the round's waiters answer with the new snapshot in use */
+    round_end(reg);
     if (reg->poked) {
         poll_send(reg);
     }
@@ -435,6 +554,11 @@ static int load_start(struct hub_schemas *reg, uint64_t generation, PGresult *ro
     }
     ld->reg = reg;
     ld->generation = generation;
+    /* the snapshot in use lends its compiled schemas to the load */
+    if (reg->set != NULL) {
+        atomic_fetch_add(&reg->set->refs, 1);
+        ld->prev = reg->set;
+    }
     ld->rows = calloc((size_t)n + 1, sizeof(*ld->rows));
     ld->settings = calloc((size_t)ns + 1, sizeof(*ld->settings));
     if (ld->rows == NULL || ld->settings == NULL) {
@@ -494,18 +618,18 @@ static void load_answered(void *arg, const struct hub_pg_outcome *out) {
     struct hub_schemas *reg = arg;
 
     if (reg->hub == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return; /* stopping: the sidecar's close frees reg */
     }
     if (out->status != HUB_PG_OK || out->n_results < 3) {
-        reg->busy = 0;
+        round_end(reg);
         poll_failed(reg, out);
         return;
     }
     reg->failing = 0;
     uint64_t gen = strtoull(PQgetvalue(out->results[0], 0, HUB_SCHEMA_GEN_COL), NULL, 10);
     if (load_start(reg, gen, out->results[1], out->results[2]) != 0) {
-        reg->busy = 0;
+        round_end(reg);
         hub_log(HUB_ERROR, "out of memory loading the schema registry; keeping the last one");
         return;
     }
@@ -519,17 +643,17 @@ static void poll_answered(void *arg, const struct hub_pg_outcome *out) {
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
 
     if (reg->hub == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return;
     }
     if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
-        reg->busy = 0;
+        round_end(reg);
         poll_failed(reg, out);
         return;
     }
     reg->failing = 0;
     if (strtoull(PQgetvalue(r, 0, HUB_SCHEMA_GEN_COL), NULL, 10) == reg->generation && reg->ready) {
-        reg->busy = 0;
+        round_end(reg);
         if (reg->poked) {
             poll_send(reg);
         }
@@ -540,7 +664,7 @@ static void poll_answered(void *arg, const struct hub_pg_outcome *out) {
      * poll loads that) */
     txn = hub_pg_txn_new(reg->side.pg, load_answered, reg);
     if (txn == NULL) {
-        reg->busy = 0;
+        round_end(reg);
         return;
     }
     hub_pg_txn_add(txn, &hub_sql_schema_generation, 0, NULL, NULL, NULL);
@@ -560,9 +684,16 @@ static void poll_send(struct hub_schemas *reg) {
     reg->poked = 0;
     txn = hub_pg_txn_new(reg->side.pg, poll_answered, reg);
     if (txn == NULL) {
+        /* no round: nothing better will come of waiting for one */
+        struct schema_waiter *w = reg->pending;
+        reg->pending = NULL;
+        waiters_list_run(w);
         return;
     }
     reg->busy = 1;
+    /* the round's poll starts now: it sees every change committed before */
+    reg->round = reg->pending;
+    reg->pending = NULL;
     hub_pg_txn_add(txn, &hub_sql_schema_generation, 0, NULL, NULL, NULL);
     hub_pg_txn_submit(txn);
 }
@@ -614,6 +745,10 @@ void hub_schemas_stop(struct hub *hub) {
     }
     hub->schemas = NULL;
     reg->hub = NULL;
+    /* the API's waits answer now: their changes are committed */
+    waiters_list_run(reg->round);
+    waiters_list_run(reg->pending);
+    reg->round = reg->pending = NULL;
     /* waiters are batches of an ingest that has stopped by now */
     while (reg->waiters != NULL) {
         struct schema_waiter *w = reg->waiters;
@@ -631,25 +766,45 @@ void hub_schemas_poke(struct hub *hub) {
     }
 }
 
+/* Adds cb(arg) to the front of *list.  Returns 0 or HUB_ENOMEM. */
+static int waiter_push(struct schema_waiter **list, void (*cb)(void *arg), void *arg) {
+    struct schema_waiter *w = malloc(sizeof(*w));
+
+    if (w == NULL) {
+        return HUB_ENOMEM;
+    }
+    w->cb = cb;
+    w->arg = arg;
+    w->next = *list;
+    *list = w;
+    return 0;
+}
+
+int hub_schemas_after_reload(struct hub *hub, void (*cb)(void *arg), void *arg) {
+    struct hub_schemas *reg = hub->schemas;
+
+    if (reg == NULL) {
+        cb(arg);
+        return 0;
+    }
+    if (waiter_push(&reg->pending, cb, arg) != 0) {
+        return HUB_ENOMEM;
+    }
+    reg->poked = 1;
+    poll_send(reg);
+    return 0;
+}
+
 int hub_schemas_ready(const struct hub *hub) {
     return hub->schemas == NULL || hub->schemas->ready;
 }
 
 int hub_schemas_when_ready(struct hub *hub, void (*cb)(void *arg), void *arg) {
-    struct schema_waiter *w;
-
     if (hub_schemas_ready(hub)) {
         cb(arg);
         return 0;
     }
-    if ((w = malloc(sizeof(*w))) == NULL) {
-        return HUB_ENOMEM;
-    }
-    w->cb = cb;
-    w->arg = arg;
-    w->next = hub->schemas->waiters;
-    hub->schemas->waiters = w;
-    return 0;
+    return waiter_push(&hub->schemas->waiters, cb, arg);
 }
 
 void hub_schemas_cancel_wait(struct hub *hub, void *arg) {

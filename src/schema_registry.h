@@ -72,6 +72,17 @@ void hub_schemas_stop(struct hub *hub);
 void hub_schemas_poke(struct hub *hub);
 
 /*
+ * Polls now, and runs cb(arg) on the loop once a poll that started after
+ * this call has ended: every change committed before the call is then in
+ * the snapshot in use (unless that poll or load failed, which is logged).
+ * The API answers a change only then, so an event sent to this process
+ * right after the answer is checked against it.  Runs cb before returning
+ * when there is no registry, and from hub_schemas_stop when it stops
+ * first.  Returns 0, or HUB_ENOMEM (cb is not called).
+ */
+int hub_schemas_after_reload(struct hub *hub, void (*cb)(void *arg), void *arg);
+
+/*
  * 1 once the first snapshot is in use (ingest checks nothing before: it
  * waits, see hub_schemas_when_ready), or when the registry is not running.
  */

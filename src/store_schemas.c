@@ -33,19 +33,36 @@ const struct hub_sql hub_sql_schema_prior = {
 
 /* The digest is taken here, over the text stored, so it is the same on
  * every process and in every answer. */
+/* Serialises the registrations of one scope, so that the caps of
+ * schema_put are checked against every committed insert of that scope. */
+const struct hub_sql hub_sql_schema_scope_lock = {
+    "schema_scope_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended('event_schemas:' || $1::text, 0))",
+    0,
+};
+
+/* The insert happens only under the scope's caps; when it does not, the
+ * one row says what the scope holds, so the caller can name the cap. */
 const struct hub_sql hub_sql_schema_put = {
     "schema_put",
-    "WITH s AS ("
+    "WITH u AS ("
+    "    SELECT count(*) AS n, coalesce(sum(octet_length(schema)), 0) AS bytes"
+    "      FROM event_schemas WHERE tenant_id = $1::text AND retired_at IS NULL),"
+    " s AS ("
     "    INSERT INTO event_schemas (tenant_id, event_type, version, major, minor, patch, schema,"
     "                               digest, registered_by)"
-    "    VALUES ($1::text, $2::text, $3::text, $4::int4, $5::int4, $6::int4, $7::text,"
-    "            encode(sha256(convert_to($7::text, 'UTF8')), 'hex'), $8::text)"
+    "    SELECT $1::text, $2::text, $3::text, $4::int4, $5::int4, $6::int4, $7::text,"
+    "           encode(sha256(convert_to($7::text, 'UTF8')), 'hex'), $8::text"
+    "      FROM u WHERE u.n < $9::int8 AND u.bytes + octet_length($7::text) <= $10::int8"
     "    RETURNING *),"
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
     "       SELECT NULLIF(s.tenant_id, ''), s.registered_by, 'schema.register',"
     "              s.event_type || '/' || s.version, json_build_object('digest', s.digest)"
     "         FROM s)"
-    " SELECT " SCH_OBJECT("s") "::text FROM s",
+    " SELECT " SCH_OBJECT("s") "::text, NULL::text, NULL::text FROM s"
+                               " UNION ALL"
+                               " SELECT NULL::text, u.n::text, u.bytes::text FROM u WHERE NOT "
+                               "EXISTS (SELECT 1 FROM s)",
     0,
 };
 

@@ -34,15 +34,31 @@ enum hub_schema_prior_col {
 };
 
 /*
- * Registers a version and writes its audit row.
+ * Takes the scope's registration lock until the transaction ends: run it
+ * first in the transaction of hub_sql_schema_put.  $1 scope.  One row.
+ */
+#define HUB_SQL_SCHEMA_SCOPE_LOCK_NPARAMS 1
+extern const struct hub_sql hub_sql_schema_scope_lock;
+
+/*
+ * Registers a version and writes its audit row, when the scope stays under
+ * its caps: fewer than $9 live versions, and at most $10 bytes of live
+ * schema text with this one.
  *   $1 scope  $2 event type  $3 version  $4 major  $5 minor  $6 patch
  *   $7 schema text (valid JSON)  $8 who ('admin' or 'tenant:<id>')
- * One row, HUB_SCHEMA_OBJECT_COL (the object, without the schema).  A
+ *   $9 most live versions (int8)  $10 most live bytes (int8)
+ * One row (enum hub_schema_put_col): the object (without the schema) when
+ * registered; else NULL, and the scope's live versions and bytes.  A
  * version registered meanwhile by someone else fails the statement with a
  * unique violation (23505): the caller answers 409.
  */
-#define HUB_SQL_SCHEMA_PUT_NPARAMS 8
+#define HUB_SQL_SCHEMA_PUT_NPARAMS 10
 extern const struct hub_sql hub_sql_schema_put;
+enum hub_schema_put_col {
+    HUB_SCHEMA_PUT_COL_OBJECT,
+    HUB_SCHEMA_PUT_COL_LIVE_VERSIONS,
+    HUB_SCHEMA_PUT_COL_LIVE_BYTES,
+};
 
 /* $1 scope  $2 event type  $3 version.  One row (HUB_SCHEMA_OBJECT_COL, the
  * object with its schema) or none: the live version. */

@@ -13,7 +13,14 @@
 # unknown major accepted by default (counted) and quarantined by the type's
 # setting; Kafka ingest quarantined the same way; the tenant's versions of a
 # major hide the platform's, and never reach another tenant; a hostile
-# payload does not hold up another tenant; deliveries carry
+# payload does not hold up another tenant; a schema of 9,000 costly patterns
+# is refused quickly with 400 naming the pattern; a big schema registers without
+# holding up /healthz (the compile runs off the loop), and clients that hang
+# up on theirs leave nothing behind; a tenant at its cap
+# of live versions or bytes is refused with 409 naming it, and others are
+# not; a reload compiles only new schemas (one registered beside 3 MiB of
+# big ones is in use within 300 ms, and the 201 comes once it is);
+# deliveries carry
 # X-Lerian-Schema-Version; two processes: a schema registered on one
 # validates on the other within 1 s.
 set -uo pipefail
@@ -30,6 +37,8 @@ TOPIC=lerian.streaming.schemas
 # the event type ev_post's ce-type (studio.lerian.account.created) derives
 TYPE=account.created
 M='streaming_hub_ingest_records_total'
+# the per-scope caps of the shared hub (low, so a scenario reaches them)
+CAP_VERSIONS=30
 
 # An account schema: an object with a required string id and a bounded
 # integer amount.
@@ -40,7 +49,8 @@ setup() {
     kafka_start --topic "$TOPIC:2"
     sink_start
     hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
-        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true STREAMING_HUB_SCHEMA_POLL=100ms
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true STREAMING_HUB_SCHEMA_POLL=100ms \
+        STREAMING_HUB_SCHEMA_MAX_VERSIONS=$CAP_VERSIONS STREAMING_HUB_SCHEMA_MAX_BYTES=3MiB
 }
 
 # tput KEY TYPE VERSION BODY: PUT /v1/schemas/TYPE/VERSION as KEY's tenant.
@@ -53,6 +63,22 @@ ev_schema() {
     local key=$1 id=$2 data=$3 version=$4
     shift 4
     ev_post "$key" "$id" "$data" /schemas -H "ce-schemaversion: $version" "$@"
+}
+
+# until_422 TRIES PAUSE ID_PREFIX: posts {"id":5} (invalid for SCHEMA_V1)
+# as version 1.0.0 of $TENANT with $KEY until it is refused (422), at most
+# TRIES times PAUSE apart; sets code (the last status) and ms (how long).
+until_422() {
+    local i start
+    start=$(date +%s%N)
+    code=0
+    for i in $(seq 1 "$1"); do
+        ev_schema "$KEY" "$3-$i" '{"id":5}' 1.0.0 >/dev/null
+        code=$(http_status)
+        [[ $code == 422 ]] && break
+        sleep "$2"
+    done
+    ms=$((($(date +%s%N) - start) / 1000000))
 }
 
 scenario_registry_roundtrip() {
@@ -286,6 +312,161 @@ scenario_hostile_does_not_stall_others() {
     assert_eq 202 "$(http_status)" "the hostile tenant itself still works"
 }
 
+# big_schema FILE: writes an allowed but costly schema (0.6 MiB: 8,000
+# properties, 250 of them with a pattern of counted repeats; ~70 ms to
+# compile) to FILE.
+big_schema() {
+    awk 'BEGIN {
+        printf "{\"type\":\"object\",\"properties\":{"
+        for (i = 0; i < 8000; i++) {
+            if (i) printf ","
+            if (i < 250) printf "\"p%d\":{\"type\":\"string\",\"pattern\":\"^(?:[a-z]\\\\d?){1,20}$\"}", i
+            else printf "\"p%d\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":%d,\"enum\":[1,2,3,4,%d]}", i, i, i
+        }
+        printf "}}"
+    }' >"$1"
+}
+
+# The reported attack: 9,000 properties each with a pattern of nested
+# counted repeats (a valid 0.6 MiB draft-07 schema that took seconds of CPU
+# and ~480 MiB per process to compile) is refused with 400 naming the
+# pattern over the compiled-size limit, and the hub's memory stays put.
+scenario_hostile_schema_refused() {
+    local start ms rss0 rss1 body
+    own_client
+    awk 'BEGIN {
+        printf "{\"type\":\"object\",\"properties\":{"
+        for (i = 0; i < 9000; i++)
+            printf "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"(?:(?:[a-z]\\\\d?){1,30}){1,30}\"}", (i ? "," : ""), i
+        printf "}}"
+    }' >"$WORK/hostile-schema.json"
+    rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$HUB_PID/status")
+    start=$(date +%s%N)
+    body=$(hub_curl PUT "/v1/schemas/$TYPE/1.0.0" "" -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' --data-binary "@$WORK/hostile-schema.json")
+    ms=$((($(date +%s%N) - start) / 1000000))
+    rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$HUB_PID/status")
+    assert_eq 400 "$(http_status)" "refused (${ms} ms, RSS ${rss0} -> ${rss1} KiB)"
+    assert_match "$body" '"pointer":"/properties/p[0-9]+/pattern"' "naming the pattern: ${body:0:300}"
+    assert_contains "$body" "compiled patterns over" "and the limit"
+    assert_le "$((rss1 - rss0))" 65536 "the hub's memory grew by under 64 MiB"
+}
+
+# Even under the validator's limits the most costly schema compiles in
+# tens of milliseconds: three registered at once would hold every tenant's
+# requests for a few hundred if the loop compiled them.
+scenario_registration_compiles_off_the_loop() {
+    local start ms put_ms worst=0 n=0 v
+    own_client
+    big_schema "$WORK/big-schema.json"
+    start=$(date +%s%N)
+    for v in 1 2 3; do
+        curl -s -o "$WORK/big-put-$v.out" -w '%{http_code}' --max-time 60 -X PUT \
+            -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+            --data-binary "@$WORK/big-schema.json" "$HUB_URL/v1/schemas/$TYPE/$v.0.0" \
+            >"$WORK/big-put-$v.status" &
+        track_pid $!
+    done
+    sleep 0.02
+    # /healthz, over and over while the registrations run
+    while [[ ! -s $WORK/big-put-1.status || ! -s $WORK/big-put-2.status ||
+        ! -s $WORK/big-put-3.status ]] && ((n < 200)); do
+        ms=$(curl -s -o /dev/null -w '%{time_total}' --max-time 10 "$HUB_URL/healthz")
+        ms=$(awk -v t="$ms" 'BEGIN { printf "%d", t * 1000 }')
+        ((ms > worst)) && worst=$ms
+        n=$((n + 1))
+    done
+    wait_until 60 "[[ -s $WORK/big-put-1.status && -s $WORK/big-put-2.status && -s $WORK/big-put-3.status ]]" ||
+        fail "the registrations were not answered"
+    put_ms=$((($(date +%s%N) - start) / 1000000))
+    for v in 1 2 3; do
+        assert_eq 201 "$(cat "$WORK/big-put-$v.status")" \
+            "big schema $v.0.0 registered: $(head -c 200 "$WORK/big-put-$v.out")"
+    done
+    assert_ge "$n" 1 "/healthz asked while they registered (${put_ms} ms)"
+    assert_le "$worst" 100 "/healthz answered within 100 ms meanwhile (worst ${worst} ms of $n)"
+}
+
+# Clients that hang up while their registrations wait for the threadpool
+# leave nothing behind: the next registration is answered.
+scenario_abandoned_registrations() {
+    local v
+    own_client
+    big_schema "$WORK/gone-schema.json"
+    for v in 1 2 3 4; do
+        curl -s -o /dev/null --max-time 0.05 -X PUT -H "Authorization: Bearer $KEY" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/gone-schema.json" \
+            "$HUB_URL/v1/schemas/gone.big/$v.0.0" &
+        track_pid $!
+    done
+    wait
+    tput "$KEY" gone.small 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "the next registration is answered"
+    hub_alive || fail "the hub died"
+}
+
+# A tenant at a cap is refused with 409 naming it; retiring makes room;
+# another tenant registers all along.
+scenario_per_tenant_caps() {
+    local key2 key3 i body
+    own_client a
+    key2=$(own_tenant_key b)
+    key3=$(own_tenant_key c)
+    for i in $(seq 1 "$CAP_VERSIONS"); do
+        tput "$KEY" "cap.v$i" 1.0.0 '{"type":"object"}' >/dev/null
+        [[ $(http_status) == 201 ]] || fail "version $i of $CAP_VERSIONS refused: $(last_body)"
+    done
+    body=$(tput "$KEY" cap.over 1.0.0 '{"type":"object"}')
+    assert_eq 409 "$(http_status)" "one version over the cap"
+    assert_contains "$body" "STREAMING_HUB_SCHEMA_MAX_VERSIONS" "the problem names the cap: $body"
+    assert_contains "$(last_header content-type)" "application/problem+json" "problem+json"
+    assert_contains "$body" "problem:conflict" "a conflict with what the tenant holds"
+    tput "$key2" cap.other 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "another tenant still registers"
+    admin_curl PUT "/admin/schemas/$(own_id).platform/1.0.0" '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "and so does the platform"
+    hub_curl DELETE /v1/schemas/cap.v1/1.0.0 "" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 204 "$(http_status)" "a version retired"
+    tput "$KEY" cap.over 1.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "makes room for one more"
+    # bytes: 3 MiB of live text fits five of the 0.6 MiB schemas, not six
+    big_schema "$WORK/cap-big.json"
+    for i in 1 2 3 4 5 6; do
+        hub_curl PUT "/v1/schemas/cap.big/$i.0.0" "" -H "Authorization: Bearer $key3" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/cap-big.json" >/dev/null
+        [[ $(http_status) == 201 ]] || break
+    done
+    assert_eq 6 "$i" "five big schemas registered"
+    assert_eq 409 "$(http_status)" "the sixth is over the bytes cap"
+    assert_contains "$(last_body)" "STREAMING_HUB_SCHEMA_MAX_BYTES" "the problem names it"
+    tput "$key2" cap.other 2.0.0 '{"type":"object"}' >/dev/null
+    assert_eq 201 "$(http_status)" "another tenant still registers"
+}
+
+# A reload compiles only the schemas no snapshot in use has: with 3 MiB of
+# big schemas live (~70 ms each to compile), a new small one is in use
+# within 300 ms of its registration, not after a compile of everything.
+scenario_reload_reuses_compiled_schemas() {
+    local key2 i ms code start
+    own_client a
+    key2=$(own_tenant_key b)
+    big_schema "$WORK/reuse-big.json"
+    for i in 1 2 3 4 5; do
+        hub_curl PUT "/v1/schemas/reuse.big/$i.0.0" "" -H "Authorization: Bearer $key2" \
+            -H 'Content-Type: application/json' --data-binary "@$WORK/reuse-big.json" >/dev/null
+        assert_eq 201 "$(http_status)" "big schema $i registered"
+    done
+    sleep 1 # every reload of those done
+    # the 201 comes once this process uses the new version: time both
+    start=$(date +%s%N)
+    tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "a small schema registered"
+    until_422 1 0 reuse
+    assert_eq 422 "$code" "the small schema is in use from the first event after the answer"
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_le "$ms" 300 "within 300 ms of the request (${ms} ms)"
+}
+
 scenario_delivery_header() {
     local sub
     own_client
@@ -305,7 +486,7 @@ scenario_delivery_header() {
 # Two processes on one database: a schema registered through A is used by
 # B within 1 s (B's poll, STREAMING_HUB_SCHEMA_POLL at its default 250 ms).
 scenario_two_processes_within_1s() {
-    local url_a url_b start ms code t saved
+    local url_a url_b ms code t saved
     own_client
     t=$TENANT
     url_a=$HUB_URL
@@ -321,15 +502,7 @@ scenario_two_processes_within_1s() {
     HUB_URL=$url_a
     hub_curl PUT "/v1/schemas/$TYPE/1.0.0" "$SCHEMA_V1" -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 201 "$(http_status)" "registered on A"
-    start=$(date +%s%N)
-    code=0
-    for i in $(seq 1 40); do
-        HUB_URL=$url_b TENANT=$t ev_schema "$KEY" "two-$i" '{"id":5}' 1.0.0 >/dev/null
-        code=$(http_status)
-        [[ $code == 422 ]] && break
-        sleep 0.02
-    done
-    ms=$((($(date +%s%N) - start) / 1000000))
+    HUB_URL=$url_b TENANT=$t until_422 40 0.02 two
     assert_eq 422 "$code" "B validates with A's schema"
     assert_le "$ms" 1000 "within 1 s of the registration (${ms} ms)"
     kill "$pid_b" 2>/dev/null

@@ -297,6 +297,66 @@ static void test_bounds_stop_hostile_work(void **state) {
     hub_jschema_free(s);
 }
 
+/* An object schema of n properties p0..p<n-1>, each with pattern re
+ * (returns owned). */
+static json_t *many_patterns(size_t n, const char *re) {
+    json_t *props = json_object();
+    for (size_t i = 0; i < n; i++) {
+        char name[24];
+        snprintf(name, sizeof name, "p%zu", i);
+        json_object_set_new(props, name, json_pack("{s:s, s:s}", "type", "string", "pattern", re));
+    }
+    return json_pack("{s:s, s:o}", "type", "object", "properties", props);
+}
+
+/*
+ * The compile itself can be the attack: 9,000 properties each with a
+ * pattern of nested counted repeats is a valid 0.6 MiB draft-07 document
+ * that took seconds of CPU and ~480 MiB of JIT code to compile.  The
+ * pattern count and compiled-size limits refuse it after a few dozen
+ * patterns, naming the pattern that crossed the limit.
+ */
+static void test_compile_bounds_hostile_patterns(void **state) {
+    (void)state;
+    json_t *doc = many_patterns(9000, "(?:(?:[a-z]\\d?){1,30}){1,30}");
+    struct hub_jschema *s = NULL;
+    struct hub_jschema_error err;
+    double t0 = now_ms();
+    int rc = hub_jschema_compile(doc, NULL, &s, &err);
+    double took = now_ms() - t0;
+    json_decref(doc);
+    print_message("hostile 9,000-pattern schema refused in %.1f ms: %s at %s\n", took, err.message,
+                  err.pointer);
+    assert_int_equal(rc, HUB_ERANGE);
+    assert_null(s);
+    assert_true(strncmp(err.pointer, "/properties/p", 13) == 0);
+    assert_non_null(strstr(err.pointer, "/pattern"));
+    assert_non_null(strstr(err.message, "compiled patterns over"));
+    /* seconds before the limit; the meta-schema check of 0.6 MiB remains */
+    assert_true(took < 1500);
+
+    /* the count limit, with patterns that compile small */
+    doc = many_patterns(300, "^a$");
+    rc = hub_jschema_compile(doc, NULL, &s, &err);
+    assert_int_equal(rc, HUB_ERANGE);
+    assert_non_null(strstr(err.message, "more than 256 patterns"));
+    assert_non_null(strstr(err.pointer, "/pattern"));
+    json_decref(doc);
+    doc = many_patterns(256, "^a$");
+    assert_int_equal(hub_jschema_compile(doc, NULL, &s, &err), 0);
+    hub_jschema_free(s);
+    json_decref(doc);
+
+    /* a lower compiled-size limit names the first pattern over it */
+    struct hub_jschema_limits l = {.max_regex_bytes = 1};
+    compile_fails("{\"properties\": {\"a\": {\"pattern\": \"x\"}}}", &l, HUB_ERANGE,
+                  "/properties/a/pattern");
+    l = (struct hub_jschema_limits){.max_patterns = 1};
+    compile_fails("{\"properties\": {\"a\": {\"pattern\": \"x\"}}, "
+                  "\"patternProperties\": {\"^y\": {}}}",
+                  &l, HUB_ERANGE, "/patternProperties/^y");
+}
+
 /* Patterns behave as ECMA-262 says where schemas rely on it: searched,
  * `$` only at the very end, code points not bytes, \u escapes. */
 static void test_pattern_dialect(void **state) {
@@ -641,6 +701,7 @@ int main(void) {
         cmocka_unit_test(test_compile_errors_name_the_pointer),
         cmocka_unit_test(test_errors_name_pointer_keyword_and_schema),
         cmocka_unit_test(test_bounds_stop_hostile_work),
+        cmocka_unit_test(test_compile_bounds_hostile_patterns),
         cmocka_unit_test(test_pattern_dialect),
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_bench_1k_object),
