@@ -53,8 +53,9 @@ const struct hub_sql hub_sql_console_subs_list = {
 
 /* Newest first by job id.  An event id is looked up through
  * delivery_jobs_event (event_id, tenant_id), with or without a tenant;
- * a tenant alone through delivery_jobs_tenant_id; a state alone through
- * delivery_jobs_state_id (0015). */
+ * a tenant alone through delivery_jobs_tenant_id; a rare state (dead,
+ * parked) alone through delivery_jobs_state_id (0015), a common one by the
+ * primary key newest first. */
 const struct hub_sql hub_sql_console_deliveries_list = {
     "console_deliveries_list",
     "SELECT j.id::text, " CON_DELIV_JSON("j", "") " FROM delivery_jobs j"
