@@ -30,6 +30,7 @@
 #include "policy_test.h"
 #include "store_workbench.h"
 #include "util.h"
+#include "webhook.h"
 
 /* The fairness key of every dry-run call: all dry-runs share one turn. */
 #define DRYRUN_KEY "admin:dry-run"
@@ -218,23 +219,6 @@ static const char *attr(const json_t *attrs, const char *k) {
     return json_string_value(json_object_get(attrs, k));
 }
 
-/* 1 for the attributes that are not extensions: the same set as
- * event_from_attrs() of dispatch_attempt.c, so a policy sees the same
- * ev.extensions in a dry-run as in delivery.  Matched as " name " in one
- * string: a dozen short names, read once per attribute. */
-static int attr_standard(const char *name) {
-    static const char standard[] = " specversion id source type time subject dataschema"
-                                   " schemaversion datacontenttype tenantid traceparent"
-                                   " tracestate ";
-    char key[40];
-
-    if (strlen(name) > sizeof(key) - 3) {
-        return 0;
-    }
-    snprintf(key, sizeof(key), " %s ", name);
-    return strstr(standard, key) != NULL;
-}
-
 /* A policy thread: r (borrowed) as e->text, under the answer's cap.  The
  * text is reserved on the request's running total; when it does not fit,
  * the reservation is given back and r loses its body texts (the stored
@@ -284,18 +268,11 @@ static void event_run(struct hub_policy_call *c) {
     struct dry_event *e = c->arg;
     struct dryrun *dr = e->dr;
     json_t *attrs = json_loads(e->attrs, 0, NULL), *r, *v;
-    const char *ext[DRYRUN_EXT_MAX + 1], *name;
+    const char *ext[DRYRUN_EXT_MAX + 1];
     struct hub_policy_event pe;
     struct hub_policy_try t;
-    size_t n = 0;
 
-    json_object_foreach(attrs, name, v) {
-        if (!attr_standard(name) && json_is_string(v) && n + 2 < DRYRUN_EXT_MAX) {
-            ext[n++] = name;
-            ext[n++] = json_string_value(v);
-        }
-    }
-    ext[n] = NULL;
+    hub_webhook_extensions(attrs, ext, DRYRUN_EXT_MAX); /* as delivery reads them */
     pe = (struct hub_policy_event){
         .id = attr(attrs, "id"),
         .source = attr(attrs, "source"),

@@ -125,22 +125,6 @@ static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate
  * entries with the NULL); standard attributes are not extensions. */
 static void event_from_attrs(const struct job *j, const json_t *attrs, struct hub_webhook_event *ev,
                              const char **ext, size_t ext_max) {
-    static const char *const standard[] = {"specversion",
-                                           "id",
-                                           "source",
-                                           "type",
-                                           "time",
-                                           "subject",
-                                           "dataschema",
-                                           "schemaversion",
-                                           "datacontenttype",
-                                           "tenantid",
-                                           "traceparent",
-                                           "tracestate"};
-    const char *name;
-    json_t *value;
-    size_t n = 0;
-
     memset(ev, 0, sizeof(*ev));
     ev->id = j->event_id;
     ev->event_type = j->event_type;
@@ -154,17 +138,7 @@ static void event_from_attrs(const struct job *j, const json_t *attrs, struct hu
     ev->checked_schema_version = j->schema_version;
     ev->traceparent = json_string_value(json_object_get(attrs, "traceparent"));
     ev->tracestate = json_string_value(json_object_get(attrs, "tracestate"));
-    json_object_foreach((json_t *)attrs, name, value) {
-        int is_standard = 0;
-        for (size_t k = 0; k < sizeof(standard) / sizeof(standard[0]); k++) {
-            is_standard |= strcmp(name, standard[k]) == 0;
-        }
-        if (!is_standard && json_is_string(value) && n + 2 < ext_max) {
-            ext[n++] = name;
-            ext[n++] = json_string_value(value);
-        }
-    }
-    ext[n] = NULL;
+    hub_webhook_extensions(attrs, ext, ext_max);
     ev->extensions = ext;
 }
 

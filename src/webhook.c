@@ -171,6 +171,36 @@ static void lines_wipe(char **v, size_t n) {
 }
 
 /* Leaves h empty, so a second call is harmless. */
+void hub_webhook_extensions(const json_t *attrs, const char **ext, size_t ext_max) {
+    static const char *const standard[] = {"specversion",
+                                           "id",
+                                           "source",
+                                           "type",
+                                           "time",
+                                           "subject",
+                                           "dataschema",
+                                           "schemaversion",
+                                           "datacontenttype",
+                                           "tenantid",
+                                           "traceparent",
+                                           "tracestate"};
+    const char *name;
+    json_t *value;
+    size_t n = 0;
+
+    json_object_foreach((json_t *)attrs, name, value) {
+        int is_standard = 0;
+        for (size_t k = 0; k < sizeof(standard) / sizeof(standard[0]); k++) {
+            is_standard |= strcmp(name, standard[k]) == 0;
+        }
+        if (!is_standard && json_is_string(value) && n + 2 < ext_max) {
+            ext[n++] = name;
+            ext[n++] = json_string_value(value);
+        }
+    }
+    ext[n] = NULL;
+}
+
 void hub_webhook_headers_free(struct hub_webhook_headers *h) {
     if (h->lines != NULL) {
         lines_wipe(h->lines, h->n);

@@ -94,6 +94,17 @@ int hub_webhook_build_headers(const struct hub_webhook_event *ev,
 /* Wipes and frees the lines; h is left empty.  Safe on an empty h. */
 void hub_webhook_headers_free(struct hub_webhook_headers *h);
 
+/*
+ * The extension attributes of a stored event's attribute object attrs: its
+ * string members that are not CloudEvents context attributes (nor the
+ * hub's tenantid, nor distributed tracing's), into ext as name, value, ...,
+ * NULL, at most ext_max entries with the NULL (ext_max >= 1).  The strings
+ * are borrowed from attrs.  Delivery (the ce-* headers and the policy's
+ * ev.extensions) and the policy dry-run read them here, so both see the
+ * same set.
+ */
+void hub_webhook_extensions(const json_t *attrs, const char **ext, size_t ext_max);
+
 /* The challenge of a verification probe as text: base64url of 24 random
  * bytes (32 characters) and its NUL. */
 #define HUB_WEBHOOK_CHALLENGE_SIZE 33
