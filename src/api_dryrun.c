@@ -122,11 +122,11 @@ static void dryrun_free(struct hub_api_call *call) {
 }
 
 /* 422 problem+json for a source that does not compile: the message in
- * detail, its line in "line" (null when Lua named none).  api_util's status
- * table has no 422, so the problem is built as a 400 and re-labelled, and
- * sent here with the same headers send_body gives every API answer. */
+ * detail, its line in "line" (null when Lua named none), with its own type
+ * and title; sent here with the same headers send_body gives every API
+ * answer. */
 static void send_compile_error(h2o_req_t *req, const char *msg) {
-    json_t *p = hub_api_problem(400, msg, NULL);
+    json_t *p = hub_api_problem(422, msg, NULL);
     int line = hub_policy_error_line(msg, DRYRUN_SOURCE_NAME);
     char *text;
 
@@ -136,7 +136,6 @@ static void send_compile_error(h2o_req_t *req, const char *msg) {
     }
     json_object_set_new(p, "type", json_string("urn:streaming-hub:problem:policy-compile"));
     json_object_set_new(p, "title", json_string("The policy does not compile"));
-    json_object_set_new(p, "status", json_integer(422));
     json_object_set_new(p, "line", line > 0 ? json_integer(line) : json_null());
     text = json_dumps(p, HUB_API_JSON_FLAGS);
     json_decref(p);

@@ -59,6 +59,7 @@ static const struct status_info status_table[] = {
     {409, "Conflict", "conflict"},
     {413, "Content Too Large", "too-large"},
     {415, "Unsupported Media Type", "unsupported-media-type"},
+    {422, "Unprocessable Content", "unprocessable"},
     {429, "Too Many Requests", "too-many-requests"},
     {500, "Internal Server Error", "internal"},
     {503, "Service Unavailable", "unavailable"},
