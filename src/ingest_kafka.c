@@ -64,7 +64,11 @@ struct ingest_part {
     /* A record that could not be taken (out of memory) leaves a hole at its
      * offset: later records are dropped until the partition, sought back to
      * the hole, delivers it again, so no offset is committed past it. */
-    int64_t hole;          /* the offset to read again, or -1 */
+    int64_t hole; /* the offset to read again, or -1 */
+    /* The offset after the last record taken since the partition was
+     * assigned, -1 before the first: where consumption started and any
+     * gap in the offsets are logged (ingest_note_offset). */
+    int64_t next_offset;
     uint64_t hole_seek_ns; /* when the seek to it was last asked for */
     struct ingest_part *next;
 };
@@ -122,6 +126,7 @@ static struct ingest_part *part_find(struct hub_ingest *ing, const char *topic, 
     p->ing = ing;
     p->partition = partition;
     p->hole = -1;
+    p->next_offset = -1;
     p->next = ing->parts;
     ing->parts = p;
     return p;
@@ -436,6 +441,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             if (p != NULL) {
                 p->assigned = 1;
                 p->paused = 0;
+                p->next_offset = -1;
             }
         }
         rd_kafka_assign(rk, parts);
@@ -505,6 +511,24 @@ static void part_hole(struct ingest_part *p, int64_t offset) {
     part_seek_hole(p);
 }
 
+/* Where a partition's records come from, as the log should tell it after a
+ * crash or a rebalance: the offset consumption starts at once per
+ * assignment (the committed offset, or the reset one), and any offset that
+ * is not the one after the last (a gap: compacted or transactional topics
+ * have them; a rewind: a seek).  Which records a crash lost or replayed is
+ * then read from the logs, not guessed. */
+static void ingest_note_offset(struct ingest_part *p, int64_t offset) {
+    if (p->next_offset < 0) {
+        hub_log(HUB_INFO, "kafka partition consumption starts", HUB_LS("topic", p->topic),
+                HUB_LI("partition", p->partition), HUB_LI("offset", offset));
+    } else if (offset != p->next_offset) {
+        hub_log(HUB_INFO, "kafka partition offsets not contiguous", HUB_LS("topic", p->topic),
+                HUB_LI("partition", p->partition), HUB_LI("expected", p->next_offset),
+                HUB_LI("offset", offset));
+    }
+    p->next_offset = offset + 1;
+}
+
 /* Takes m (owned) from the consumer queue: an error or event is handled and
  * destroyed, a record goes to its partition's pending list. */
 static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
@@ -554,6 +578,7 @@ static void ingest_take(struct hub_ingest *ing, rd_kafka_message_t *m) {
         rd_kafka_message_destroy(m);
         return;
     }
+    ingest_note_offset(p, m->offset);
     if (hub_fault("kafka_take") || part_push(p, m) != 0) {
         part_hole(p, m->offset);
         rd_kafka_message_destroy(m);

@@ -34,7 +34,7 @@ setup() {
 }
 
 scenario_every_event_is_delivered_across_two_sigkills() {
-    local tenant key path s sub_id t_start round base inflight missing unexpected total dups
+    local tenant key path s sub_id t_start round base inflight missing unexpected total dups stored
     tenant=$(own_id)
     key=$(own_tenant_key)
     path=/echo/$(own_id)/
@@ -73,7 +73,16 @@ scenario_every_event_is_delivered_across_two_sigkills() {
     wait_jobs "$sub_id" succeeded "$N" 60 || fail "not every job succeeded within 60 s: $(states)"
     log "all done after $((SECONDS - t_start)) s: $(states)"
 
-    assert_eq "$N" "$(inbox_count "tenant_id = '$tenant'")" "$N events stored once each"
+    stored=$(inbox_count "tenant_id = '$tenant'")
+    assert_eq "$N" "$stored" "$N events stored once each"
+    if ((stored != N)); then
+        # where each partition's stored offsets stop: a tail never stored, or a gap
+        log "stored per partition (partition|first offset|last offset|count): $(psql_q "SELECT string_agg(p, ' ' ORDER BY kafka_partition) FROM (SELECT kafka_partition, kafka_partition || '|' || min(kafka_offset) || '|' || max(kafka_offset) || '|' || count(*) AS p FROM event_inbox WHERE tenant_id = '$tenant' GROUP BY kafka_partition) x")"
+        log "verdicts counted for the tenant (accepted|duplicates|quarantined|dropped): $(psql_q "SELECT sum(accepted) || '|' || sum(duplicates) || '|' || sum(quarantined) || '|' || sum(dropped) FROM tenant_stats_hourly WHERE tenant_id = '$tenant'"); quarantine rows: $(psql_q "SELECT count(*) FROM quarantine")"
+        # where each hub started each partition, and what went wrong
+        grep -H 'consumption starts\|not contiguous\|partitions \(assigned\|revoked\)\|"level":"\(warn\|error\)"' \
+            "$WORK"/hub.*.log | tail -n 60
+    fi
     assert_eq "$N" "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE tenant_id = '$tenant'")" \
         "exactly $N delivery jobs (one per event)"
     assert_eq "$N" "$(jobs_in "$sub_id" succeeded)" "all $N jobs succeeded"
