@@ -65,6 +65,7 @@ struct hub_config {
     char *log_format;
     int64_t ingest_batch_max;      /* records of one partition per transaction */
     int64_t ingest_pg_connections; /* database connections used by ingest */
+    int64_t ingest_http_txns;      /* HTTP ingest transactions in flight at most */
     char *kek_previous;            /* previous KEKs, comma-separated (open only) */
     int64_t rekey_batch;           /* rekey: rows re-sealed per transaction */
     /* ingest and the HTTP listener */

@@ -6,8 +6,8 @@
  * copies them side by side into one array for the batch writer, and copies
  * them back, verdicts and all, before it calls the requests' callbacks.
  *
- *   hub_ingest_store() ──► request queued ──► queue_pump(): fewer than
- *   STORE_INFLIGHT_MAX groups running? ──► group_start(): the requests at
+ *   hub_ingest_store() ──► request queued ──► queue_pump(): room for
+ *   another group? ──► group_start(): the requests at
  *   the head, whole, up to the batch size ──► ingest_batch_start()
  *   ──► group_stored() / group_failed() ──► group_done(): records copied
  *   back, each request's callback, the next group.
@@ -23,14 +23,22 @@
 
 /*
  * HTTP ingest requests share transactions: a request arriving while
- * STORE_INFLIGHT_MAX transactions are running waits, and the waiting ones
+ * STORE_INFLIGHT_MIN transactions are running waits, and the waiting ones
  * go together into the next (up to the batch size, whole requests), as
  * records arriving during a partition's batch form its next one.  One
- * transaction per request costs PostgreSQL a commit and a statement each;
- * the figures, and the other limits tried: docs/performance.md, "HTTP
- * ingest" and "Notes moved out of the ingest code (issue 22)".
+ * transaction per request costs PostgreSQL a commit and a statement each.
+ *
+ * Adaptive group commit: as concurrency grows, more requests arrive while
+ * those two run than one group should wait for, and each group waits for a
+ * commit (its fsync) more than for CPU.  A further transaction (up to
+ * STREAMING_HUB_INGEST_HTTP_TXNS) starts only once STORE_GROUP_MIN
+ * records wait: a few clients still share two transactions as before,
+ * many get more commits in flight, each of at least STORE_GROUP_MIN
+ * events, so PostgreSQL's cost per event does not grow with them.  The
+ * figures, and the other limits tried: docs/performance.md, "HTTP ingest".
  */
-#define STORE_INFLIGHT_MAX 2
+#define STORE_INFLIGHT_MIN 2
+#define STORE_GROUP_MIN 16
 
 /* One waiting or running request. */
 struct store_req {
@@ -46,6 +54,7 @@ struct store_req {
 struct hub_ingest_queue {
     struct store_req *head, *tail; /* waiting */
     size_t waiting;                /* requests in the list */
+    size_t waiting_recs;           /* their records */
     size_t bytes;                  /* of the requests waiting or running */
     int inflight;                  /* groups running */
     int orphaned;                  /* the hub is finishing: free once idle */
@@ -157,6 +166,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         struct store_req *all = q->head;
         q->head = q->tail = NULL;
         q->waiting = 0;
+        q->waiting_recs = 0;
         for (struct store_req *r = all; r != NULL; r = r->next) {
             q->bytes -= r->bytes;
         }
@@ -170,6 +180,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         struct store_req *r = q->head;
         q->head = r->next;
         q->waiting--;
+        q->waiting_recs -= r->n;
         r->next = NULL;
         *last = r;
         last = &r->next;
@@ -220,9 +231,14 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
     ingest_batch_start(b); /* group_done runs, whatever happens */
 }
 
-/* Starts groups while there is room and requests wait. */
+/* Starts groups while requests wait: up to STORE_INFLIGHT_MIN whatever
+ * their size, then more (up to the configured most) only for groups of
+ * STORE_GROUP_MIN records or more. */
 static void queue_pump(struct hub *hub, struct hub_ingest_queue *q) {
-    while (q->inflight < STORE_INFLIGHT_MAX && q->head != NULL) {
+    int most = (int)hub->cfg.ingest_http_txns;
+
+    while (q->head != NULL && q->inflight < most &&
+           (q->inflight < STORE_INFLIGHT_MIN || q->waiting_recs >= STORE_GROUP_MIN)) {
         group_start(hub, q);
     }
 }
@@ -249,6 +265,7 @@ void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
     }
     q->bytes += r->bytes;
     q->waiting++;
+    q->waiting_recs += n;
     if (q->tail != NULL) {
         q->tail->next = r;
     } else {
@@ -269,6 +286,7 @@ void hub_ingest_queue_release(struct hub *hub) {
         struct store_req *waiting = q->head;
         q->head = q->tail = NULL;
         q->waiting = 0;
+        q->waiting_recs = 0;
         for (struct store_req *r = waiting; r != NULL; r = r->next) {
             q->bytes -= r->bytes;
         }

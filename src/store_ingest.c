@@ -17,6 +17,15 @@
  * code (issue 22)".
  */
 #define INGEST_PLAN_MIN_ROWS 16
+/*
+ * The same threshold for a group of HTTP ingest requests (every row from
+ * HTTP).  Such groups hold a few to a few dozen single-event requests, one
+ * transaction after the other as fast as PostgreSQL commits them: planning
+ * per group cost more PostgreSQL CPU than the custom plan saved on the
+ * group's rows (docs/performance.md, "HTTP ingest"), so below
+ * this size they keep the generic plan.
+ */
+#define INGEST_PLAN_MIN_ROWS_HTTP 256
 
 /*
  * Why one statement: the roster gate, the dedup lookups and the insert all
@@ -284,6 +293,7 @@ void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
         HUB_OID_BOOL,  HUB_OID_TEXT};
 
     rows->n = 0;
+    rows->kafka = 0;
     for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
         hub_pgarr_init(&rows->a[k], oids[k]);
     }
@@ -316,6 +326,7 @@ void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32
     add_pos(&a[12], pos);
     hub_pgarr_add_bool(&a[15], ev->json_unchecked);
     hub_pgarr_add_text(&a[16], schema_version); /* NULL: not checked (SPEC §3.5) */
+    rows->kafka += pos->topic != NULL;
     rows->n++;
 }
 
@@ -338,6 +349,7 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
     struct hub_pgarr a[HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS];
     struct hub_store_ingest_fast none;
     int on;
+    int planned;
 
     if (fast == NULL) {
         hub_store_ingest_fast_init(&none);
@@ -352,6 +364,7 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
     }
     /* the arrays move into a[]: the transaction takes them all */
     memcpy(a, rows->a, sizeof(rows->a));
+    planned = rows->n >= (rows->kafka > 0 ? INGEST_PLAN_MIN_ROWS : INGEST_PLAN_MIN_ROWS_HTTP);
     on = fast->owner != NULL && fast->budget > 0;
     hub_pgarr_init(&a[17], HUB_OID_TEXT);
     hub_pgarr_add_text(&a[17], on ? fast->owner : NULL);
@@ -374,14 +387,12 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
             hub_pgarr_free(&a[k]);
         }
         return hub_pgarr_txn_add(txn,
-                                 rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert
-                                                                 : &hub_sql_ingest_insert_prepared,
+                                 planned ? &hub_sql_ingest_insert : &hub_sql_ingest_insert_prepared,
                                  a, HUB_INGEST_NPARAMS);
     }
-    return hub_pgarr_txn_add(txn,
-                             rows->n >= INGEST_PLAN_MIN_ROWS ? &hub_sql_ingest_insert_fast
-                                                             : &hub_sql_ingest_insert_fast_prepared,
-                             a, HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS);
+    return hub_pgarr_txn_add(
+        txn, planned ? &hub_sql_ingest_insert_fast : &hub_sql_ingest_insert_fast_prepared, a,
+        HUB_INGEST_NPARAMS + HUB_INGEST_FAST_NPARAMS);
 }
 
 /* --------------------------------------------------- the JSON check -- */
