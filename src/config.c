@@ -226,11 +226,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "how long a process answers a tenant API key from its last lookup: a key revoked, a "
      "tenant deactivated or a quota changed is seen by every process within it; 0ms: every "
      "request looks its key up"},
-    /* per-scope caps of the schema registry (api_schemas.c, store_schemas.h) */
-    /* HTTP ingest's shared transactions (issue 26) */
+    /* HTTP ingest's shared transactions (ingest_http.c) */
     {"INGEST_HTTP_TXNS", CFG_INT, "4", OFF(ingest_http_txns), 1, 64, NULL,
      "HTTP ingest transactions in flight at once: two whenever requests wait, more only while "
      "enough requests wait to fill each"},
+    /* per-scope caps of the schema registry (api_schemas.c, store_schemas.h) */
     {"SCHEMA_MAX_VERSIONS", CFG_INT, "200", OFF(schema_max_versions), 1, 100000, NULL,
      "live (not retired) schema versions one tenant, or the platform, may hold; a registration "
      "over it is refused with 409"},
