@@ -112,11 +112,23 @@ static int cmd_check_policies(int argc, char **argv) {
  * core), and an arena keeps what it freed.  librdkafka's threads allocate
  * the fetched records the loop thread frees: with one arena each, the hub's
  * peak RSS in bench/ingest was 142-153 MiB; with two arenas, 108-125 MiB.
- * MALLOC_ARENA_MAX in the environment still decides when it is set.
+ *
+ * Blocks of 1 MiB and more (librdkafka's fetch responses, which its records
+ * point into) are mapped on their own and unmapped when freed.  glibc's
+ * default threshold moves up to the largest block freed so far (up to
+ * 32 MiB), after which those responses were carved out of the arenas and
+ * left holes the arenas kept.  A fixed threshold also fixes the trim
+ * threshold (128 KiB): freed arena tops go back to the kernel.
+ *
+ * MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES in the
+ * environment still decide when set.
  */
 static void limit_malloc_arenas(void) {
     if (getenv("MALLOC_ARENA_MAX") == NULL) {
         mallopt(M_ARENA_MAX, 2);
+    }
+    if (getenv("MALLOC_MMAP_THRESHOLD_") == NULL && getenv("GLIBC_TUNABLES") == NULL) {
+        mallopt(M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
