@@ -170,6 +170,15 @@ no_attempt_after_disable() {
         "no attempt starts after the hub logged the disable (at ${dis_ms:-?}; later: $(printf '%s' "$late" | head -n 5 | tr '\n' ';'))"
 }
 
+# disabled_and_settled ID WHAT: waits (20s) for ID's auto-disable, then (10s)
+# for its jobs in flight at that moment to settle; a failure names WHAT.
+disabled_and_settled() {
+    wait_until 20 "[[ \$(sub_field $1 disabled_reason) == auto_disabled ]]" ||
+        fail "$2 was not auto-disabled ($(job_counts "$1"))"
+    wait_until 10 "(( \$(jobs_in $1 in_flight) == 0 ))" >/dev/null ||
+        fail "jobs of $2 still in flight 10s after the disable ($(job_counts "$1"))"
+}
+
 # ---------------------------------------------------------------------------
 # the shared hub: WINDOW=3s SPREAD=2s
 # ---------------------------------------------------------------------------
@@ -251,12 +260,9 @@ recovered_sink_start() {
 
 scenario_a_recovered_destination_is_enabled_again() {
     local parked_d body
-    wait_until 20 "[[ \$(sub_field $D_ID disabled_reason) == auto_disabled ]]" ||
-        fail "the refused destination's subscription was not auto-disabled ($(job_counts "$D_ID"))"
+    disabled_and_settled "$D_ID" "the refused destination's subscription"
     assert_ge "$(metric_delta "$AUTO_DISABLED" "$DISABLED0")" 1 "$AUTO_DISABLED counts it"
     assert_eq active "$(sub_field "$D_ID" verification_state)" "verification_state untouched (d)"
-    wait_until 10 "(( \$(jobs_in $D_ID in_flight) == 0 ))" >/dev/null ||
-        fail "jobs still in flight 10s after the disable ($(job_counts "$D_ID"))"
     parked_d=$(jobs_in "$D_ID" parked)
     assert_ge "$parked_d" 1 "the refused destination's jobs are parked ($(job_counts "$D_ID"))"
     recovered_sink_start
@@ -291,12 +297,9 @@ prepare_attempts_in_flight_at_the_disable_end_up_parked() {
 }
 
 scenario_attempts_in_flight_at_the_disable_end_up_parked() {
-    wait_until 20 "[[ \$(sub_field $H_ID disabled_reason) == auto_disabled ]]" ||
-        fail "the /hang subscription was not auto-disabled ($(job_counts "$H_ID"))"
     # the attempts in flight at the disable end (2s timeout), and any retry
     # they wrongly asked for would be due one step (1.5s) later
-    wait_until 10 "(( \$(jobs_in $H_ID in_flight) == 0 ))" >/dev/null ||
-        fail "jobs still in flight 10s after the disable ($(job_counts "$H_ID"))"
+    disabled_and_settled "$H_ID" "the /hang subscription"
     sleep 3
     no_attempt_after_disable "$H_ID" "$H_PATH"
     assert_eq 0 "$(q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$H_ID' AND state NOT IN ('parked', 'dead')")" \
@@ -318,11 +321,8 @@ prepare_jobs_leased_at_the_disable_are_not_attempted() {
 }
 
 scenario_jobs_leased_at_the_disable_are_not_attempted() {
-    wait_until 20 "[[ \$(sub_field $F_ID disabled_reason) == auto_disabled ]]" ||
-        fail "the busy subscription was not auto-disabled ($(job_counts "$F_ID"))"
     # the jobs leased at the disable come back (their outcomes land)
-    wait_until 10 "(( \$(jobs_in $F_ID in_flight) == 0 ))" >/dev/null ||
-        fail "jobs still in flight 10s after the disable ($(job_counts "$F_ID"))"
+    disabled_and_settled "$F_ID" "the busy subscription"
     no_attempt_after_disable "$F_ID" "$F_PATH"
     (($(failed_in_scenario) == 0)) || diagnose "$F_ID" "$F_PATH"
 }
