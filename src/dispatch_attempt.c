@@ -546,6 +546,20 @@ static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
     struct job *j = a->j;
     int rc;
 
+    if (dispatch_disabled_here(d, j)) {
+        /* its subscription was disabled here after its lease was taken
+         * (dispatch_int.h): given back unattempted, the outcome statement
+         * parks it; a probe slot goes back to its breaker */
+        if (j->breaker_probe) {
+            hub_breaker_release(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
+        }
+        if (shaped != NULL) {
+            hub_policy_shaped_free(shaped);
+        }
+        attempt_ctx_free(a);
+        dispatch_job_unattempted(d, j, "pending", 0);
+        return;
+    }
     rc = job_headers(j, &d->hub->kek, &a->wev, j->payload, j->payload_len,
                      shaped != NULL ? shaped->headers : NULL, &h);
     if (shaped != NULL) {

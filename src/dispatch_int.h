@@ -140,9 +140,10 @@ struct job {
     int breaker_probe; /* the breaker let this attempt through as its probe */
 };
 
-struct outcome;    /* dispatch_outcome.c */
-struct url_slot;   /* dispatch_attempt.c */
-struct due_tenant; /* dispatch_claim.c */
+struct outcome;      /* dispatch_outcome.c */
+struct disabled_sub; /* dispatch_outcome.c */
+struct url_slot;     /* dispatch_attempt.c */
+struct due_tenant;   /* dispatch_claim.c */
 
 struct attempt_ctx; /* dispatch_attempt.c: the attempt of a job with a policy */
 
@@ -221,6 +222,10 @@ struct hub_dispatch {
     int flushing;         /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int outcomes_checked; /* hub_sql_dispatch_outcomes_checked since a duplicate attempt key */
     size_t flush_single;  /* outcomes to write one per transaction (after a batch failed) */
+    /* subscriptions this process disabled lately (dispatch_disabled_here) */
+    struct disabled_sub *disabled;
+    size_t n_disabled;
+    size_t cap_disabled;
 };
 
 /* ------------------------------------------------------------ dispatch.c -- */
@@ -311,6 +316,17 @@ int dispatch_lease_past(const struct hub_dispatch *d, const struct job *j, int64
 /* Reports j's attempt (success non-zero) to its breaker, unless its lease is
  * past: a stale outcome feeds no breaker (a stale probe is released). */
 void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int success);
+
+/*
+ * 1 when j must not be attempted: an outcome statement of this process
+ * disabled j's subscription (410, auto-disable), and j was leased by a
+ * claim or a fast-path offer made before the dispatcher learned it.  Such
+ * a statement may have read the subscription still enabled (an ingest
+ * transaction in flight at the disable commits its leased jobs after it),
+ * and its jobs reach the queue after dispatch_queue_drop_subscription().
+ * A job leased later was read after the disable committed.  Borrows j.
+ */
+int dispatch_disabled_here(struct hub_dispatch *d, const struct job *j);
 
 /* Writes up to one batch of queued outcomes now, if a connection is free. */
 void dispatch_flush(struct hub_dispatch *d);

@@ -309,6 +309,14 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * recorded failure, SPEC §7.7) and a fenced 410.
  * chg: only subscriptions that change; a success on a subscription without
  * a streak writes nothing (no row version, no lock).
+ * pre: the subscriptions whose streak this statement may write (a failure
+ * in the batch, or a streak open) are locked before any job, in one order:
+ * a transaction that changes a subscription (PATCH enabled:false) locks it
+ * first and then parks its jobs (the trigger, migrations/0011), and taking
+ * the job rows first here deadlocked against it, which the API answered
+ * with a 500.  j reads pre's count (a one-time filter, run before its scan)
+ * only to be run after it.  A success on a subscription without a streak
+ * still locks nothing.
  * lk: two outcome batches may touch the same subscriptions: they lock them
  * in one order, so that concurrent batches queue instead of deadlocking.
  * It also keeps `enabled` as it was before u, to tell which subscriptions
@@ -344,6 +352,12 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "                       $11::text[], $12::text[], $13::bool[], $15::int8[])"                   \
     "    AS o(id, state, reason, delay_ms, attempted, delivery_id, started_at, duration_ms,"       \
     "         status, error, excerpt, subscription_id, success, claim)"                            \
+    "), pre AS ("                                                                                  \
+    "  SELECT s.id FROM subscriptions s"                                                           \
+    "   WHERE s.id IN (SELECT o.subscription_id::uuid FROM o WHERE o.attempted)"                   \
+    "     AND (s.failure_first_at IS NOT NULL OR s.id IN ("                                        \
+    "          SELECT o.subscription_id::uuid FROM o WHERE o.attempted AND NOT o.success))"        \
+    "   ORDER BY s.id FOR UPDATE"                                                                  \
     "), j AS ("                                                                                    \
     "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
     "             d.state = 'parked' OR NOT EXISTS ("                                              \
@@ -360,7 +374,7 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "         success_status = " OUT_ON_JOB("o.status", "success_status") ","                       \
     "         success_excerpt = " OUT_ON_JOB("o.excerpt", "success_excerpt")                        \
     "    FROM o WHERE d.id = o.id AND d.lease_owner = $14::text || '#' || o.claim"                 \
-    "     AND o.state <> 'filtered'"                                                               \
+    "     AND o.state <> 'filtered' AND (SELECT count(*) FROM pre) >= 0"                           \
     "  RETURNING d.id, d.attempt_count, d.success_number, d.success_delivery_id,"                 \
     "            d.state AS new_state, d.reason AS new_reason, d.tenant_id AS job_tenant,"         \
     "            d.subscription_id AS job_sub, d.event_id AS job_event_id,"                        \
