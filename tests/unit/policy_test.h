@@ -52,6 +52,19 @@ static double thread_cpu_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/*
+ * Whether calls that began at (t0 on the clock, c0 of the thread's CPU) ran
+ * past a bound of `deadlines` deadlines of deadline_ms.  On the clock alone a
+ * loaded machine fails it: a thread that is not scheduled is not stopped
+ * either, by the deadline or by the wall-clock backstop.  So a call is late
+ * only if it ran past the bound on the clock AND had the CPU to be stopped
+ * well before (more than two deadlines of its own CPU time).
+ */
+static inline int ran_late(double t0, double c0, double deadlines, int64_t deadline_ms) {
+    double wall = now_ms() - t0, cpu = thread_cpu_ms() - c0;
+    return wall > deadlines * (double)deadline_ms && cpu > 2.0 * (double)deadline_ms + 3.0;
+}
+
 /* Writes text to dir/name (a test's own directory). */
 static void write_file(const char *dir, const char *name, const char *text) {
     char path[512];
