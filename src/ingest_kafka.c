@@ -72,6 +72,7 @@ struct ingest_part {
      * assigned, -1 before the first: where consumption started and any
      * gap in the offsets are logged (ingest_note_offset). */
     int64_t next_offset;
+    int64_t committed;     /* the last offset this consumer committed for it, -1 none */
     uint64_t hole_seek_ns; /* when the seek to it was last asked for */
     struct ingest_part *next;
 };
@@ -130,6 +131,7 @@ static struct ingest_part *part_find(struct hub_ingest *ing, const char *topic, 
     p->partition = partition;
     p->hole = -1;
     p->next_offset = -1;
+    p->committed = -1;
     p->next = ing->parts;
     ing->parts = p;
     return p;
@@ -266,7 +268,8 @@ static void part_batch_stored(struct ingest_batch *b) {
     struct ingest_part *p = b->owner_arg;
 
     if (p->assigned) {
-        commit_offset(p->ing, p, batch_offset(b, b->n - 1) + 1);
+        p->committed = batch_offset(b, b->n - 1) + 1;
+        commit_offset(p->ing, p, p->committed);
     }
     batch_release(b);
     part_backpressure(p);
@@ -457,6 +460,12 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             struct ingest_part *p =
                 part_find(ing, parts->elems[i].topic, parts->elems[i].partition, 0);
             if (p != NULL) {
+                /* where this owner got to: what a next owner, or a crash
+                 * investigation, compares with where it starts */
+                hub_log(HUB_INFO, "kafka partition given up", HUB_LS("topic", p->topic),
+                        HUB_LI("partition", p->partition), HUB_LI("taken_to", p->next_offset),
+                        HUB_LI("committed", p->committed), HUB_LI("pending", (int64_t)p->n_pending),
+                        HUB_LI("batch_records", p->inflight != NULL ? (int64_t)p->inflight->n : 0));
                 /* The next owner starts from the committed offset; what we hold
                  * and have not stored yet is simply read again there. */
                 p->assigned = 0;

@@ -80,7 +80,7 @@ scenario_every_event_is_delivered_across_two_sigkills() {
         log "stored per partition (partition|first offset|last offset|count): $(psql_q "SELECT string_agg(p, ' ' ORDER BY kafka_partition) FROM (SELECT kafka_partition, kafka_partition || '|' || min(kafka_offset) || '|' || max(kafka_offset) || '|' || count(*) AS p FROM event_inbox WHERE tenant_id = '$tenant' GROUP BY kafka_partition) x")"
         log "verdicts counted for the tenant (accepted|duplicates|quarantined|dropped): $(psql_q "SELECT sum(accepted) || '|' || sum(duplicates) || '|' || sum(quarantined) || '|' || sum(dropped) FROM tenant_stats_hourly WHERE tenant_id = '$tenant'"); quarantine rows: $(psql_q "SELECT count(*) FROM quarantine")"
         # where each hub started each partition, and what went wrong
-        grep -H 'consumption starts\|not contiguous\|partitions \(assigned\|revoked\)\|"level":"\(warn\|error\)"' \
+        grep -H 'consumption starts\|given up\|not contiguous\|partitions \(assigned\|revoked\)\|"level":"\(warn\|error\)"' \
             "$WORK"/hub.*.log | tail -n 60
     fi
     assert_eq "$N" "$(psql_q "SELECT count(*) FROM delivery_jobs WHERE tenant_id = '$tenant'")" \
