@@ -191,14 +191,20 @@
     "        s.headers_sealed, s.secret_sealed,"                                                   \
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                 \
     "        array_to_string(s.retry_schedule, ','), s.policy, n.schema_version"                   \
-    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq"                                             \
-    "   JOIN n ON n.tenant_id = ins.tenant_id AND n.source = ins.source"                           \
-    "         AND n.event_id = ins.event_id"                                                       \
+    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq" /* one row per job: the record inserted,    \
+                                                        * the first of its key (repeats unmarked   \
+                                                        * after OOM), picked by one sort of n: a                                                                        \
+                                                        * correlated min() per row of n was        \
+                                                        * planned as a filter re-run for every row                                                                                     \
+                                                        * of every job's scan of n, cubic in the   \
+                                                        * batch (6 s for 517 records) */           \
+    "   JOIN (SELECT DISTINCT ON (tenant_id, source, event_id)"                                    \
+    "                ord, tenant_id, source, event_id, schema_version"                             \
+    "           FROM n ORDER BY tenant_id, source, event_id, ord) n"                               \
+    "         ON n.tenant_id = ins.tenant_id AND n.source = ins.source"                            \
+    "        AND n.event_id = ins.event_id"                                                        \
     "   JOIN subscriptions s ON s.id = j.subscription_id"                                          \
-    "  WHERE j.lease_owner IS NOT NULL" /* one row per job: the record inserted, the first of */   \
-    "    AND n.ord = (SELECT min(n2.ord) FROM n n2" /* its key (repeats unmarked after OOM) */     \
-    "                  WHERE n2.tenant_id = n.tenant_id AND n2.source = n.source"                  \
-    "                    AND n2.event_id = n.event_id)"                                            \
+    "  WHERE j.lease_owner IS NOT NULL"                                                            \
     "  ORDER BY 6 NULLS FIRST, 1"
 
 const struct hub_sql hub_sql_ingest_insert = {
