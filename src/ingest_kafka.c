@@ -56,6 +56,12 @@
 /* How soon a batch held back behind an earlier batch of its partition (a
  * retry, or a write whose turn has not come) asks again. */
 #define INGEST_RETRY_WAIT_MS 20
+/* A partition's next batch starts before the previous one is stored only
+ * while fewer records than this are pending: a partition that keeps up
+ * sends its few records at once (latency), one that fell behind waits and
+ * sends them in one big batch (throughput: a batch this big is planned for
+ * its arrays, which costs a few ms per transaction, store_ingest.c). */
+#define INGEST_PIPELINE_ROWS 16
 
 /* One topic partition this consumer was assigned at some point.  Kept
  * after a revocation (assigned 0) until the consumer stops: its batch in
@@ -392,8 +398,9 @@ static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcom
 static const struct ingest_batch_owner part_owner = {part_batch_stored, part_batch_failed,
                                                      part_may_write};
 
-/* Starts the partition's next batch when it has pending records, fewer
- * than batches_max in flight, and every batch in flight stored or in a
+/* Starts the partition's next batch when it has pending records (fewer
+ * than INGEST_PIPELINE_ROWS if a batch is in flight), fewer than
+ * batches_max in flight, and every batch in flight stored or in a
  * first-try write (none failing: a retry goes alone): the oldest pending
  * records, up to batch_max, move to the batch, which owns them from here.
  * Its write transaction goes on the partition's lane behind theirs. */
@@ -403,7 +410,8 @@ static void part_maybe_start(struct ingest_part *p) {
     size_t n;
 
     if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
-        !part_may_write_before(p, NULL)) {
+        !part_may_write_before(p, NULL) ||
+        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS)) {
         return;
     }
     n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
