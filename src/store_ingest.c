@@ -140,7 +140,11 @@
 
 /* The tail of the insert with the fast path: matching into m, the jobs to
  * lease into f, every job inserted (leased or pending), and the leased ones
- * returned after the records' rows. */
+ * returned after the records' rows.  A leased job comes back once, with the
+ * record inserted: the first of its key (repeats are unmarked after OOM),
+ * picked by one sort of n (DISTINCT ON).  A correlated min() per row of n
+ * was planned as a filter re-run for every row of every job's scan of n:
+ * cubic in the batch, 6 s for 517 records. */
 #define INGEST_INSERT_FAST                                                                         \
     INGEST_INSERT_HEAD                                                                             \
     "), m AS (" /* matching (SPEC §6): the tenant's routes for this event type, its               \
@@ -191,13 +195,7 @@
     "        s.headers_sealed, s.secret_sealed,"                                                   \
     "        CASE WHEN s.prev_secret_until > now() THEN s.prev_secret_sealed END,"                 \
     "        array_to_string(s.retry_schedule, ','), s.policy, n.schema_version"                   \
-    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq" /* one row per job: the record inserted,    \
-                                                        * the first of its key (repeats unmarked   \
-                                                        * after OOM), picked by one sort of n: a                                                                        \
-                                                        * correlated min() per row of n was        \
-                                                        * planned as a filter re-run for every row                                                                                     \
-                                                        * of every job's scan of n, cubic in the   \
-                                                        * batch (6 s for 517 records) */           \
+    "   FROM jobs j JOIN ins ON ins.seq = j.event_seq" /* one row per job: see above */            \
     "   JOIN (SELECT DISTINCT ON (tenant_id, source, event_id)"                                    \
     "                ord, tenant_id, source, event_id, schema_version"                             \
     "           FROM n ORDER BY tenant_id, source, event_id, ord) n"                               \
