@@ -7,7 +7,7 @@
  * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
  * which takes them into their partitions' pending lists.  A partition with
  * pending records starts a batch (part_maybe_start), up to
- * STREAMING_HUB_INGEST_PARTITION_BATCHES in flight: their write
+ *  STREAMING_HUB_INGEST_PARTITION_BATCHES in flight (default 1): their write
  * transactions go in offset order on the partition's lane (pg.h), one
  * connection, each running only if the one before committed, so records are
  * stored in partition order (SPEC §3.4) and a key repeated in two batches is
@@ -422,7 +422,8 @@ static void part_maybe_start(struct ingest_part *p) {
     }
     b->hub = ing->hub;
     b->pg = ing->hub->pg_ingest;
-    b->lane = &p->lane;
+    /* one batch at a time needs no lane: its writes skip the mark */
+    b->lane = ing->batches_max > 1 ? &p->lane : NULL;
     b->owner = &part_owner;
     b->owner_arg = p;
     b->n = n;
