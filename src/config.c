@@ -140,6 +140,8 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "most records of one partition stored in one transaction"},
     {"INGEST_PG_CONNECTIONS", CFG_INT, "4", OFF(ingest_pg_connections), 1, 64, NULL,
      "database connections that write ingest batches in parallel"},
+    {"INGEST_PARTITION_BATCHES", CFG_INT, "1", OFF(ingest_partition_batches), 1, 16, NULL,
+     "batches of one Kafka partition in flight at once (stored in order, one connection)"},
     /* KEK rotation (SPEC §11, docs/deploy.md) */
     {"KEK_PREVIOUS", CFG_SECRET, NULL, OFF(kek_previous), 0, 0, NULL,
      "comma-separated previous KEKs (base64 of 32 bytes each, at most 7): they open secrets "

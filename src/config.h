@@ -68,6 +68,8 @@ struct hub_config {
     int64_t ingest_http_txns;      /* HTTP ingest transactions in flight at most */
     char *kek_previous;            /* previous KEKs, comma-separated (open only) */
     int64_t rekey_batch;           /* rekey: rows re-sealed per transaction */
+    /* batches of one Kafka partition in flight at once (ingest_kafka.c) */
+    int64_t ingest_partition_batches;
     /* ingest and the HTTP listener */
     int64_t ready_kafka_window_ms; /* /readyz: consumer without broker or group for this long */
     int64_t http_max_connections;  /* accepted at once; more wait in the backlog */

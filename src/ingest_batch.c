@@ -52,6 +52,9 @@ enum rec_state {
 
 const struct hub_pg_outcome ingest_outcome_oom = {HUB_PG_ENOMEM, NULL, 0, "out of memory", ""};
 
+const struct hub_pg_outcome ingest_outcome_held = {
+    HUB_PG_ENOMEM, NULL, 0, "an earlier batch of the partition is not stored yet", ""};
+
 /* The outcome of a batch whose raced keys never settled (INGEST_RACES_MAX). */
 static const struct hub_pg_outcome ingest_outcome_races = {
     HUB_PG_ESTMT, NULL, 0, "the ingest statement answered no verdict for some records", ""};
@@ -544,6 +547,7 @@ static void batch_txn_cb(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch_fast *fast = b->fast; /* this transaction's offer */
 
     b->in_txn = 0;
+    b->in_write = 0;
     b->fast = NULL;
     for (size_t i = 0; i < b->n; i++) {
         const struct hub_ingest_rec *r = &b->recs[i];
@@ -628,6 +632,12 @@ void ingest_batch_submit(struct ingest_batch *b) {
         batch_done(b);
         return;
     }
+    /* a partition's batches write in offset order (ingest_kafka.c) */
+    if (b->owner->may_write != NULL && !b->owner->may_write(b)) {
+        batch_mark_unsettled(b); /* held, not failed: not counted as a failure */
+        b->owner->failed(b, &ingest_outcome_held);
+        return;
+    }
     /* One transaction carries every quarantine row still to write and the
      * insert of every key still to store, so they commit or fail together;
      * rows settled by an earlier transaction are never sent again. */
@@ -635,6 +645,9 @@ void ingest_batch_submit(struct ingest_batch *b) {
     if (txn == NULL) {
         batch_failed(b, &ingest_outcome_oom);
         return;
+    }
+    if (b->lane != NULL) {
+        hub_pg_txn_lane(txn, b->lane);
     }
     /* on OOM a builder marks txn failed: it then completes through
      * batch_txn_cb with HUB_PG_ENOMEM, sending nothing */
@@ -645,6 +658,7 @@ void ingest_batch_submit(struct ingest_batch *b) {
         add_insert(txn, b);
     }
     b->in_txn = 1;
+    b->in_write = 1;
     hub_pg_txn_submit(txn);
 }
 

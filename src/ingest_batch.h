@@ -3,9 +3,11 @@
  * its records to one another.  Internal to ingest: only ingest*.c include it.
  *
  * The parts:
- *   ingest_kafka.c  the consumer: a partition's pending records become a
- *                   batch (at most one in flight per partition); its offset
- *                   is committed once the batch is stored;
+ *   ingest_kafka.c  the consumer: a partition's pending records become
+ *                   batches (a few in flight per partition, their write
+ *                   transactions in order on the partition's lane); the
+ *                   offset is committed past a batch once it and every
+ *                   earlier batch of the partition are stored;
  *   ingest_http.c   the HTTP ingest queue: requests waiting together become
  *                   one batch, a transaction they share;
  *   ingest_batch.c  the writer: records → verdicts, durably;
@@ -70,6 +72,12 @@ struct ingest_batch_owner {
      * the batch wrote before stays written and counted: each record not
      * settled is marked unsettled, and a later submit writes only those. */
     void (*failed)(struct ingest_batch *b, const struct hub_pg_outcome *out);
+    /* May be NULL.  Asked before each write transaction (quarantine rows
+     * and inserts): 0 holds it back, the batch then fails (with
+     * ingest_outcome_held) and its owner submits it again later.  The
+     * Kafka owner answers 0 while an earlier batch of the partition is
+     * neither stored nor in a first-try write transaction on its lane. */
+    int (*may_write)(struct ingest_batch *b);
 };
 
 struct ingest_batch {
@@ -82,10 +90,16 @@ struct ingest_batch {
     const struct ingest_batch_owner *owner;
     void *owner_arg;  /* the Kafka partition or the HTTP group */
     uv_timer_t retry; /* the Kafka owner's retry timer; unused by HTTP */
+    /* the lane its write transactions go on (pg.h), or NULL (HTTP) */
+    struct hub_pg_lane *lane;
+    struct ingest_batch *next; /* the Kafka owner's: the partition's next batch */
+    int stored;                /* the Kafka owner's: stored, its offset not yet committed */
+    int no_commit;             /* the Kafka owner's: an earlier batch was dropped unstored */
     /* the writer's progress (the owner reads them; each record's own
      * progress is in its private members) */
     int attempts;    /* failed tries so far (reset once stored) */
     int in_txn;      /* a transaction is outstanding: the batch cannot be dropped */
+    int in_write;    /* that transaction is a write (on b->lane) */
     int marked;      /* in-batch repeats are marked */
     int races;       /* transactions in a row that left a raced key to run again */
     int schema_done; /* the schema step has looked at the batch (ingest_schema.c) */
@@ -103,6 +117,9 @@ enum { INGEST_STEP_NONE = 0, INGEST_STEP_CHECKING, INGEST_STEP_WAITING };
 /* The outcome a batch fails with when its transaction could not even be
  * built (out of memory): never sent, nothing stored. */
 extern const struct hub_pg_outcome ingest_outcome_oom;
+
+/* The outcome of a batch its owner's may_write() held back: nothing sent. */
+extern const struct hub_pg_outcome ingest_outcome_held;
 
 /*
  * Takes b (filled by its owner, records with their zeroed results) and

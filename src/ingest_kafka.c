@@ -6,9 +6,16 @@
  * Everything runs on the hub's loop: librdkafka's consumer queue writes to
  * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
  * which takes them into their partitions' pending lists.  A partition with
- * pending records and no batch in flight starts one (part_maybe_start); the
- * batch writer (ingest_batch.c) reports back through part_owner, and the
- * partition commits the offset after the batch's last record.
+ * pending records starts a batch (part_maybe_start), up to
+ *  STREAMING_HUB_INGEST_PARTITION_BATCHES in flight (default 1): their write
+ * transactions go in offset order on the partition's lane (pg.h), one
+ * connection, each running only if the one before committed, so records are
+ * stored in partition order (SPEC §3.4) and a key repeated in two batches is
+ * seen by the second as a duplicate.  The batch writer (ingest_batch.c)
+ * reports back through part_owner, and the partition commits the offset
+ * past a batch once it and every batch before it are stored (part_commit).
+ * A batch that failed is retried alone: the ones behind it wait, and no new
+ * one starts, until it is stored (part_may_write).
  *
  * Who owns a record: librdkafka until ingest_take(), then its partition's
  * pending list, then the batch, which destroys it once the batch is stored
@@ -49,6 +56,15 @@
 /* librdkafka's statistics interval: how soon readiness learns that the
  * brokers or the group are gone (or back). */
 #define INGEST_STATS_MS "1000"
+/* How soon a batch held back behind an earlier batch of its partition (a
+ * retry, or a write whose turn has not come) asks again. */
+#define INGEST_RETRY_WAIT_MS 20
+/* A partition's next batch starts before the previous one is stored only
+ * while fewer records than this are pending: a partition that keeps up
+ * sends its few records at once (latency), one that fell behind waits and
+ * sends them in one big batch (throughput: a batch this big is planned for
+ * its arrays, which costs a few ms per transaction, store_ingest.c). */
+#define INGEST_PIPELINE_ROWS 16
 
 /* One topic partition this consumer was assigned at some point.  Kept
  * after a revocation (assigned 0) until the consumer stops: its batch in
@@ -63,7 +79,11 @@ struct ingest_part {
     size_t n_pending;
     size_t cap_pending;
     size_t pending_bytes;
-    struct ingest_batch *inflight; /* at most one batch per partition */
+    /* batches in flight, oldest first, through ingest_batch.next: offsets
+     * are committed from the oldest on (part_commit) */
+    struct ingest_batch *first, *last;
+    int n_batches;
+    struct hub_pg_lane lane; /* their write transactions, in order */
     /* A record that could not be taken (out of memory) leaves a hole at its
      * offset: later records are dropped until the partition, sought back to
      * the hole, delivers it again, so no offset is committed past it. */
@@ -101,6 +121,7 @@ struct hub_ingest {
     void (*done_cb)(void *arg); /* hub_ingest_stop's */
     void *done_arg;
     size_t batch_max; /* records per batch (STREAMING_HUB_INGEST_BATCH_MAX) */
+    int batches_max;  /* in flight per partition (STREAMING_HUB_INGEST_PARTITION_BATCHES) */
 };
 
 static void ingest_drain(struct hub_ingest *ing);
@@ -194,7 +215,10 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
  * "Notes moved out of the ingest code (issue 22)").
  */
 static void part_backpressure(struct ingest_part *p) {
-    int failing = p->inflight != NULL && p->inflight->attempts > 0;
+    int failing = 0;
+    for (struct ingest_batch *b = p->first; b != NULL; b = b->next) {
+        failing |= b->attempts > 0;
+    }
     part_set_paused(p, failing);
 }
 
@@ -232,12 +256,28 @@ static void batch_timer_closed(uv_handle_t *h) {
 /* Detaches the batch from its partition and frees it (after its timer
  * closed: the timer is a handle, freed only in its close callback).  Its
  * records not committed are read again by the partition's next owner, or
- * by this one after a restart. */
+ * by this one after a restart; a batch released unstored keeps every later
+ * batch of the partition from committing (no_commit), since committing past
+ * them would skip its records. */
 static void batch_release(struct ingest_batch *b) {
     struct ingest_part *p = b->owner_arg;
     struct hub_ingest *ing = p->ing;
+    struct ingest_batch **at = &p->first, *prev = NULL;
 
-    p->inflight = NULL;
+    while (*at != b) {
+        prev = *at;
+        at = &(*at)->next;
+    }
+    *at = b->next;
+    if (p->last == b) {
+        p->last = prev;
+    }
+    if (!b->stored) {
+        for (struct ingest_batch *l = b->next; l != NULL; l = l->next) {
+            l->no_commit = 1;
+        }
+    }
+    p->n_batches--;
     ing->batches_inflight--;
     ing->open_handles++;
     uv_close((uv_handle_t *)&b->retry, batch_timer_closed);
@@ -262,18 +302,52 @@ static void commit_offset(struct hub_ingest *ing, struct ingest_part *p, int64_t
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* Commits past the partition's oldest batches that are stored, in offset
+ * order (once, past the last of them), and frees them.  A stored batch
+ * behind one still in flight waits here. */
+static void part_commit(struct ingest_part *p) {
+    int64_t next_offset = -1;
+
+    while (p->first != NULL && p->first->stored) {
+        struct ingest_batch *b = p->first;
+        if (!b->no_commit) {
+            next_offset = batch_offset(b, b->n - 1) + 1;
+        }
+        batch_release(b);
+    }
+    if (next_offset >= 0 && p->assigned) {
+        p->committed = next_offset;
+        commit_offset(p->ing, p, next_offset);
+    }
+}
+
 /* The batch writer's report: everything of the batch is durable.  Commit
- * past its last record (if the partition is still ours), free it, move on. */
+ * past it once every earlier batch is stored too (if the partition is
+ * still ours), move on. */
 static void part_batch_stored(struct ingest_batch *b) {
     struct ingest_part *p = b->owner_arg;
 
-    if (p->assigned) {
-        p->committed = batch_offset(b, b->n - 1) + 1;
-        commit_offset(p->ing, p, p->committed);
-    }
-    batch_release(b);
+    b->stored = 1;
+    part_commit(p);
     part_backpressure(p);
     part_maybe_start(p);
+}
+
+/* 1 when every batch of p before `b` (NULL: all of them) is stored or has
+ * a write transaction of its first try on the lane: then b's write goes
+ * behind theirs, and runs only if they commit. */
+static int part_may_write_before(struct ingest_part *p, const struct ingest_batch *b) {
+    for (struct ingest_batch *e = p->first; e != NULL && e != b; e = e->next) {
+        if (!e->stored && !(e->in_write && e->attempts == 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The writer asks before each write transaction of b (ingest_batch.h). */
+static int part_may_write(struct ingest_batch *b) {
+    return part_may_write_before(b->owner_arg, b);
 }
 
 /* The backoff of a failed batch ended: submit it again, unless the
@@ -286,9 +360,15 @@ static void batch_retry_cb(uv_timer_t *t) {
         /* Not ours any more (or leaving): the next owner replays from the
          * committed offset, which never moved past this batch. */
         batch_release(b);
+        part_commit(p);
         if (p->ing->stopping && p->ing->batches_inflight == 0) {
             ingest_finish_stop(p->ing);
         }
+        return;
+    }
+    if (!part_may_write_before(p, b)) {
+        /* an earlier batch is not stored yet: a retry goes alone, in order */
+        uv_timer_start(&b->retry, batch_retry_cb, INGEST_RETRY_WAIT_MS, 0);
         return;
     }
     ingest_batch_submit(b);
@@ -302,10 +382,12 @@ static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcom
     struct hub_ingest *ing = p->ing;
     const char *error = out->error != NULL ? out->error : "transaction failed";
     const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
-    uint64_t delay = ingest_batch_backoff_ms(b);
+    int held = out == &ingest_outcome_held;
+    uint64_t delay = held ? INGEST_RETRY_WAIT_MS : ingest_batch_backoff_ms(b);
 
-    /* Log the first failure and then every tenth, not a line per retry. */
-    if (b->attempts == 1 || b->attempts % 10 == 0) {
+    /* Log the first failure and then every tenth, not a line per retry (a
+     * batch held back behind an earlier one did not fail: not logged). */
+    if (!held && (b->attempts == 1 || b->attempts % 10 == 0)) {
         hub_log(HUB_WARN, "partition batch not stored, retrying", HUB_LS("topic", p->topic),
                 HUB_LI("partition", p->partition), HUB_LI("offset", batch_offset(b, 0)),
                 HUB_LI("records", b->n), HUB_LI("attempt", b->attempts),
@@ -314,6 +396,7 @@ static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcom
     part_backpressure(p);
     if (ing->stopping) {
         batch_release(b);
+        part_commit(p);
         if (ing->batches_inflight == 0) {
             ingest_finish_stop(ing);
         }
@@ -323,18 +406,23 @@ static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcom
 }
 
 /* How the batch writer reports to a partition (ingest_batch.h). */
-static const struct ingest_batch_owner part_owner = {part_batch_stored, part_batch_failed};
+static const struct ingest_batch_owner part_owner = {part_batch_stored, part_batch_failed,
+                                                     part_may_write};
 
-/* Starts the partition's next batch when it has pending records and none in
- * flight: the oldest pending records, up to batch_max, move to the batch,
- * which owns them from here (one batch per partition keeps the commits in
- * offset order). */
+/* Starts the partition's next batch when it has pending records (fewer
+ * than INGEST_PIPELINE_ROWS if a batch is in flight), fewer than
+ * batches_max in flight, and every batch in flight stored or in a
+ * first-try write (none failing: a retry goes alone): the oldest pending
+ * records, up to batch_max, move to the batch, which owns them from here.
+ * Its write transaction goes on the partition's lane behind theirs. */
 static void part_maybe_start(struct ingest_part *p) {
     struct hub_ingest *ing = p->ing;
     struct ingest_batch *b;
     size_t n;
 
-    if (p->inflight != NULL || p->n_pending == 0 || ing->stopping) {
+    if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
+        !part_may_write_before(p, NULL) ||
+        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS)) {
         return;
     }
     n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
@@ -345,6 +433,8 @@ static void part_maybe_start(struct ingest_part *p) {
     }
     b->hub = ing->hub;
     b->pg = ing->hub->pg_ingest;
+    /* one batch at a time needs no lane: its writes skip the mark */
+    b->lane = ing->batches_max > 1 ? &p->lane : NULL;
     b->owner = &part_owner;
     b->owner_arg = p;
     b->n = n;
@@ -359,7 +449,13 @@ static void part_maybe_start(struct ingest_part *p) {
     }
     memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
     p->n_pending -= n;
-    p->inflight = b;
+    if (p->last != NULL) {
+        p->last->next = b;
+    } else {
+        p->first = b;
+    }
+    p->last = b;
+    p->n_batches++;
     ing->batches_inflight++;
     ingest_batch_start(b);
 }
@@ -465,7 +561,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                 hub_log(HUB_INFO, "kafka partition given up", HUB_LS("topic", p->topic),
                         HUB_LI("partition", p->partition), HUB_LI("taken_to", p->next_offset),
                         HUB_LI("committed", p->committed), HUB_LI("pending", (int64_t)p->n_pending),
-                        HUB_LI("batch_records", p->inflight != NULL ? (int64_t)p->inflight->n : 0));
+                        HUB_LI("batches", p->n_batches));
                 /* The next owner starts from the committed offset; what we hold
                  * and have not stored yet is simply read again there. */
                 p->assigned = 0;
@@ -677,6 +773,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
     }
     ing->hub = hub;
     ing->batch_max = (size_t)hub->cfg.ingest_batch_max;
+    ing->batches_max = (int)hub->cfg.ingest_partition_batches;
     ing->pipe_fds[0] = ing->pipe_fds[1] = -1;
 
     conf = hub_kafka_conf_new(&hub->cfg, hub->brokers, err, sizeof(err));
@@ -832,16 +929,20 @@ void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *a
     /* Batches waiting in retry give up now (their records replay on the next
      * start); batches with a transaction outstanding finish and commit. */
     for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
-        struct ingest_batch *b = p->inflight;
-        if (b == NULL || b->in_txn || b->in_step == INGEST_STEP_CHECKING) {
-            continue; /* it finishes (a check runs on into its transaction) */
+        struct ingest_batch *b = p->first, *next;
+        for (; b != NULL; b = next) {
+            next = b->next;
+            if (b->stored || b->in_txn || b->in_step == INGEST_STEP_CHECKING) {
+                continue; /* it finishes (a check runs on into its transaction) */
+            }
+            if (b->in_step == INGEST_STEP_WAITING) {
+                hub_schemas_cancel_wait(ing->hub, b);
+                b->in_step = INGEST_STEP_NONE;
+            }
+            uv_timer_stop(&b->retry);
+            batch_release(b);
         }
-        if (b->in_step == INGEST_STEP_WAITING) {
-            hub_schemas_cancel_wait(ing->hub, b);
-            b->in_step = INGEST_STEP_NONE;
-        }
-        uv_timer_stop(&b->retry);
-        batch_release(b);
+        part_commit(p); /* stored ones before the first released commit now */
     }
     uv_poll_stop(&ing->wake);
     uv_close((uv_handle_t *)&ing->wake, ingest_handle_closed);
@@ -889,7 +990,10 @@ int hub_ingest_paused(const struct hub_ingest *ing) {
 long hub_ingest_pending(const struct hub_ingest *ing) {
     long n = 0;
     for (const struct ingest_part *p = ing ? ing->parts : NULL; p != NULL; p = p->next) {
-        n += (long)p->n_pending + (p->inflight ? (long)p->inflight->n : 0);
+        n += (long)p->n_pending;
+        for (const struct ingest_batch *b = p->first; b != NULL; b = b->next) {
+            n += (long)b->n;
+        }
     }
     return n;
 }

@@ -70,7 +70,16 @@ struct hub_pg_txn {
     PGresult *error_result; /* the failing result, owned via results[] or here */
     char error_text[256];
     struct hub_pg_txn *next; /* pool queue */
+    /* its lane (hub_pg_txn_lane), or NULL; counted in lane->queued while
+     * queued, in lane->sent once sent */
+    struct hub_pg_lane *lane;
+    int lane_state; /* LANE_NONE, LANE_QUEUED or LANE_SENT */
+    int lane_check; /* sent behind another of its lane: the check ran first */
+    /* the parameters of the check and the mark (pg_conn_send) */
+    char lane_name[32], lane_prev[24], lane_self[24];
 };
+
+enum { LANE_NONE = 0, LANE_QUEUED, LANE_SENT };
 
 /* EXP_SETUP: a statement of our own ahead of one of the transaction's
  * (its result is dropped, its error fails the transaction). */
@@ -134,8 +143,10 @@ struct hub_pg {
     struct hub_pg_txn *queue_head;
     struct hub_pg_txn *queue_tail;
     size_t queued;
-    int closing;        /* hub_pg_close ran: nothing new is accepted */
-    int pending_closes; /* retry timers still closing; the pool is freed at 0 */
+    int closing;           /* hub_pg_close ran: nothing new is accepted */
+    int lanes;             /* lane ids handed out */
+    long long lane_serial; /* the last serial a lane's transaction set */
+    int pending_closes;    /* retry timers still closing; the pool is freed at 0 */
     void (*closed_cb)(void *arg);
     void *closed_arg;
 };
@@ -143,6 +154,7 @@ struct hub_pg {
 static void pg_conn_start(struct pg_conn *c);
 static void pg_conn_lost(struct pg_conn *c, const char *why);
 static void pg_pump(struct hub_pg *pg);
+static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn);
 static void pg_poll_cb(uv_poll_t *handle, int status, int events);
 
 /* ---------------------------------------------------------------- txns -- */
@@ -311,6 +323,11 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
      * read theirs through n_results, which is 0 then. */
     static PGresult *const no_results[HUB_PG_NO_RESULTS] = {NULL};
 
+    if (txn->lane != NULL) {
+        txn->lane->queued -= txn->lane_state == LANE_QUEUED;
+        txn->lane->sent -= txn->lane_state == LANE_SENT;
+        txn->lane_state = LANE_NONE;
+    }
     if (status == HUB_PG_OK && txn->error_result != NULL) {
         status = HUB_PG_ESTMT;
     }
@@ -320,7 +337,10 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
         const char *c = PQresultErrorField(txn->error_result, PG_DIAG_CONSTRAINT_NAME);
         sqlstate = s ? s : "";
         constraint = c ? c : "";
-        snprintf(txn->error_text, sizeof(txn->error_text), "%s", m ? m : "statement failed");
+        snprintf(txn->error_text, sizeof(txn->error_text), "%s",
+                 txn->lane_check && strcmp(sqlstate, HUB_PG_LANE_SQLSTATE) == 0
+                     ? "the transaction before it on its lane did not commit"
+                     : (m ? m : "statement failed"));
         error = txn->error_text;
     }
     out.status = status;
@@ -352,6 +372,20 @@ void hub_pg_txn_submit(struct hub_pg_txn *txn) {
     if (pg->closing) {
         txn_complete(txn, HUB_PG_ECLOSED, "database pool is closing");
         return;
+    }
+    if (txn->lane != NULL) {
+        struct hub_pg_lane *lane = txn->lane;
+        if (lane->id == 0) {
+            lane->id = ++pg->lanes;
+        }
+        /* behind the lane's transactions in flight, on their connection,
+         * unless some still wait in the queue (they go first) */
+        if (lane->queued == 0 && lane->sent > 0 && pg->conns[lane->conn].state == C_UP) {
+            pg_conn_send(&pg->conns[lane->conn], txn);
+            return;
+        }
+        lane->queued++;
+        txn->lane_state = LANE_QUEUED;
     }
     txn->next = NULL;
     if (pg->queue_tail) {
@@ -558,6 +592,12 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
  */
 #define PG_OPTIONS "-c jit=off"
 #define PG_CUSTOM_PLAN_SQL "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
+/* A lane's mark and check (hub_pg_lane): $1 the lane's setting, $2 a
+ * serial.  The mark is a session setting (false: not local), which
+ * PostgreSQL undoes with the transaction that set it if that one rolls
+ * back; the check divides by zero unless the mark it expects is there. */
+#define PG_LANE_MARK_SQL "SELECT set_config($1, $2, false)"
+#define PG_LANE_CHECK_SQL "SELECT 1 / (current_setting($1, true) IS NOT DISTINCT FROM $2)::int"
 
 /* Notices and warnings from the server as JSON log lines (libpq would print
  * them raw on stderr): WARNING as a warning, the rest (NOTICE, such as
@@ -797,6 +837,28 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
         return 0;
     }
     c->inflight++;
+    if (txn->lane != NULL) {
+        /* counted before anything can fail: pg_conn_lost completes it */
+        struct hub_pg_lane *lane = txn->lane;
+        txn->lane_check = lane->sent > 0;
+        snprintf(txn->lane_name, sizeof(txn->lane_name), "hub.lane_%d", lane->id);
+        snprintf(txn->lane_prev, sizeof(txn->lane_prev), "%lld", lane->last);
+        snprintf(txn->lane_self, sizeof(txn->lane_self), "%lld", ++c->pg->lane_serial);
+        lane->last = c->pg->lane_serial;
+        lane->conn = c->index;
+        lane->queued -= txn->lane_state == LANE_QUEUED;
+        lane->sent++;
+        txn->lane_state = LANE_SENT;
+    }
+    /* behind another transaction of its lane: first the check that it
+     * committed (its mark is there) */
+    if (txn->lane_check) {
+        const char *v[2] = {txn->lane_name, txn->lane_prev};
+        if (PQsendQueryParams(c->conn, PG_LANE_CHECK_SQL, 2, NULL, v, NULL, NULL, 0) != 1 ||
+            exp_push(c, EXP_SETUP, txn, 0) != 0) {
+            goto fail;
+        }
+    }
     /* libpq only buffers here; pg_conn_flush sends it all at the end, so a
      * transaction is one write however many statements it holds */
     for (int i = 0; i < txn->n_stmts; i++) {
@@ -831,6 +893,14 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
             goto fail;
         }
     }
+    /* a lane's mark: set only if the transaction commits */
+    if (txn->lane != NULL) {
+        const char *v[2] = {txn->lane_name, txn->lane_self};
+        if (PQsendQueryParams(c->conn, PG_LANE_MARK_SQL, 2, NULL, v, NULL, NULL, 0) != 1 ||
+            exp_push(c, EXP_SETUP, txn, 0) != 0) {
+            goto fail;
+        }
+    }
     if (PQpipelineSync(c->conn) != 1 || exp_push(c, EXP_SYNC, txn, -1) != 0) {
         goto fail;
     }
@@ -857,11 +927,20 @@ fail:
 static void pg_pump(struct hub_pg *pg) {
     while (pg->queue_head != NULL) {
         struct pg_conn *best = NULL;
-        for (int i = 0; i < pg->nconns; i++) {
-            struct pg_conn *c = &pg->conns[i];
-            if (c->state == C_UP && c->inflight < PG_MAX_INFLIGHT &&
-                (best == NULL || c->inflight < best->inflight)) {
-                best = c;
+        struct hub_pg_lane *lane = pg->queue_head->lane;
+        if (lane != NULL && lane->sent > 0 && pg->conns[lane->conn].state == C_UP) {
+            /* behind its lane's transactions in flight, on their connection
+             * (over PG_MAX_INFLIGHT: a lane holds few).  Elsewhere, while
+             * that connection is being lost, its check fails: never out of
+             * order. */
+            best = &pg->conns[lane->conn];
+        } else {
+            for (int i = 0; i < pg->nconns; i++) {
+                struct pg_conn *c = &pg->conns[i];
+                if (c->state == C_UP && c->inflight < PG_MAX_INFLIGHT &&
+                    (best == NULL || c->inflight < best->inflight)) {
+                    best = c;
+                }
             }
         }
         if (best == NULL) {
@@ -877,6 +956,10 @@ static void pg_pump(struct hub_pg *pg) {
          * out of the choice: the loop goes on with the others */
         pg_conn_send(best, txn);
     }
+}
+
+void hub_pg_txn_lane(struct hub_pg_txn *txn, struct hub_pg_lane *lane) {
+    txn->lane = lane;
 }
 
 /* ---------------------------------------------------------------- pool -- */

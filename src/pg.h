@@ -132,6 +132,38 @@ void hub_pg_txn_fail(struct hub_pg_txn *txn, const char *why);
 /* Queues the transaction; it runs on the next connection with room. */
 void hub_pg_txn_submit(struct hub_pg_txn *txn);
 
+/*
+ * A lane: transactions that must commit in the order they were submitted
+ * (a Kafka partition's batches, several in flight).  While one of its
+ * transactions is queued or in flight, the next goes behind it on the same
+ * connection, where PostgreSQL runs them one after the other, and runs only
+ * if the one just before it committed: a session setting the previous one
+ * sets as its last statement (undone when it rolls back) is checked by the
+ * next one's first statement, so a transaction behind one that rolled back
+ * fails too (HUB_PG_ESTMT, sqlstate HUB_PG_LANE_SQLSTATE, before it wrote
+ * anything).  A lane with nothing in flight takes any connection.
+ *
+ * The owner embeds it zeroed and keeps it until none of its transactions
+ * is left (their callbacks have run); it deciding what may be submitted
+ * once one failed (a transaction submitted to an idle lane is not checked
+ * against the failed one).  Members are pg.c's.
+ */
+struct hub_pg_lane {
+    int id;         /* names its session setting; assigned on first use */
+    int conn;       /* the connection its transactions in flight are on */
+    int queued;     /* submitted, not yet sent */
+    int sent;       /* sent, not yet completed */
+    long long last; /* the serial the last one sent sets */
+};
+
+/* What a transaction fails with when the one before it on its lane did not
+ * commit (division_by_zero, as the check raises it). */
+#define HUB_PG_LANE_SQLSTATE "22012"
+
+/* Puts txn (not yet submitted) on lane, which it borrows until its
+ * callback has run. */
+void hub_pg_txn_lane(struct hub_pg_txn *txn, struct hub_pg_lane *lane);
+
 /* Routes the server's notices and warnings on conn (may be NULL) to the
  * hub's log (SPEC §10: one JSON object per line on stderr). */
 void hub_pg_log_notices(PGconn *conn);
