@@ -799,12 +799,13 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
          * beside it (docs/performance.md, "Notes moved out of the ingest
          * code (issue 22)").  A record keeps its whole fetch response in
          * memory until it is destroyed, so the queue's bytes are not all
-         * it costs: 12 MiB of queue and 2 MiB responses (were 24 and 8)
-         * took the hub's peak RSS over 16 topics × 4 partitions from
-         * ~200 MiB to ~110 at the same rate (README, "Ingest"). */
-        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "12288", err, sizeof(err)) ||
+         * it costs; the poll budget above and the mmap threshold (main.c)
+         * bound the rest.  A 12 MiB queue with 2 MiB responses held less
+         * still (~110 MiB over 16 topics × 4 partitions) but cost a third
+         * of the drain rate on a quiet machine (README, "Ingest"). */
+        rd_kafka_conf_set(conf, "queued.max.messages.kbytes", "24576", err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "fetch.wait.max.ms", wait, err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "fetch.max.bytes", "2097152", err, sizeof(err))) {
+        rd_kafka_conf_set(conf, "fetch.max.bytes", "8388608", err, sizeof(err))) {
         goto fail_conf;
     }
     snprintf(num, sizeof(num), "%lld", (long long)hub->cfg.kafka_session_timeout_ms / 3);
