@@ -36,7 +36,10 @@
 #          disabled, and a 410 does not disable either.
 #
 # The breaker (per tenant and origin: every sink path shares one origin) is
-# kept out of the way with high thresholds.  Each scenario is a tenant of
+# kept out of the way with thresholds at their maximum: the busy stream's
+# 700 events fail ~1,000 times within the 3 s window, and a breaker opened
+# then would hold every attempt (and so the disable) for its open time.
+# Each scenario is a tenant of
 # its own; the three on the shared hub start their streams in prepare_*.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
@@ -57,7 +60,7 @@ setup() {
     hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" \
         STREAMING_HUB_ALLOW_PRIVATE_SINKS=true \
         STREAMING_HUB_RETRY_SCHEDULE=$STEPS STREAMING_HUB_DISPATCH_LEASE=5s \
-        STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=1000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000 \
+        STREAMING_HUB_BREAKER_CONSECUTIVE_FAILURES=100000 STREAMING_HUB_BREAKER_MIN_ATTEMPTS=1000000 \
         STREAMING_HUB_DELIVERY_TIMEOUT=2s STREAMING_HUB_SHUTDOWN_TIMEOUT=3s \
         STREAMING_HUB_DISPATCH_WORKERS=32 STREAMING_HUB_AUTODISABLE_ENABLED=true \
         STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW=3s STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD=2s
