@@ -17,8 +17,10 @@
 #     in a batch: that element only), nothing stored or quarantined, and a
 #     retry is stored.
 #
-# The hub runs without a KEK (no dispatcher): ingest is the only user of the
-# fault points, so a test arms exactly the allocation it means.
+# The hub runs without a KEK (no dispatcher) and flushes its per-tenant
+# counts (which build arrays too) once a minute, past any scenario: ingest is
+# the only user of the fault points, so a test arms exactly the allocation it
+# means.
 #
 # No `set -e`: every check below is an explicit assertion.
 set -uo pipefail
@@ -38,7 +40,7 @@ setup() {
     FAULTS=$WORK/faults
     mkdir -p "$FAULTS"
     HUB_BIN=$BUILD/streaming-hub-faults
-    hub_shared STREAMING_HUB_TEST_FAULTS_DIR="$FAULTS"
+    hub_shared STREAMING_HUB_TEST_FAULTS_DIR="$FAULTS" STREAMING_HUB_STATS_FLUSH_INTERVAL=60s
 }
 
 # arm POINT SPEC: the next calls at POINT fail as SPEC says ("N", or
