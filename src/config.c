@@ -196,7 +196,7 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      NULL,
      "adaptive limit of a (tenant, origin) pair not seen recently: it grows while the "
      "destination keeps up and the slots are in use, halves on a timeout, a refused "
-     "connection, 429 or 5xx"},
+     "connection, 429, 502, 503 or 504"},
     {"DISPATCH_SLOW_ANSWER", CFG_DURATION, "5s", OFF(dispatch_slow_answer_ms), 0, H10, NULL,
      "an answer that takes this long lowers its (tenant, origin) pair's adaptive limit by a "
      "tenth; 0: latency is not a signal"},

@@ -446,6 +446,13 @@ static void limit_cut(const struct hub_caps *c, struct hub_cap_lane *l, uint32_t
     l->epoch++;
 }
 
+enum hub_caps_signal hub_caps_status_signal(long status) {
+    if (status == 429 || status == 502 || status == 503 || status == 504) {
+        return HUB_CAPS_OVERLOAD;
+    }
+    return status >= 500 ? HUB_CAPS_NEUTRAL : HUB_CAPS_OK;
+}
+
 void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
                      enum hub_caps_signal signal, int64_t latency_ms, int64_t now_ms) {
     struct cap_origin *o = l->origin;

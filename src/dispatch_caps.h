@@ -21,13 +21,17 @@
  *              `start`, and grows by one slot per success while its slots
  *              are in use (slow start: doubling per round trip) up to
  *              `tenant_origin_max`;
- *   overload   a timeout, a refused or reset connection, a 429 or a 5xx
- *              halves it (not below 1), and from then on it grows by one
- *              slot per round trip only;
+ *   overload   a timeout, a refused or reset connection, a 429, 502, 503
+ *              or 504 halves it (not below 1), and from then on it grows
+ *              by one slot per round trip only;
  *   slow       an answer that took `slow_ms` or longer (on its way to a
  *              timeout) takes a tenth off;
- *   neutral    DNS, TLS, a blocked address, a garbled response: nothing
- *              about load.
+ *   neutral    DNS, TLS, a blocked address, a garbled response, and the
+ *              other 5xx (a 500 is the webhook's error about the request
+ *              it was given, not a host out of capacity: one failing path
+ *              must not throttle the tenant's healthy paths on the same
+ *              host; the breaker is what answers a failing destination):
+ *              nothing about load.
  *
  * A decrease counts once per round trip: only an attempt that started
  * after the last decrease can cause the next one, so a burst of failures
@@ -73,10 +77,13 @@ struct hub_caps_cfg {
 
 /* What an attempt's result says about its destination's load. */
 enum hub_caps_signal {
-    HUB_CAPS_OK,       /* an answer that is not an overload (2xx, 4xx but 429, ...) */
-    HUB_CAPS_OVERLOAD, /* timeout, connection refused or reset, 429, 5xx */
-    HUB_CAPS_NEUTRAL,  /* nothing about load (DNS, TLS, blocked, protocol, closing) */
+    HUB_CAPS_OK,       /* an answer that is not an overload (2xx, 3xx, 4xx but 429) */
+    HUB_CAPS_OVERLOAD, /* timeout, connection refused or reset, 429, 502, 503, 504 */
+    HUB_CAPS_NEUTRAL,  /* nothing about load (DNS, TLS, blocked, protocol, other 5xx) */
 };
+
+/* The signal of an HTTP answer with this status. */
+enum hub_caps_signal hub_caps_status_signal(long status);
 
 struct hub_caps;
 /* A (tenant, origin) lane: a held slot points to it until released. */

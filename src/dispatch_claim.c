@@ -233,11 +233,12 @@ void dispatch_slot_report(struct hub_dispatch *d, const struct job *j,
     if (j->slot == NULL || !j->slot_started) {
         return;
     }
-    /* an answer is an overload when it says so (429, 5xx); no answer in
-     * time, or a connection refused or reset, is one too; the rest (DNS,
-     * TLS, a blocked address, a garbled answer) says nothing about load */
+    /* an answer is an overload when it says so (hub_caps_status_signal);
+     * no answer in time, or a connection refused or reset, is one too; the
+     * rest (DNS, TLS, a blocked address, a garbled answer) says nothing
+     * about load */
     if (res->error == HUB_HTTPC_OK) {
-        signal = res->status == 429 || res->status >= 500 ? HUB_CAPS_OVERLOAD : HUB_CAPS_OK;
+        signal = hub_caps_status_signal(res->status);
     } else if (res->error == HUB_HTTPC_TIMEOUT || res->error == HUB_HTTPC_CONNECT) {
         signal = HUB_CAPS_OVERLOAD;
     }

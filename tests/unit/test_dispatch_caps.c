@@ -4,7 +4,8 @@
  * claim books them, slots held from the claim to the job's end, the lanes'
  * adaptive limits (slow start, halving on overload once per round trip, a
  * tenth off on a slow answer, growth only while the slots are in use, one
- * tenant's overload leaving another's lane to the same origin alone), the
+ * tenant's overload leaving another's lane to the same origin alone), which
+ * answers are overloads, the
  * run-ahead of jobs waiting for a slot, forgetting idle entries, and the
  * metrics' names.
  */
@@ -286,6 +287,25 @@ static void test_sweep_and_metrics(void **state) {
     hub_caps_free(c);
 }
 
+/* Which answers are overloads: the ones that say the host is out of
+ * capacity, not a webhook's error about its request (a 500 on one path
+ * must not throttle the tenant's other paths on the host). */
+static void test_status_signal(void **state) {
+    (void)state;
+    assert_int_equal(hub_caps_status_signal(200), HUB_CAPS_OK);
+    assert_int_equal(hub_caps_status_signal(204), HUB_CAPS_OK);
+    assert_int_equal(hub_caps_status_signal(302), HUB_CAPS_OK);
+    assert_int_equal(hub_caps_status_signal(400), HUB_CAPS_OK);
+    assert_int_equal(hub_caps_status_signal(410), HUB_CAPS_OK);
+    assert_int_equal(hub_caps_status_signal(429), HUB_CAPS_OVERLOAD);
+    assert_int_equal(hub_caps_status_signal(502), HUB_CAPS_OVERLOAD);
+    assert_int_equal(hub_caps_status_signal(503), HUB_CAPS_OVERLOAD);
+    assert_int_equal(hub_caps_status_signal(504), HUB_CAPS_OVERLOAD);
+    assert_int_equal(hub_caps_status_signal(500), HUB_CAPS_NEUTRAL);
+    assert_int_equal(hub_caps_status_signal(501), HUB_CAPS_NEUTRAL);
+    assert_int_equal(hub_caps_status_signal(599), HUB_CAPS_NEUTRAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offer_books_lane_and_origin),
@@ -296,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_ready_and_run_ahead),
         cmocka_unit_test(test_run_ahead_floor),
         cmocka_unit_test(test_sweep_and_metrics),
+        cmocka_unit_test(test_status_signal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
