@@ -291,19 +291,19 @@ static void test_sweep_and_metrics(void **state) {
  * capacity, not a webhook's error about its request (a 500 on one path
  * must not throttle the tenant's other paths on the host). */
 static void test_status_signal(void **state) {
+    static const struct {
+        long status;
+        enum hub_caps_signal signal;
+    } cases[] = {
+        {200, HUB_CAPS_OK},       {204, HUB_CAPS_OK},       {302, HUB_CAPS_OK},
+        {400, HUB_CAPS_OK},       {410, HUB_CAPS_OK},       {429, HUB_CAPS_OVERLOAD},
+        {502, HUB_CAPS_OVERLOAD}, {503, HUB_CAPS_OVERLOAD}, {504, HUB_CAPS_OVERLOAD},
+        {500, HUB_CAPS_NEUTRAL},  {501, HUB_CAPS_NEUTRAL},  {599, HUB_CAPS_NEUTRAL},
+    };
     (void)state;
-    assert_int_equal(hub_caps_status_signal(200), HUB_CAPS_OK);
-    assert_int_equal(hub_caps_status_signal(204), HUB_CAPS_OK);
-    assert_int_equal(hub_caps_status_signal(302), HUB_CAPS_OK);
-    assert_int_equal(hub_caps_status_signal(400), HUB_CAPS_OK);
-    assert_int_equal(hub_caps_status_signal(410), HUB_CAPS_OK);
-    assert_int_equal(hub_caps_status_signal(429), HUB_CAPS_OVERLOAD);
-    assert_int_equal(hub_caps_status_signal(502), HUB_CAPS_OVERLOAD);
-    assert_int_equal(hub_caps_status_signal(503), HUB_CAPS_OVERLOAD);
-    assert_int_equal(hub_caps_status_signal(504), HUB_CAPS_OVERLOAD);
-    assert_int_equal(hub_caps_status_signal(500), HUB_CAPS_NEUTRAL);
-    assert_int_equal(hub_caps_status_signal(501), HUB_CAPS_NEUTRAL);
-    assert_int_equal(hub_caps_status_signal(599), HUB_CAPS_NEUTRAL);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(hub_caps_status_signal(cases[i].status), cases[i].signal);
+    }
 }
 
 int main(void) {
