@@ -16,7 +16,9 @@
  * hub_policies_submit() and goes on in policy_call_done() when the answer
  * is back on the loop, in the step after the call (after_match,
  * after_shape, attempt_end).  While it waits it holds its lease and counts
- * in d->inflight like an attempt in flight.
+ * in d->inflight like an attempt in flight.  A match likely to be followed
+ * by an attempt carries its shape along (policy_submit: one hand-off, not
+ * two); the gate then uses that answer or drops it.
  *
  * dispatch_retry_delay() decides when a failed attempt is tried again: a
  * policy's retry function (its answer, asked before the outcome was
@@ -265,6 +267,7 @@ static void attempt_ctx_init(struct attempt_ctx *a, struct job *j) {
     a->attrs = NULL;
     a->has_res = 0;
     a->res_excerpt = NULL;
+    a->call.shaped_ahead = 0;
     memset(&a->call.shaped, 0, sizeof(a->call.shaped));
 }
 
@@ -356,9 +359,17 @@ static void policy_call_done(struct hub_policy_call *c);
  */
 static int policy_submit(struct hub_dispatch *d, struct attempt_ctx *a, enum hub_policy_fn fn) {
     struct hub_policy_call *c = &a->call;
+    const struct job *j = a->j;
 
-    c->policy = a->j->pol;
+    c->policy = j->pol;
     c->fn = fn;
+    /* a match whose job will most likely be attempted (no rate to take, its
+     * breaker not shedding) asks for the shape in the same visit: one
+     * hand-off instead of two.  Should the gate then defer or shed the job
+     * after all, the shaped request is dropped unsent (attempt_ctx_free). */
+    c->shape_ahead = fn == HUB_POLICY_MATCH && j->max_rate <= 0 &&
+                     hub_policy_has(j->pol, HUB_POLICY_SHAPE) &&
+                     !hub_breaker_sheds(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
     c->key = a->j->sub_id; /* subscriptions take turns on the threads */
     c->ev = a->pev;
     c->cb = policy_call_done;
@@ -639,6 +650,12 @@ static void attempt_gate(struct hub_dispatch *d, struct attempt_ctx *a) {
     if (j->policy != NULL && j->pol == NULL) {
         /* the policy may have shaped the body: never send it unshaped */
         job_policy_error(d, a, a->err);
+        return;
+    }
+    if (a->call.shaped_ahead) {
+        /* shape ran with the match (policy_submit) */
+        a->call.status = a->call.shape_status;
+        after_shape(d, a);
         return;
     }
     if (j->pol != NULL && hub_policy_has(j->pol, HUB_POLICY_SHAPE)) {

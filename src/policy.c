@@ -611,6 +611,9 @@ static void call_done(void *arg, struct hub_policy_call *c) {
     }
     if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
         trip_note(ps, c->policy, c->err);
+    } else if (c->shaped_ahead &&
+               (c->shape_status == HUB_POLICY_TIMEOUT || c->shape_status == HUB_POLICY_NOMEM)) {
+        trip_note(ps, c->policy, c->err);
     } else if (c->status == HUB_POLICY_TRIPPED) {
         trip_message(ps, c);
     }
@@ -625,6 +628,8 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     c->status = HUB_POLICY_OK;
     c->err[0] = '\0';
     c->matched = 1;
+    c->shaped_ahead = 0;
+    c->shape_status = HUB_POLICY_OK;
     c->action = HUB_POLICY_RETRY_SCHEDULE;
     c->delay_ms = 0;
     memset(&c->shaped, 0, sizeof(c->shaped));

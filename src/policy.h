@@ -310,10 +310,17 @@ struct hub_policy_call {
      * policy thread runs run(call) instead of fn, with policy possibly
      * NULL; the call is never noted for tripping. */
     void (*run)(struct hub_policy_call *call);
+    /* With fn MATCH: when the match answers yes, run the policy's shape in
+     * the same visit (one hand-off instead of two).  Its answer then goes
+     * to shape_status, shaped and err, and shaped_ahead is set; match's
+     * status is OK. */
+    int shape_ahead;
 
     /* results, as the synchronous functions give them */
     enum hub_policy_status status;
     int matched;
+    int shaped_ahead;
+    enum hub_policy_status shape_status;
     enum hub_policy_retry_action action;
     int64_t delay_ms;
     struct hub_policy_shaped shaped; /* the caller's to free (hub_policy_shaped_free) */

@@ -475,6 +475,15 @@ void policy_call_run(struct hub_policy_call *c) {
     case HUB_POLICY_MATCH:
         c->status =
             policy_match(c->policy, &c->ev, &c->matched, c->err, sizeof(c->err), &c->cpu_ns);
+        if (c->status == HUB_POLICY_OK && c->matched && c->shape_ahead &&
+            c->policy->defs.has_fn[HUB_POLICY_SHAPE]) {
+            /* on the state match used (push_event: ev.data decoded once) */
+            int64_t cpu_ns = 0;
+            c->shape_status = policy_shape(c->policy, &c->ev, &c->shaped, c->err, sizeof(c->err),
+                                           &cpu_ns);
+            c->shaped_ahead = 1;
+            c->cpu_ns += cpu_ns;
+        }
         break;
     case HUB_POLICY_RETRY:
         c->status = policy_retry(c->policy, &c->retry, &c->action, &c->delay_ms, c->err,

@@ -53,6 +53,9 @@ static const char QUICK[] =
     "}\n";
 static const char SPIN[] = "return { match = function(ev) while true do end end }\n";
 static const char SHAPE_ONLY[] = "return { shape = function(ev) return nil end }\n";
+static const char SHAPE_SPIN[] =
+    "return { match = function(ev) return true end,\n"
+    "         shape = function(ev) while true do end end }\n";
 
 /* A registry over a fresh directory of the three policies above, on a
  * private loop. */
@@ -69,6 +72,7 @@ static void fixture_start(struct fixture *f, const struct hub_policy_limits *lim
     write_file(f->dir, "quick.lua", QUICK);
     write_file(f->dir, "spin.lua", SPIN);
     write_file(f->dir, "shape_only.lua", SHAPE_ONLY);
+    write_file(f->dir, "shape_spin.lua", SHAPE_SPIN);
     assert_int_equal(uv_loop_init(&f->loop), 0);
     f->ps = hub_policies_new(&f->loop, f->dir, lim);
     assert_non_null(f->ps);
@@ -90,6 +94,7 @@ static void fixture_stop(struct fixture *f) {
     remove_file(f->dir, "quick.lua");
     remove_file(f->dir, "spin.lua");
     remove_file(f->dir, "shape_only.lua");
+    remove_file(f->dir, "shape_spin.lua");
     remove_file(f->dir, "gen.lua");
     assert_int_equal(rmdir(f->dir), 0);
 }
@@ -311,6 +316,67 @@ static void on_trip(void *arg, const char *policy, int64_t until_ms, const char 
     snprintf(s->policy, sizeof(s->policy), "%s", policy);
     s->until_ms = until_ms;
     snprintf(s->last_error, sizeof(s->last_error), "%s", last_error ? last_error : "");
+}
+
+/* A match call with shape_ahead runs the shape in the same visit when the
+ * match says yes (and only then); a shape that runs into its deadline that
+ * way counts toward tripping like a shape call of its own. */
+static void test_shape_rides_with_match(void **state) {
+    (void)state;
+    struct hub_policy_limits lim = {.timeout_ms = 10,
+                                    .memory_bytes = 16 * MIB,
+                                    .threads = 1,
+                                    .trip_failures = 2,
+                                    .trip_window_ms = 10000,
+                                    .trip_cooldown_ms = 60000};
+    struct fixture f;
+    struct tcall t[3];
+    json_t *e;
+
+    loop_thread = pthread_self();
+    fixture_start(&f, &lim);
+    tcall_init(&t[0], fixture_policy(&f, "quick"), HUB_POLICY_MATCH, "s1", "yes", NULL);
+    tcall_init(&t[1], fixture_policy(&f, "quick"), HUB_POLICY_MATCH, "s1", "no", NULL);
+    tcall_init(&t[2], fixture_policy(&f, "quick"), HUB_POLICY_MATCH, "s1", "plain", NULL);
+    t[0].c.shape_ahead = t[1].c.shape_ahead = 1;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(hub_policies_submit(f.ps, &t[i].c), 0);
+    }
+    run_until_done(&f.loop, t, 3);
+    assert_int_equal(t[0].c.status, HUB_POLICY_OK);
+    assert_int_equal(t[0].c.matched, 1);
+    assert_int_equal(t[0].c.shaped_ahead, 1);
+    assert_int_equal(t[0].c.shape_status, HUB_POLICY_OK);
+    assert_non_null(t[0].c.shaped.body);
+    assert_memory_equal(t[0].c.shaped.body, "shaped yes", 10);
+    assert_string_equal(json_string_value(json_object_get(t[0].c.shaped.headers, "X-Id")), "yes");
+    hub_policy_shaped_free(&t[0].c.shaped);
+    /* turned down: no shape */
+    assert_int_equal(t[1].c.matched, 0);
+    assert_int_equal(t[1].c.shaped_ahead, 0);
+    assert_null(t[1].c.shaped.body);
+    /* not asked: no shape */
+    assert_int_equal(t[2].c.matched, 1);
+    assert_int_equal(t[2].c.shaped_ahead, 0);
+    assert_null(t[2].c.shaped.body);
+
+    /* a runaway shape: match's answer stands, the shape's is its own */
+    for (int i = 0; i < 2; i++) {
+        tcall_init(&t[i], fixture_policy(&f, "shape_spin"), HUB_POLICY_MATCH, "s2", "x", NULL);
+        t[i].c.shape_ahead = 1;
+        assert_int_equal(hub_policies_submit(f.ps, &t[i].c), 0);
+        run_until_done(&f.loop, &t[i], 1);
+        assert_int_equal(t[i].c.status, HUB_POLICY_OK);
+        assert_int_equal(t[i].c.matched, 1);
+        assert_int_equal(t[i].c.shaped_ahead, 1);
+        assert_int_equal(t[i].c.shape_status, HUB_POLICY_TIMEOUT);
+        assert_contains(t[i].c.err, "shape: shape_spin.lua: ran past its 10 ms deadline");
+        assert_null(t[i].c.shaped.body);
+    }
+    e = admin_entry(f.ps, "shape_spin");
+    assert_string_equal(json_string_value(json_object_get(e, "state")), "tripped");
+    json_decref(e);
+    fixture_stop(&f);
 }
 
 /* trip_failures timeouts within the window trip the policy: its calls are
@@ -634,6 +700,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_calls_come_back_on_the_loop),
         T(test_keys_take_turns),
+        T(test_shape_rides_with_match),
         T(test_timeouts_trip_the_policy_until_a_reload),
         T(test_cooldown_ends_and_window_slides),
         T(test_calls_keep_their_generation),
