@@ -1,8 +1,7 @@
 // deliveries.js — find deliveries: by event id ("what happened to my
 // event"), by subscription, state and time; replay a window (tenant key).
-// The operator reads GET /admin/deliveries across tenants; a tenant reads
-// its subscriptions' lists (GET /v1/subscriptions/{id}/deliveries), every
-// subscription at once when it looks for one event id.
+// The operator reads GET /admin/deliveries across tenants, a tenant
+// GET /v1/deliveries across its subscriptions: the same filters and pages.
 
 import { h, fill, table, show, badge, problem } from './dom.js';
 import { api, withQuery } from './api.js';
@@ -85,15 +84,6 @@ function replayForm(subs) {
   return h('details', { class: 'panel' }, h('summary', {}, 'Replay a window'), form);
 }
 
-// The tenant's lists, one per subscription asked; merged newest first.
-async function tenantItems(p, subs) {
-  const one = p.get('subscription');
-  const targets = one ? [one] : subs.map((s) => s.id);
-  const q = { event_id: p.get('event_id'), state: p.get('state'), since: p.get('since'), until: p.get('until'), limit: 50 };
-  const pages = await Promise.all(targets.map((id) => api('GET', withQuery(`/v1/subscriptions/${encodeURIComponent(id)}/deliveries`, q))));
-  return { items: pages.flatMap((pg) => pg.items).sort((a, b) => b.id - a.id).slice(0, 50), next: null };
-}
-
 export async function render(el, ctx) {
   const p = ctx.params;
   fill(el, h('h1', {}, 'Deliveries'));
@@ -102,22 +92,15 @@ export async function render(el, ctx) {
   el.appendChild(filterForm(ctx, p, subs));
   const list = h('div', { id: 'deliveries-list' });
   el.appendChild(list);
-  let page;
-  if (ctx.operator) {
-    const q = {};
-    for (const k of ['tenant', 'subscription', 'event_id', 'state', 'since', 'until', 'cursor']) q[k] = p.get(k);
-    q.limit = 50;
-    const r = await api('GET', withQuery('/admin/deliveries', q));
-    page = { items: r.items, next: r.next_cursor };
-  } else if (subs.length === 0) {
-    page = { items: [], next: null };
-  } else {
-    page = await tenantItems(p, subs);
-  }
-  fill(list, deliveryTable(ctx, page.items));
-  if (page.next) {
+  const q = {};
+  for (const k of ['tenant', 'subscription', 'event_id', 'state', 'since', 'until', 'cursor']) q[k] = p.get(k);
+  q.limit = 50;
+  if (!ctx.operator) delete q.tenant;
+  const r = await api('GET', withQuery(ctx.operator ? '/admin/deliveries' : '/v1/deliveries', q));
+  fill(list, deliveryTable(ctx, r.items));
+  if (r.next_cursor) {
     const q = Object.fromEntries(p.entries());
-    q.cursor = page.next;
+    q.cursor = r.next_cursor;
     list.appendChild(h('p', {}, h('a', { href: withQuery('#/deliveries', q), class: 'more' }, 'Older deliveries →')));
   }
   if (!ctx.operator && subs.length > 0) el.appendChild(replayForm(subs));

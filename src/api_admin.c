@@ -798,7 +798,7 @@ static void delivery_list(struct hub *hub, h2o_req_t *req) {
     if (a == NULL) {
         return;
     }
-    run_list(a, &hub_sql_console_deliveries_list, delivery_list_done, 7,
+    run_list(a, hub_console_deliveries_sql(f.event_id), delivery_list_done, 7,
              (const char *[]){tenant, sub, f.event_id, f.state, hub_deliv_filter_since(&f),
                               hub_deliv_filter_until(&f), a->after});
 }

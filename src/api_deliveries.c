@@ -1,8 +1,8 @@
 /*
- * api_deliveries — the deliveries of a subscription over the tenant API
- * (SPEC §9; see api_subs_internal.h): the jobs of one subscription, one job
- * with its attempts, redelivering a dead job, and replaying stored events
- * into new jobs.
+ * api_deliveries — the deliveries over the tenant API (SPEC §9; see
+ * api_subs_internal.h): the jobs of one subscription or of all the
+ * tenant's, one job with its attempts, redelivering a dead job, and
+ * replaying stored events into new jobs.
  *
  * Each route is one transaction whose statement filters on the
  * authenticated tenant, so another tenant's job or subscription is simply
@@ -30,6 +30,7 @@
 #include "hub.h"
 #include "log.h"
 #include "stats.h"
+#include "store_console.h"
 #include "store_subs.h"
 #include "util.h"
 
@@ -107,12 +108,53 @@ void hub_subs_deliveries_list(struct subs_call *c) {
     hub_pg_txn_add(txn, &hub_sql_subs_exists, 2, (const char *[]){c->tenant_id, c->object_id}, NULL,
                    NULL);
     /* the event id borrows the request pool: the transaction copies it */
-    hub_pg_txn_add(txn, &hub_sql_deliveries_list, 8,
+    hub_pg_txn_add(txn, f.event_id != NULL ? &hub_sql_deliveries_of_event : &hub_sql_deliveries_list,
+                   8,
                    (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit,
                                     f.event_id, hub_deliv_filter_since(&f),
                                     hub_deliv_filter_until(&f)},
                    NULL, NULL);
     hub_api_call_submit(&c->call, txn);
+}
+
+static void deliv_list_all_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
+    if (out->status != HUB_PG_OK || out->results[0] == NULL) {
+        hub_api_send_db_error(call->req, out);
+        return;
+    }
+    hub_api_send_page(call->req, out->results[0], ((struct subs_call *)call)->limit, "deliveries",
+                      HUB_CONSOLE_PAGE_KEY, HUB_CONSOLE_PAGE_OBJECT, NULL, NULL);
+}
+
+/* GET /v1/deliveries?subscription=&state=&event_id=&since=&until=&limit=
+ * &cursor=: the tenant's jobs across its subscriptions, newest first (job
+ * ids) — the operator's list (store_console.h) with the tenant fixed. */
+void hub_deliveries_list(struct subs_call *c) {
+    h2o_req_t *req = c->call.req;
+    struct hub_api_page page;
+    struct hub_deliv_filter f;
+    json_t *errors = NULL;
+    const char *sub = NULL;
+    char limit[HUB_SUBS_LIMIT_TEXT];
+    int r;
+
+    hub_api_page_parse(req, "deliveries", &page, &errors);
+    if (page.after != NULL && !hub_api_positive_id(page.after, strlen(page.after))) {
+        hub_api_errors_add(&errors, "cursor", "is not a cursor of this list");
+    }
+    r = hub_api_query_param(req, "subscription", &sub);
+    if (r < 0 || (r == 1 && !hub_api_uuid_valid(sub, strlen(sub)))) {
+        hub_api_errors_add(&errors, "subscription", "must be a subscription id (a UUID)");
+    }
+    hub_deliv_filter_parse(req, 1, &f, &errors);
+    if (hub_subs_page_keep(c, &page, errors, limit) != 0) {
+        return;
+    }
+    /* the filters borrow the request pool: the statement copies them */
+    hub_api_call_query(&c->call, deliv_list_all_done, hub_console_deliveries_sql(f.event_id), 8,
+                       (const char *[]){c->tenant_id, r == 1 ? sub : NULL, f.event_id, f.state,
+                                        hub_deliv_filter_since(&f), hub_deliv_filter_until(&f),
+                                        c->after, limit});
 }
 
 /* GET /v1/deliveries/{id}: the job with its attempts (hub_sql_delivery_get). */

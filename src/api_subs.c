@@ -670,6 +670,7 @@ static const struct subs_route routes[] = {
     {1, 3, "rotate-secret", "POST", sub_rotate, "POST", NO_SUCH_RESOURCE},
     {1, 3, "replay", "POST", hub_subs_replay, "POST", NO_SUCH_RESOURCE},
     {1, 3, "deliveries", "GET", hub_subs_deliveries_list, "GET, HEAD", NO_SUCH_RESOURCE},
+    {0, 1, NULL, "GET", hub_deliveries_list, "GET, HEAD", NO_SUCH_RESOURCE},
     {0, 2, NULL, "GET", hub_subs_delivery_get, "GET, HEAD", "delivery not found"},
     {0, 3, "redeliver", "POST", hub_subs_redeliver, "POST", "delivery not found"},
 };

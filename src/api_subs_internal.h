@@ -180,6 +180,10 @@ void hub_subs_probe_detach(struct subs_call *c);
 /* GET /v1/subscriptions/{id}/deliveries (?state=, paginated). */
 void hub_subs_deliveries_list(struct subs_call *c);
 
+/* GET /v1/deliveries (?subscription=, ?event_id=, ..., paginated): the
+ * tenant's jobs across its subscriptions. */
+void hub_deliveries_list(struct subs_call *c);
+
 /* GET /v1/deliveries/{id}: the job with its attempts. */
 void hub_subs_delivery_get(struct subs_call *c);
 

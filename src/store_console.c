@@ -51,21 +51,44 @@ const struct hub_sql hub_sql_console_subs_list = {
     1,
 };
 
-/* Newest first by job id.  An event id is looked up through
- * delivery_jobs_event (event_id, tenant_id), with or without a tenant;
- * a tenant alone through delivery_jobs_tenant_id; a rare state (dead,
- * parked) alone through delivery_jobs_state_id (0015), a common one by the
- * primary key newest first. */
+/* The filters of the deliveries lists after the tenant, subscription and
+ * event ($4 state, $5 since, $6 until, $7 before-id) on a job row j. */
+#define CON_DELIV_FILTERS(j)                                                                      \
+    "   AND ($4::text IS NULL OR " j ".state = $4::text)"                                         \
+    "   AND ($5::timestamptz IS NULL OR " j ".created_at >= $5::timestamptz)"                     \
+    "   AND ($6::timestamptz IS NULL OR " j ".created_at < $6::timestamptz)"                      \
+    "   AND ($7::bigint IS NULL OR " j ".id < $7::bigint)"
+
+/* Newest first by job id, without an event id ($3 is NULL, kept so that
+ * both forms take the same parameters): a tenant through
+ * delivery_jobs_tenant_id, a rare state (dead, parked) alone through
+ * delivery_jobs_state_id (0015), a common one by the primary key newest
+ * first. */
 const struct hub_sql hub_sql_console_deliveries_list = {
     "console_deliveries_list",
     "SELECT j.id::text, " CON_DELIV_JSON("j", "") " FROM delivery_jobs j"
     " WHERE ($1::text IS NULL OR j.tenant_id = $1::text)"
     "   AND ($2::uuid IS NULL OR j.subscription_id = $2::uuid)"
     "   AND ($3::text IS NULL OR j.event_id = $3::text)"
-    "   AND ($4::text IS NULL OR j.state = $4::text)"
-    "   AND ($5::timestamptz IS NULL OR j.created_at >= $5::timestamptz)"
-    "   AND ($6::timestamptz IS NULL OR j.created_at < $6::timestamptz)"
-    "   AND ($7::bigint IS NULL OR j.id < $7::bigint)"
+    CON_DELIV_FILTERS("j")
+    " ORDER BY j.id DESC LIMIT $8::int",
+    1,
+};
+
+/* The jobs of one event id: its stored copies by event id
+ * (event_inbox_event, 0017), each tenant's subscriptions, and a probe of
+ * UNIQUE (subscription_id, event_seq) for each: nothing on delivery_jobs
+ * beyond the keys it has anyway (an index there would take an entry at
+ * each of a delivery's updates). */
+const struct hub_sql hub_sql_console_deliveries_of_event = {
+    "console_deliveries_of_event",
+    "SELECT j.id::text, " CON_DELIV_JSON("j", "") " FROM event_inbox e"
+    "  JOIN subscriptions s ON s.tenant_id = e.tenant_id"
+    "  CROSS JOIN LATERAL (SELECT * FROM delivery_jobs d WHERE d.subscription_id = s.id"
+    "                       AND d.event_seq = e.seq LIMIT 1) j"
+    " WHERE e.event_id = $3::text AND ($1::text IS NULL OR e.tenant_id = $1::text)"
+    "   AND ($2::uuid IS NULL OR s.id = $2::uuid)"
+    CON_DELIV_FILTERS("j")
     " ORDER BY j.id DESC LIMIT $8::int",
     1,
 };

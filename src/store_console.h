@@ -8,7 +8,7 @@
  * microseconds.  The filters are "NULL means any", so the statements are
  * planned for each execution (plan_each_time): a generic plan of such a
  * statement cannot pick the index that the given filters allow.
- * migrations/0015_console_indexes.sql adds the indexes they rely on.
+ * migrations/0015_console_indexes.sql and 0017 add the indexes they rely on.
  */
 #ifndef HUB_STORE_CONSOLE_H
 #define HUB_STORE_CONSOLE_H
@@ -40,9 +40,20 @@ extern const struct hub_sql hub_sql_console_subs_list;
  * $1 tenant, $2 subscription (uuid), $3 event id, $4 state, $5 since, $6
  * until (timestamptz text: created_at in [since, until)), $7 before-id
  * (bigint), each NULL for "any"; $8 limit.  Rows (hub_console_page_col: job
- * id, delivery with its tenant_id and updated_at), newest first.
+ * id, delivery with its tenant_id and updated_at), newest first.  With an
+ * event id, hub_sql_console_deliveries_of_event finds its jobs by key
+ * (hub_console_deliveries_sql picks the form); the list also serves the
+ * tenant's GET /v1/deliveries, with $1 its tenant.
  */
 extern const struct hub_sql hub_sql_console_deliveries_list;
+extern const struct hub_sql hub_sql_console_deliveries_of_event;
+
+/* The form of the deliveries list for these filters ($3 the event id, or
+ * NULL). */
+static inline const struct hub_sql *hub_console_deliveries_sql(const char *event_id) {
+    return event_id != NULL ? &hub_sql_console_deliveries_of_event
+                            : &hub_sql_console_deliveries_list;
+}
 
 /* $1 job id.  One row (hub_console_object_col: the delivery with its
  * tenant_id and its attempts, as GET /v1/deliveries/{id}) or none. */

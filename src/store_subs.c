@@ -271,19 +271,38 @@ const struct hub_sql hub_sql_subs_exists = {
     "SELECT 1 FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid",
 };
 
-/* Newest first by job id (bigint), keyset on it; $3 filters by state, $6
- * finds an event (delivery_jobs_event, migrations/0015). */
+/* The filters of a subscription's deliveries list ($3 state, $4
+ * before-id, $7 since, $8 until) on a job row j. */
+#define DELIV_FILTERS(j)                                                                          \
+    "   AND ($3::text IS NULL OR " j ".state = $3::text)"                                         \
+    "   AND ($4::bigint IS NULL OR " j ".id < $4::bigint)"                                        \
+    "   AND ($7::timestamptz IS NULL OR " j ".created_at >= $7::timestamptz)"                     \
+    "   AND ($8::timestamptz IS NULL OR " j ".created_at < $8::timestamptz)"
+
+/* Newest first by job id (bigint), keyset on it; $6 (the event id) is NULL
+ * here, kept so that both forms take the same parameters. */
 const struct hub_sql hub_sql_deliveries_list = {
     "deliveries_list",
     "SELECT j.id::text, " DELIV_JSON("j", "") " FROM delivery_jobs j"
     " WHERE j.tenant_id = $1::text AND j.subscription_id = $2::uuid"
-    "   AND ($3::text IS NULL OR j.state = $3::text)"
-    "   AND ($4::bigint IS NULL OR j.id < $4::bigint)"
     "   AND ($6::text IS NULL OR j.event_id = $6::text)"
-    "   AND ($7::timestamptz IS NULL OR j.created_at >= $7::timestamptz)"
-    "   AND ($8::timestamptz IS NULL OR j.created_at < $8::timestamptz)"
+    DELIV_FILTERS("j")
     " ORDER BY j.id DESC LIMIT $5::int",
     1, /* optional filters: a generic plan could not choose by them */
+};
+
+/* One event id's job in the subscription: the tenant's stored copies of it
+ * (event_inbox_event, migrations/0017), each probing UNIQUE
+ * (subscription_id, event_seq). */
+const struct hub_sql hub_sql_deliveries_of_event = {
+    "deliveries_of_event",
+    "SELECT j.id::text, " DELIV_JSON("j", "") " FROM event_inbox e"
+    "  CROSS JOIN LATERAL (SELECT * FROM delivery_jobs d WHERE d.subscription_id = $2::uuid"
+    "                       AND d.event_seq = e.seq LIMIT 1) j"
+    " WHERE e.event_id = $6::text AND e.tenant_id = $1::text AND j.tenant_id = $1::text"
+    DELIV_FILTERS("j")
+    " ORDER BY j.id DESC LIMIT $5::int",
+    1,
 };
 
 /* The job and all its attempts, in one object. */

@@ -154,6 +154,8 @@ extern const struct hub_sql hub_sql_subs_exists;
  * delivery), newest first.
  */
 extern const struct hub_sql hub_sql_deliveries_list;
+/* The same list given an event id ($6 not NULL): its job found by key. */
+extern const struct hub_sql hub_sql_deliveries_of_event;
 
 /* $1 tenant, $2 job id.  One row (hub_subs_object_col: the delivery with its
  * "attempts") or none. */

@@ -129,6 +129,68 @@ scenario_the_tenant_list_finds_an_event_and_a_window() {
     assert_contains "$(last_body)" '"field":"until"' "the 400 names until"
 }
 
+# GET /v1/deliveries (SPEC §9): the tenant's deliveries across its
+# subscriptions, by event id through the event's stored copies (migration
+# 0017); another tenant's event of the same id stays that tenant's.
+scenario_the_tenant_wide_list_spans_subscriptions_not_tenants() {
+    local body ev sub2 other_key other_tenant cursor seen=0 page=0
+    own_client
+    SUB=$(subscribe_at "$KEY" "/ok/$TENANT/a/" 'transaction.*')
+    sub2=$(subscribe_at "$KEY" "/ok/$TENANT/b/" 'transaction.*')
+    other_tenant=$(own_id other)
+    other_key=$(own_tenant_key other)
+    subscribe_at "$other_key" "/ok/$other_tenant/" 'transaction.*' >/dev/null
+    # the same event ids for both tenants: ev-shared-<scenario>-0, -1
+    ev="ev-shared-$(own_id)-"
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 2 --id-prefix "$ev" \
+        --type studio.lerian.transaction.posted >/dev/null
+    produce --topic "$TOPIC" --tenant "$other_tenant" --count 2 --id-prefix "$ev" \
+        --type studio.lerian.transaction.posted >/dev/null
+    wait_sql 30 6 "SELECT count(*) FROM delivery_jobs WHERE event_id LIKE '$ev%' AND state = 'succeeded'" ||
+        fail "the events were not delivered"
+    ev=$(psql_q "SELECT min(event_id) FROM delivery_jobs WHERE tenant_id = '$TENANT'")
+
+    body=$(hub_curl GET "/v1/deliveries" "" -H "Authorization: Bearer $KEY")
+    assert_eq 200 "$(http_status)" "GET /v1/deliveries → 200"
+    assert_eq 4 "$(grep -o '"event_id"' <<<"$body" | wc -l)" "both subscriptions' deliveries (2 events × 2)"
+    assert_contains "$body" "\"subscription_id\":\"$sub2\"" "the second subscription's too"
+    [[ $body != *"\"tenant_id\":\"$other_tenant\""* ]] && pass "not the other tenant's" ||
+        fail "the other tenant's deliveries are listed: ${body:0:300}"
+    body=$(hub_curl GET "/v1/deliveries?event_id=$ev" "" -H "Authorization: Bearer $KEY")
+    assert_eq 2 "$(grep -o "\"event_id\":\"$ev\"" <<<"$body" | wc -l)" "by event id: its delivery to each subscription"
+    [[ $body != *"$other_tenant"* ]] && pass "by event id: not the other tenant's event of the same id" ||
+        fail "the other tenant's event of the same id is listed"
+    body=$(hub_curl GET "/v1/deliveries?event_id=$ev&subscription=$sub2" "" -H "Authorization: Bearer $KEY")
+    assert_eq 1 "$(grep -o '"event_id"' <<<"$body" | wc -l)" "by event id and subscription: one"
+    body=$(hub_curl GET "/v1/subscriptions/$sub2/deliveries?event_id=$ev" "" -H "Authorization: Bearer $KEY")
+    assert_eq 1 "$(grep -o "\"event_id\":\"$ev\"" <<<"$body" | wc -l)" "the subscription's list finds it too"
+    body=$(hub_curl GET "/v1/deliveries?event_id=$ev&state=dead" "" -H "Authorization: Bearer $KEY")
+    assert_contains "$body" '"items":[]' "by event id and another state: none"
+    body=$(admin_curl GET "/admin/deliveries?event_id=$ev")
+    assert_eq 3 "$(grep -o '"event_id"' <<<"$body" | wc -l)" "the operator sees both tenants' deliveries of that id"
+
+    # a cursor walk sees each delivery once
+    cursor=""
+    while ((page < 10)); do
+        body=$(hub_curl GET "/v1/deliveries?limit=1${cursor:+&cursor=$cursor}" "" -H "Authorization: Bearer $KEY")
+        seen=$((seen + $(grep -o '"event_id"' <<<"$body" | wc -l)))
+        page=$((page + 1))
+        cursor=$(sed -n 's/.*"next_cursor":"\([^"]*\)".*/\1/p' <<<"$body")
+        [[ -n $cursor ]] || break
+    done
+    assert_eq 4 "$seen" "a walk of pages of one sees the 4 deliveries once each"
+
+    hub_curl GET "/v1/deliveries?subscription=nope" "" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 400 "$(http_status)" "a malformed subscription → 400"
+    assert_contains "$(last_body)" '"field":"subscription"' "the 400 names it"
+    hub_curl GET "/v1/deliveries?cursor=zzz" "" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 400 "$(http_status)" "a foreign cursor → 400"
+    hub_curl GET "/v1/deliveries" >/dev/null
+    assert_eq 401 "$(http_status)" "no key → 401"
+    hub_curl POST "/v1/deliveries" '{}' -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 405 "$(http_status)" "POST → 405"
+}
+
 scenario_admin_reads_span_tenants_and_filter() {
     local body ev id other_key other_sub
     two_events
