@@ -574,23 +574,33 @@ void dispatch_flush(struct hub_dispatch *d) {
 
 /* -------------------------------------------------------------- reclaim -- */
 
-/* The reclaim's transaction ended: counts and logs the jobs it gave back
- * (poison ones as dead).  A failed reclaim is simply tried at the next
- * tick. */
+/* The reclaim's transaction ended: counts and logs the jobs it gave back;
+ * poison ones are dead, and their tenants are told (hub.delivery.dead,
+ * reason "poison") now that the statement committed.  A failed reclaim is
+ * simply tried at the next tick. */
 static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
-    int rows = (out->status == HUB_PG_OK && r) ? PQntuples(r) : 0;
+    int rows = (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_RECLAIM_NCOLS) ? PQntuples(r)
+                                                                                    : 0;
 
     d->aux_inflight--;
     for (int i = 0; i < rows; i++) {
         int dead = strcmp(PQgetvalue(r, i, HUB_RECLAIM_STATE), "dead") == 0;
-        if (dead) {
-            d->hub->metrics.deliveries[HUB_D_POISON]++;
-        }
         hub_log(dead ? HUB_WARN : HUB_INFO,
                 dead ? "job is poison: its lease expired too often" : "expired lease reclaimed",
-                HUB_LS("job", PQgetvalue(r, i, HUB_RECLAIM_JOB_ID)));
+                HUB_LS("job", PQgetvalue(r, i, HUB_RECLAIM_JOB_ID)),
+                HUB_LS("tenant", PQgetvalue(r, i, HUB_RECLAIM_TENANT)),
+                HUB_LS("subscription", PQgetvalue(r, i, HUB_RECLAIM_SUB_ID)));
+        if (!dead) {
+            continue;
+        }
+        d->hub->metrics.deliveries[HUB_D_POISON]++;
+        hub_opevents_dead(d->hub, PQgetvalue(r, i, HUB_RECLAIM_TENANT),
+                          PQgetvalue(r, i, HUB_RECLAIM_SUB_ID),
+                          strtoll(PQgetvalue(r, i, HUB_RECLAIM_JOB_ID), NULL, 10),
+                          PQgetvalue(r, i, HUB_RECLAIM_EVENT_ID),
+                          PQgetvalue(r, i, HUB_RECLAIM_EVENT_TYPE), "poison");
     }
     dispatch_maybe_done(d);
 }

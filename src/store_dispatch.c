@@ -462,7 +462,7 @@ const struct hub_sql hub_sql_dispatch_reclaim = {
     "  FROM (SELECT id FROM delivery_jobs WHERE state = 'in_flight' AND lease_until < now()"
     "         ORDER BY lease_until LIMIT 1000 FOR UPDATE SKIP LOCKED) x"
     " WHERE d.id = x.id"
-    " RETURNING d.id, d.state",
+    " RETURNING d.id, d.state, d.tenant_id, d.subscription_id, d.event_id, d.event_type",
     0,
 };
 

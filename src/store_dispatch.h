@@ -258,12 +258,17 @@ extern const struct hub_sql hub_sql_dispatch_outcomes_checked;
  * Expired leases (the dispatcher holding them died mid-attempt): up to 1,000
  * jobs back to 'pending', due now, their reclaim count raised; a job
  * reclaimed $1 times (int, text) is 'dead' with reason 'poison'.  One row
- * per job reclaimed (text): enum hub_reclaim_col.
+ * per job reclaimed (text): enum hub_reclaim_col, with what the
+ * hub.delivery.dead event of a poison job tells its tenant.
  */
 extern const struct hub_sql hub_sql_dispatch_reclaim;
 enum hub_reclaim_col {
-    HUB_RECLAIM_JOB_ID, /* job id */
-    HUB_RECLAIM_STATE,  /* 'pending', or 'dead' (poison) */
+    HUB_RECLAIM_JOB_ID,     /* job id */
+    HUB_RECLAIM_STATE,      /* 'pending', or 'dead' (poison) */
+    HUB_RECLAIM_TENANT,     /* tenant id */
+    HUB_RECLAIM_SUB_ID,     /* subscription id */
+    HUB_RECLAIM_EVENT_ID,   /* the event's id */
+    HUB_RECLAIM_EVENT_TYPE, /* the event's derived type */
     HUB_RECLAIM_NCOLS,
 };
 

@@ -10,7 +10,8 @@
 #
 # Poison: a destination that never answers while the hub is killed with
 # SIGKILL mid-attempt, again and again, leaves leases that expire; after
-# STREAMING_HUB_POISON_THRESHOLD reclaims the job is dead with reason poison.
+# STREAMING_HUB_POISON_THRESHOLD reclaims the job is dead with reason poison,
+# and a hub.delivery.dead event says so in the tenant's stream.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -91,6 +92,11 @@ scenario_a_job_whose_attempts_crash_the_hub_becomes_poison() {
     attempts=$(sink_count "$path")
     sleep 3
     assert_eq "$attempts" "$(sink_count "$path")" "a poison job is never attempted again"
+    # SPEC §10: the tenant hears of it like of any other dead delivery
+    wait_sql 10 1 "SELECT count(*) FROM event_inbox WHERE tenant_id = '$tenant'
+        AND source = 'streaming-hub' AND ce_type = 'hub.delivery.dead'
+        AND convert_from(payload, 'UTF8')::jsonb @> '{\"reason\": \"poison\", \"subscription_id\": \"$p_id\"}'" ||
+        fail "no hub.delivery.dead with reason poison in the tenant's stream"
 }
 
 scenarios_main "$@"
