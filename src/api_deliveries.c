@@ -108,12 +108,11 @@ void hub_subs_deliveries_list(struct subs_call *c) {
     hub_pg_txn_add(txn, &hub_sql_subs_exists, 2, (const char *[]){c->tenant_id, c->object_id}, NULL,
                    NULL);
     /* the event id borrows the request pool: the transaction copies it */
-    hub_pg_txn_add(txn, f.event_id != NULL ? &hub_sql_deliveries_of_event : &hub_sql_deliveries_list,
-                   8,
-                   (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit,
-                                    f.event_id, hub_deliv_filter_since(&f),
-                                    hub_deliv_filter_until(&f)},
-                   NULL, NULL);
+    hub_pg_txn_add(
+        txn, f.event_id != NULL ? &hub_sql_deliveries_of_event : &hub_sql_deliveries_list, 8,
+        (const char *[]){c->tenant_id, c->object_id, c->state, c->after, limit, f.event_id,
+                         hub_deliv_filter_since(&f), hub_deliv_filter_until(&f)},
+        NULL, NULL);
     hub_api_call_submit(&c->call, txn);
 }
 

@@ -581,8 +581,8 @@ void dispatch_flush(struct hub_dispatch *d) {
 static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
     PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
-    int rows = (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_RECLAIM_NCOLS) ? PQntuples(r)
-                                                                                    : 0;
+    int rows =
+        (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_RECLAIM_NCOLS) ? PQntuples(r) : 0;
 
     d->aux_inflight--;
     for (int i = 0; i < rows; i++) {

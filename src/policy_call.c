@@ -479,8 +479,8 @@ void policy_call_run(struct hub_policy_call *c) {
             c->policy->defs.has_fn[HUB_POLICY_SHAPE]) {
             /* on the state match used (push_event: ev.data decoded once) */
             int64_t cpu_ns = 0;
-            c->shape_status = policy_shape(c->policy, &c->ev, &c->shaped, c->err, sizeof(c->err),
-                                           &cpu_ns);
+            c->shape_status =
+                policy_shape(c->policy, &c->ev, &c->shaped, c->err, sizeof(c->err), &cpu_ns);
             c->shaped_ahead = 1;
             c->cpu_ns += cpu_ns;
         }

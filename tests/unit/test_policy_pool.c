@@ -53,9 +53,8 @@ static const char QUICK[] =
     "}\n";
 static const char SPIN[] = "return { match = function(ev) while true do end end }\n";
 static const char SHAPE_ONLY[] = "return { shape = function(ev) return nil end }\n";
-static const char SHAPE_SPIN[] =
-    "return { match = function(ev) return true end,\n"
-    "         shape = function(ev) while true do end end }\n";
+static const char SHAPE_SPIN[] = "return { match = function(ev) return true end,\n"
+                                 "         shape = function(ev) while true do end end }\n";
 
 /* A registry over a fresh directory of the three policies above, on a
  * private loop. */
