@@ -7,13 +7,12 @@
 -- event's stored copies, found by event id here (one entry per event, at
 -- ingest, on an insert-only table), and reaches each of its jobs through
 -- UNIQUE (subscription_id, event_seq) for every subscription of the event's
--- tenant (src/store_console.c, src/store_subs.c).
+-- tenant (src/store_console.c, src/store_subs.c).  0018 drops the old index.
 --
 -- Created on the partitioned table, so every partition (present and future)
 -- gets its own; on a large existing inbox the build holds each partition's
 -- write lock while it runs (docs/deploy.md: build it per partition with
--- CREATE INDEX CONCURRENTLY first on a large install).  Dropping the old
--- index breaks no statement of the previous binary: during a rollout its
--- event look-ups read delivery_jobs without it (slower, still right).
+-- CREATE INDEX CONCURRENTLY first on a large install).  This migration locks
+-- no other table: one that held event_inbox while it waited for
+-- delivery_jobs could deadlock with an ingest holding them the other way.
 CREATE INDEX IF NOT EXISTS event_inbox_event ON event_inbox (event_id, tenant_id);
-DROP INDEX IF EXISTS delivery_jobs_event;

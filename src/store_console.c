@@ -60,18 +60,26 @@ const struct hub_sql hub_sql_console_subs_list = {
     "   AND ($7::bigint IS NULL OR " j ".id < $7::bigint)"
 
 /* Newest first by job id, without an event id ($3 is NULL, kept so that
- * both forms take the same parameters): a tenant through
- * delivery_jobs_tenant_id, a rare state (dead, parked) alone through
- * delivery_jobs_state_id (0015), a common one by the primary key newest
- * first. */
+ * both forms take the same parameters).  Jobs in flight are merged in from
+ * delivery_jobs_leased (few: the workers'), the others read through
+ * delivery_jobs_tenant_id_settled (0018) for a tenant, delivery_jobs_state_id
+ * for a rare state (dead, parked) alone (0015), the primary key newest
+ * first otherwise.  Each arm tests the state filter itself, so that a plan
+ * made for the given values leaves out the arm that cannot match. */
+#define CON_DELIV_ARM(cond)                                                                       \
+    "(SELECT d.* FROM delivery_jobs d WHERE " cond                                                \
+    "   AND ($1::text IS NULL OR d.tenant_id = $1::text)"                                         \
+    "   AND ($2::uuid IS NULL OR d.subscription_id = $2::uuid)"                                   \
+    "   AND ($3::text IS NULL OR d.event_id = $3::text)"                                          \
+    CON_DELIV_FILTERS("d")                                                                        \
+    " ORDER BY d.id DESC LIMIT $8::int)"
 const struct hub_sql hub_sql_console_deliveries_list = {
     "console_deliveries_list",
-    "SELECT j.id::text, " CON_DELIV_JSON("j", "") " FROM delivery_jobs j"
-    " WHERE ($1::text IS NULL OR j.tenant_id = $1::text)"
-    "   AND ($2::uuid IS NULL OR j.subscription_id = $2::uuid)"
-    "   AND ($3::text IS NULL OR j.event_id = $3::text)"
-    CON_DELIV_FILTERS("j")
-    " ORDER BY j.id DESC LIMIT $8::int",
+    "SELECT j.id::text, " CON_DELIV_JSON("j", "") " FROM ("
+    CON_DELIV_ARM("d.state <> 'in_flight' AND ($4::text IS NULL OR $4::text <> 'in_flight')")
+    " UNION ALL "
+    CON_DELIV_ARM("d.state = 'in_flight' AND ($4::text IS NULL OR $4::text = 'in_flight')")
+    ") j ORDER BY j.id DESC LIMIT $8::int",
     1,
 };
 

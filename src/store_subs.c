@@ -280,14 +280,22 @@ const struct hub_sql hub_sql_subs_exists = {
     "   AND ($8::timestamptz IS NULL OR " j ".created_at < $8::timestamptz)"
 
 /* Newest first by job id (bigint), keyset on it; $6 (the event id) is NULL
- * here, kept so that both forms take the same parameters. */
+ * here, kept so that both forms take the same parameters.  Jobs in flight
+ * are merged in as in the console's list (store_console.c, migrations/0018):
+ * each arm tests the state filter itself. */
+#define DELIV_ARM(cond)                                                                           \
+    "(SELECT d.* FROM delivery_jobs d WHERE " cond                                                \
+    "   AND d.tenant_id = $1::text AND d.subscription_id = $2::uuid"                              \
+    "   AND ($6::text IS NULL OR d.event_id = $6::text)"                                          \
+    DELIV_FILTERS("d")                                                                            \
+    " ORDER BY d.id DESC LIMIT $5::int)"
 const struct hub_sql hub_sql_deliveries_list = {
     "deliveries_list",
-    "SELECT j.id::text, " DELIV_JSON("j", "") " FROM delivery_jobs j"
-    " WHERE j.tenant_id = $1::text AND j.subscription_id = $2::uuid"
-    "   AND ($6::text IS NULL OR j.event_id = $6::text)"
-    DELIV_FILTERS("j")
-    " ORDER BY j.id DESC LIMIT $5::int",
+    "SELECT j.id::text, " DELIV_JSON("j", "") " FROM ("
+    DELIV_ARM("d.state <> 'in_flight' AND ($3::text IS NULL OR $3::text <> 'in_flight')")
+    " UNION ALL "
+    DELIV_ARM("d.state = 'in_flight' AND ($3::text IS NULL OR $3::text = 'in_flight')")
+    ") j ORDER BY j.id DESC LIMIT $5::int",
     1, /* optional filters: a generic plan could not choose by them */
 };
 
