@@ -226,12 +226,16 @@ static int job_headers(const struct job *j, const struct hub_keyring *kek,
  * with a policy, the call on the policy threads and the result of a failed
  * attempt while its retry call runs.  A job without a policy has it on the
  * C stack (its attempt never waits before the POST); a job with one has it
- * allocated and pointed to by j->ap until the job is freed.
+ * allocated and pointed to by j->ap until the job is freed.  Allocated
+ * contexts are kept for reuse (attempt_ctx_new): at 4 KiB each, a malloc
+ * and a free per policy job walked the allocator's bins and consolidated
+ * chunks on every call (docs/performance.md, stop 35).
  */
 struct attempt_ctx {
     struct job *j;
-    int heap;      /* allocated: a job with a policy */
-    json_t *attrs; /* the stored attributes, NULL when they are not JSON */
+    struct attempt_ctx *spare_next; /* on d->spare_ctx */
+    int heap;                       /* allocated: a job with a policy */
+    json_t *attrs;                  /* the stored attributes, NULL when they are not JSON */
     struct hub_webhook_event wev;
     const char *ext[2 * 64 + 1];
     struct hub_policy_event pev;
@@ -271,14 +275,47 @@ static void attempt_ctx_init(struct attempt_ctx *a, struct job *j) {
     memset(&a->call.shaped, 0, sizeof(a->call.shaped));
 }
 
-/* Releases what a holds (and a itself when allocated); the job no longer
- * points to it. */
+/* Spare contexts kept: the policy jobs in hand at once are about the
+ * workers and a claim or two, and a context is only allocated for them.
+ * None under AddressSanitizer, so that it still sees a context used after
+ * its job ended. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTEMPT_CTX_SPARE 0
+#else
+#define ATTEMPT_CTX_SPARE 256
+#endif
+
+/* A zeroed context for a job with a policy, a spare one when there is. */
+static struct attempt_ctx *attempt_ctx_new(struct hub_dispatch *d) {
+    struct attempt_ctx *a = d->spare_ctx;
+
+    if (a == NULL) {
+        return calloc(1, sizeof(*a));
+    }
+    d->spare_ctx = a->spare_next;
+    d->n_spare_ctx--;
+    memset(a, 0, sizeof(*a));
+    return a;
+}
+
+/* Releases what a holds (and a itself when allocated: kept as a spare
+ * while there is room); the job no longer points to it. */
 static void attempt_ctx_free(struct attempt_ctx *a) {
     json_decref(a->attrs);
     hub_policy_shaped_free(&a->call.shaped);
     free(a->res_excerpt);
     if (a->heap) {
+        struct hub_dispatch *d = a->j->d;
         a->j->ap = NULL;
+#if ATTEMPT_CTX_SPARE > 0
+        if (d->n_spare_ctx < ATTEMPT_CTX_SPARE) {
+            a->spare_next = d->spare_ctx;
+            d->spare_ctx = a;
+            d->n_spare_ctx++;
+            return;
+        }
+#endif
+        (void)d;
         free(a);
     }
 }
@@ -680,7 +717,7 @@ void dispatch_attempt_start(struct hub_dispatch *d, struct job *j) {
     json_error_t jerr;
 
     if (j->policy != NULL) {
-        if ((a = calloc(1, sizeof(*a))) == NULL) {
+        if ((a = attempt_ctx_new(d)) == NULL) {
             /* given back unattempted: the next claim tries again */
             dispatch_job_unattempted(d, j, "pending", 1000);
             return;
@@ -783,6 +820,12 @@ int64_t dispatch_retry_delay(struct hub_dispatch *d, const struct job *j,
 
 /* Once stopped (dispatch.c): the caches live as long as the dispatcher. */
 void dispatch_attempt_free(struct hub_dispatch *d) {
+    while (d->spare_ctx != NULL) {
+        struct attempt_ctx *a = d->spare_ctx;
+        d->spare_ctx = a->spare_next;
+        free(a);
+    }
+    d->n_spare_ctx = 0;
     hub_buckets_free(&d->rates);
     for (size_t i = 0; d->urls != NULL && i < URL_SLOTS; i++) {
         free(d->urls[i].text);

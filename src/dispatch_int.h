@@ -206,9 +206,11 @@ struct hub_dispatch {
     size_t fast_reserved;
 
     /* dispatch_attempt.c */
-    size_t inflight;                      /* attempts whose HTTP request is in flight */
-    struct hub_buckets *rates;            /* max_rate buckets per subscription (SPEC §7.9) */
-    struct url_slot *urls;                /* URL cache, allocated at the first attempt */
+    size_t inflight;               /* attempts whose HTTP request is in flight */
+    struct hub_buckets *rates;     /* max_rate buckets per subscription (SPEC §7.9) */
+    struct url_slot *urls;         /* URL cache, allocated at the first attempt */
+    struct attempt_ctx *spare_ctx; /* contexts of finished policy jobs, for reuse */
+    size_t n_spare_ctx;
     uint64_t schedule_fallback_logged_ms; /* loop time of the last such warning */
     uint64_t ev_serial;   /* numbers each job's policy event (hub_policy_event.serial) */
     int64_t policy_log_s; /* policy failure log lines: the current second ... */
