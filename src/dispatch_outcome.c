@@ -206,9 +206,9 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
         if (delay < 0) {
             o->state = "dead";
             o->reason = dead_reason;
-            d->hub->metrics.deliveries[HUB_D_DEAD]++;
-            /* hub.delivery.dead waits for the statement (flush_done): the
-             * fence may refuse this outcome */
+            /* counted, and told to the tenant (hub.delivery.dead), once the
+             * statement made it dead (flush_done): the fence may refuse
+             * this outcome */
         } else {
             o->state = "pending";
             o->delay_ms = delay;
@@ -404,6 +404,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
             const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
             const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
             if (!PQgetisnull(r, i, HUB_OUTCOMES_DEAD_JOB)) {
+                d->hub->metrics.deliveries[HUB_D_DEAD]++;
                 hub_opevents_dead(d->hub, tenant, sub_id,
                                   strtoll(PQgetvalue(r, i, HUB_OUTCOMES_DEAD_JOB), NULL, 10),
                                   PQgetvalue(r, i, HUB_OUTCOMES_EVENT_ID),

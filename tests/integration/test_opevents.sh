@@ -148,7 +148,7 @@ scenario_rate_limited_per_subscription() {
 # fenced out, the job stays the new holder's, and the tenant is told of no
 # dead delivery (it is published from the committed outcome only).
 scenario_a_fenced_out_dead_outcome_publishes_nothing() {
-    local a ka w f job dead0
+    local a ka w f job dead0 failed0
     a=$(own_tenant)
     ka=$(tenant_key "$a")
     w=$(subscribe_at "$ka" "/ok/fw-$a" 'hub.*')
@@ -156,6 +156,7 @@ scenario_a_fenced_out_dead_outcome_publishes_nothing() {
     # second (last, one retry) goes dead
     f=$(subscribe_at "$ka" "/slow/3000/ff-$a" transaction.posted ",$ONE")
     dead0=$(metric 'streaming_hub_deliveries_total{outcome="dead"}')
+    failed0=$(metric 'streaming_hub_deliveries_total{outcome="failed"}')
     ev "$a" 1 "fen-$a-"
     wait_sql 30 1 "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$f'
                     AND state = 'in_flight' AND attempt_count = 1" ||
@@ -165,8 +166,10 @@ scenario_a_fenced_out_dead_outcome_publishes_nothing() {
                                      lease_until = now() + interval '1 hour' WHERE id = $job" >/dev/null
     # the attempt times out after 2 s; its outcome is then written (or not)
     sleep 4
-    assert_ge "$(metric_delta 'streaming_hub_deliveries_total{outcome="dead"}' "$dead0")" 1 \
-        "the last attempt failed: its outcome was dead"
+    assert_ge "$(metric_delta 'streaming_hub_deliveries_total{outcome="failed"}' "$failed0")" 2 \
+        "both attempts failed and were counted"
+    assert_eq 0 "$(metric_delta 'streaming_hub_deliveries_total{outcome="dead"}' "$dead0")" \
+        "the fenced-out outcome counted no dead delivery"
     assert_eq "in_flight another-hub#1 1" \
         "$(psql_q "SELECT state || ' ' || lease_owner || ' ' || attempt_count FROM delivery_jobs WHERE id = $job")" \
         "the fence kept the job as the new holder left it"
