@@ -69,9 +69,11 @@ static void sample_timer_cb(uv_timer_t *t) {
 }
 
 /* Every lease / 4 (at least 1 s): an expired lease waits at most that long
- * past its expiry to be reclaimed. */
+ * past its expiry to be reclaimed; and the sweep that parks what an ingest
+ * left pending for a subscription that stopped being deliverable. */
 static void reclaim_timer_cb(uv_timer_t *t) {
     dispatch_reclaim(t->data);
+    dispatch_park_stragglers(t->data);
 }
 
 /* ------------------------------------------------------------ lifecycle -- */

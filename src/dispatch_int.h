@@ -337,6 +337,11 @@ void dispatch_flush(struct hub_dispatch *d);
  * poison ones.  On the hub's main pool; counted in d->aux_inflight. */
 void dispatch_reclaim(struct hub_dispatch *d);
 
+/* Parks the pending jobs that an ingest committed after their subscription
+ * stopped being deliverable (hub_sql_dispatch_park_stragglers); on the
+ * hub's main pool, counted in d->aux_inflight. */
+void dispatch_park_stragglers(struct hub_dispatch *d);
+
 /* Frees the outcome records never written, once stopped. */
 void dispatch_outcome_free(struct hub_dispatch *d);
 

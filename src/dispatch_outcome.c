@@ -622,6 +622,37 @@ void dispatch_reclaim(struct hub_dispatch *d) {
     hub_pg_txn_submit(txn);
 }
 
+/* The sweep's transaction ended: logs the jobs it parked.  A failed sweep
+ * is simply tried at the next tick. */
+static void park_stragglers_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_dispatch *d = arg;
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+    int rows = (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_PARK_STRAGGLERS_NCOLS)
+                   ? PQntuples(r)
+                   : 0;
+
+    d->aux_inflight--;
+    for (int i = 0; i < rows; i++) {
+        hub_log(HUB_INFO,
+                "job parked: its ingest committed after its subscription stopped being "
+                "deliverable",
+                HUB_LS("job", PQgetvalue(r, i, HUB_PARK_STRAGGLERS_JOB_ID)),
+                HUB_LS("subscription", PQgetvalue(r, i, HUB_PARK_STRAGGLERS_SUB_ID)));
+    }
+    dispatch_maybe_done(d);
+}
+
+void dispatch_park_stragglers(struct hub_dispatch *d) {
+    struct hub_pg_txn *txn = hub_pg_txn_new(d->hub->pg, park_stragglers_done, d);
+
+    if (txn == NULL) {
+        return;
+    }
+    hub_pg_txn_add(txn, &hub_sql_dispatch_park_stragglers, 0, NULL, NULL, NULL);
+    d->aux_inflight++;
+    hub_pg_txn_submit(txn);
+}
+
 /* Only records never written are left: none after a drain that ended. */
 void dispatch_outcome_free(struct hub_dispatch *d) {
     for (size_t i = 0; i < d->n_outcomes; i++) {

@@ -466,6 +466,37 @@ const struct hub_sql hub_sql_dispatch_reclaim = {
     0,
 };
 
+/*
+ * The trigger that parks a subscription's jobs when it stops being
+ * deliverable (migrations/0011) runs in the transaction that changes it, and
+ * cannot see the jobs of an ingest transaction that matched the
+ * subscription while it was still deliverable and committed after the
+ * change: those stayed pending for good.  They were never attempted (the
+ * claim checks the gate), but they counted as due, every claim of their
+ * lane stepped over them, and a later re-enable found nothing parked to give
+ * back (it delivered them anyway: they were pending).
+ *
+ * Ten minutes covers any ingest transaction (a batch that takes longer has
+ * failed long before).  The subscription is locked as a change locks it:
+ * a change back to deliverable (which unparks its jobs) either committed
+ * first, and the row no longer qualifies when it is locked, or waits for
+ * this statement and then unparks these too.  A subscription being changed
+ * is skipped until the next round.  Its own transaction: it takes no job
+ * lock before the subscription's, in the order the outcome statement and
+ * a change use.  migrations/0020 indexes the subscriptions it reads.
+ */
+const struct hub_sql hub_sql_dispatch_park_stragglers = {
+    "dispatch_park_stragglers",
+    "WITH s AS (SELECT id FROM subscriptions"
+    "            WHERE NOT (enabled AND verification_state = 'active')"
+    "              AND updated_at > now() - interval '10 minutes'"
+    "            FOR NO KEY UPDATE SKIP LOCKED)"
+    " UPDATE delivery_jobs j SET state = 'parked', updated_at = now()"
+    "   FROM s WHERE j.subscription_id = s.id AND j.state = 'pending'"
+    " RETURNING j.id::text, j.subscription_id::text",
+    0,
+};
+
 /* One count per partial index, as no index holds both unordered and fifo
  * jobs. */
 const struct hub_sql hub_sql_dispatch_due_sample = {
@@ -491,6 +522,7 @@ const struct hub_sql *const hub_sql_dispatch_all[] = {
     &hub_sql_dispatch_outcomes,
     &hub_sql_dispatch_outcomes_checked,
     &hub_sql_dispatch_reclaim,
+    &hub_sql_dispatch_park_stragglers,
     &hub_sql_dispatch_due_sample,
     NULL,
 };

@@ -273,6 +273,21 @@ enum hub_reclaim_col {
 };
 
 /*
+ * Parks the pending jobs of subscriptions that stopped being deliverable
+ * (disabled, or sent back to verification) in the last ten minutes: jobs an
+ * ingest transaction inserted after matching the subscription while it was
+ * still deliverable, committed after the change parked the rest
+ * (store_dispatch.c).  No parameters.  One row per job parked (text): enum
+ * hub_park_stragglers_col.
+ */
+extern const struct hub_sql hub_sql_dispatch_park_stragglers;
+enum hub_park_stragglers_col {
+    HUB_PARK_STRAGGLERS_JOB_ID, /* job id */
+    HUB_PARK_STRAGGLERS_SUB_ID, /* subscription id */
+    HUB_PARK_STRAGGLERS_NCOLS,
+};
+
+/*
  * Due jobs for the jobs_due gauge, at most 100,000 of each kind (unordered,
  * fifo).  No parameters.  One row (text): enum hub_due_sample_col.
  */
