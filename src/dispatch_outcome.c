@@ -348,12 +348,28 @@ static int sqlstate_transient(const char *s) {
            strncmp(s, "57", 2) == 0 || strcmp(s, "55P03") == 0 || s[0] == '\0';
 }
 
+/* The first result of a transaction that committed, when it has ncols
+ * columns, and its rows into *rows; NULL and 0 otherwise (the transaction
+ * failed, or the result has another shape). */
+static PGresult *committed_result(const struct hub_pg_outcome *out, int ncols, int *rows) {
+    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
+
+    if (out->status != HUB_PG_OK || r == NULL || PQnfields(r) != ncols) {
+        *rows = 0;
+        return NULL;
+    }
+    *rows = PQntuples(r);
+    return r;
+}
+
 /* A batch's transaction ended.  Written: the records are freed, and the
  * subscriptions the batch auto-disabled lose their queued jobs.  Not
  * written: see the top of this file.  Frees f. */
 static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     struct flush *f = arg;
     struct hub_dispatch *d = f->d;
+    PGresult *r;
+    int rows;
 
     d->flushing--;
     if (out->status == HUB_PG_ESTMT && f->n == 1 && !sqlstate_transient(out->sqlstate) &&
@@ -397,37 +413,33 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
      * from the outcome statement: no attempt of theirs may start now; so
      * do the jobs it set dead, which only now (the fence passed, the
      * transaction committed) may be told to their tenants */
-    if (out->n_results >= 1 && out->results[0] != NULL &&
-        PQnfields(out->results[0]) == HUB_OUTCOMES_NCOLS) {
-        PGresult *r = out->results[0];
-        for (int i = 0; i < PQntuples(r); i++) {
-            const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
-            const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
-            if (!PQgetisnull(r, i, HUB_OUTCOMES_DEAD_JOB)) {
-                d->hub->metrics.deliveries[HUB_D_DEAD]++;
-                hub_opevents_dead(d->hub, tenant, sub_id,
-                                  strtoll(PQgetvalue(r, i, HUB_OUTCOMES_DEAD_JOB), NULL, 10),
-                                  PQgetvalue(r, i, HUB_OUTCOMES_EVENT_ID),
-                                  PQgetvalue(r, i, HUB_OUTCOMES_EVENT_TYPE),
-                                  PQgetvalue(r, i, HUB_OUTCOMES_REASON));
-                continue;
-            }
-            /* queued jobs go back now; jobs of claims and offers still in
-             * flight (or on the policy threads) when they reach the send */
-            disabled_note(d, sub_id);
-            dispatch_queue_drop_subscription(d, sub_id);
-            hub_opevents_disabled(d->hub, tenant, sub_id, PQgetvalue(r, i, HUB_OUTCOMES_REASON));
-            if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {
-                hub_log(HUB_WARN, "subscription disabled: its destination answered 410 Gone",
-                        HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant));
-                continue;
-            }
-            d->hub->metrics.subscriptions_auto_disabled++;
-            hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
-                    HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant),
-                    HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
-                    HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
+    r = committed_result(out, HUB_OUTCOMES_NCOLS, &rows);
+    for (int i = 0; i < rows; i++) {
+        const char *sub_id = PQgetvalue(r, i, HUB_OUTCOMES_SUB_ID);
+        const char *tenant = PQgetvalue(r, i, HUB_OUTCOMES_TENANT);
+        if (!PQgetisnull(r, i, HUB_OUTCOMES_DEAD_JOB)) {
+            d->hub->metrics.deliveries[HUB_D_DEAD]++;
+            hub_opevents_dead(
+                d->hub, tenant, sub_id, strtoll(PQgetvalue(r, i, HUB_OUTCOMES_DEAD_JOB), NULL, 10),
+                PQgetvalue(r, i, HUB_OUTCOMES_EVENT_ID), PQgetvalue(r, i, HUB_OUTCOMES_EVENT_TYPE),
+                PQgetvalue(r, i, HUB_OUTCOMES_REASON));
+            continue;
         }
+        /* queued jobs go back now; jobs of claims and offers still in
+         * flight (or on the policy threads) when they reach the send */
+        disabled_note(d, sub_id);
+        dispatch_queue_drop_subscription(d, sub_id);
+        hub_opevents_disabled(d->hub, tenant, sub_id, PQgetvalue(r, i, HUB_OUTCOMES_REASON));
+        if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {
+            hub_log(HUB_WARN, "subscription disabled: its destination answered 410 Gone",
+                    HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant));
+            continue;
+        }
+        d->hub->metrics.subscriptions_auto_disabled++;
+        hub_log(HUB_WARN, "subscription auto-disabled: its destination kept failing",
+                HUB_LS("subscription", sub_id), HUB_LS("tenant", tenant),
+                HUB_LI("failure_window_ms", d->hub->cfg.autodisable_failure_window_ms),
+                HUB_LI("failure_spread_ms", d->hub->cfg.autodisable_failure_spread_ms));
     }
     for (size_t i = 0; i < f->n; i++) {
         free(f->o[i].excerpt);
@@ -581,9 +593,8 @@ void dispatch_flush(struct hub_dispatch *d) {
  * simply tried at the next tick. */
 static void reclaim_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
-    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
-    int rows =
-        (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_RECLAIM_NCOLS) ? PQntuples(r) : 0;
+    int rows;
+    PGresult *r = committed_result(out, HUB_RECLAIM_NCOLS, &rows);
 
     d->aux_inflight--;
     for (int i = 0; i < rows; i++) {
@@ -626,10 +637,8 @@ void dispatch_reclaim(struct hub_dispatch *d) {
  * is simply tried at the next tick. */
 static void park_stragglers_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_dispatch *d = arg;
-    PGresult *r = out->n_results > 0 ? out->results[0] : NULL;
-    int rows = (out->status == HUB_PG_OK && r && PQnfields(r) == HUB_PARK_STRAGGLERS_NCOLS)
-                   ? PQntuples(r)
-                   : 0;
+    int rows;
+    PGresult *r = committed_result(out, HUB_PARK_STRAGGLERS_NCOLS, &rows);
 
     d->aux_inflight--;
     for (int i = 0; i < rows; i++) {
