@@ -53,6 +53,17 @@ hub_deliveries() {
 # drain's ten most expensive statements (pg_stat_statements; the bench
 # preloads the module through PG_EXTRA_CONF) and its WAL per delivery (pg_stat_wal).
 # ---------------------------------------------------------------------------
+# pg_start_for_drains: pg_start, with pg_stat_statements preloaded and
+# created when PG_STATS is set (drain prints from it).
+pg_start_for_drains() {
+    if [[ -n ${PG_STATS:-} ]]; then
+        PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements,auto_explain'
+${PG_EXTRA_CONF:-}"
+    fi
+    pg_start
+    [[ -z ${PG_STATS:-} ]] || psql_q "CREATE EXTENSION pg_stat_statements" >/dev/null
+}
+
 RUN=0
 RESULTS=()
 DRAIN_ENV=()
