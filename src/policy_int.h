@@ -54,7 +54,7 @@ struct policy_state {
     /* The running call's clock (policy_sandbox.c: only the deadline
      * functions there read these). */
     uint64_t start_ns;     /* monotonic at arm; 0 outside a call */
-    uint64_t start_cpu_ns; /* the thread's CPU clock at arm */
+    uint64_t start_cpu_ns; /* the thread's CPU clock at the call's first check */
     int checked;           /* the deadline was checked during the call */
     enum policy_condemned condemned;
     struct hub_lbudget budget;        /* the library functions' view of the deadline */
@@ -118,8 +118,8 @@ void policy_deadline_arm(struct policy_state *s);
 void policy_deadline_disarm(struct policy_state *s);
 
 /* The CPU time of the last call on s, on the calling thread, measured from
- * its start; 0 for a call too short to have been checked.  Call right
- * after the call. */
+ * its first check; 0 for a call too short to have been checked.  Call
+ * right after the call. */
 int64_t policy_cpu_spent_ns(const struct policy_state *s);
 
 /* Copies Lua's message for the error on top of the stack into err,

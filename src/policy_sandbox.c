@@ -72,11 +72,15 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * The thread's CPU clock is a system call (the vDSO reads only the wall
+ * clocks) and most calls end before their first check: it is read at that
+ * check (policy_left_ns), not here.  What ran before it, at most
+ * POLICY_HOOK_COUNT instructions or HUB_LBUDGET_STEPS library steps
+ * (microseconds), is left out of the CPU time; a wait for the core before
+ * it is not counted either.
+ */
 void policy_deadline_arm(struct policy_state *s) {
-    /* the CPU clock is read here, not at the first check: a thread
-     * preempted before its first check (busy cores) would otherwise have
-     * that wait counted as CPU time, and a healthy call condemned for it */
-    s->start_cpu_ns = thread_cpu_ns();
     s->start_ns = hub_now_ns();
     s->checked = 0;
 }
@@ -112,7 +116,10 @@ static int64_t policy_left_ns(struct policy_state *s, int64_t need_ns) {
     }
     now = hub_now_ns();
     wall = (int64_t)(now - s->start_ns);
-    s->checked = 1;
+    if (!s->checked) {
+        s->start_cpu_ns = thread_cpu_ns();
+        s->checked = 1;
+    }
     if (s->timeout_ns - wall > need_ns) {
         return s->timeout_ns - wall;
     }
