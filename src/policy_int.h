@@ -42,6 +42,11 @@ struct policy_defs {
     size_t n_schedule;
 };
 
+/* The allocator's cache of freed blocks (policy_sandbox.c): size classes
+ * of 16 bytes up to 256, then four per power of two up to 4 KiB. */
+#define POLICY_BLOCK_CLASSES 32
+#define POLICY_BLOCK_MAX 4096
+
 /* One Lua state of a version, used by one call at a time. */
 struct policy_state {
     struct policy_state *next; /* the version's idle list */
@@ -50,6 +55,14 @@ struct policy_state {
     size_t used;      /* bytes the allocator has handed out */
     size_t cap;       /* ... and may hand out */
     size_t published; /* the part of used already added to p->memory */
+    /* Blocks Lua freed, kept for its next allocations of their class: a
+     * call allocates and frees the same few dozen small blocks (the event
+     * table, its strings, ev.data, the shaped body), and a state moves
+     * between policy threads, whose malloc arenas would otherwise pass the
+     * blocks back and forth under their locks.  At most
+     * POLICY_BLOCK_CACHE_BYTES (policy_sandbox.c); not counted in used. */
+    void *blocks[POLICY_BLOCK_CLASSES];
+    size_t cached;
     int64_t timeout_ns;
     /* The running call's clock (policy_sandbox.c: only the deadline
      * functions there read these). */

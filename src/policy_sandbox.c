@@ -147,6 +147,99 @@ static int policy_budget_expired(void *ud, int64_t need_ns) {
     return 1;
 }
 
+/* ---------------------------------------------------------- allocator -- */
+
+/* Bytes of freed blocks a state keeps (struct policy_state: blocks); none
+ * under AddressSanitizer, which must see every block freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#define POLICY_BLOCK_CACHE_BYTES 0
+#else
+#define POLICY_BLOCK_CACHE_BYTES (128 << 10)
+#endif
+
+/* The class of a block of n bytes (1 <= n <= POLICY_BLOCK_MAX). */
+static unsigned block_class(size_t n) {
+    unsigned p;
+    if (n <= 256) {
+        return (unsigned)((n + 15) >> 4) - 1;
+    }
+    p = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^p < n <= 2^(p+1) */
+    return 16 + (p - 8) * 4 + (unsigned)((n - 1 - ((size_t)1 << p)) >> (p - 2));
+}
+
+/* The bytes a block of class c holds. */
+static size_t block_size(unsigned c) {
+    unsigned p;
+    if (c < 16) {
+        return (size_t)(c + 1) << 4;
+    }
+    p = 8 + (c - 16) / 4;
+    return ((size_t)1 << p) + (size_t)((c - 16) % 4 + 1) * ((size_t)1 << (p - 2));
+}
+
+/* A block of n bytes: a cached one of its class when there is one. */
+static void *block_get(struct policy_state *s, size_t n) {
+    unsigned c;
+    void *b;
+    if (n > POLICY_BLOCK_MAX) {
+        return malloc(n);
+    }
+    c = block_class(n);
+    b = s->blocks[c];
+    if (b == NULL) {
+        return malloc(block_size(c));
+    }
+    memcpy(&s->blocks[c], b, sizeof(void *));
+    s->cached -= block_size(c);
+    return b;
+}
+
+/* Gives back block b of n bytes: kept while the cache has room. */
+static void block_put(struct policy_state *s, void *b, size_t n) {
+    unsigned c = n <= POLICY_BLOCK_MAX ? block_class(n) : 0;
+    if (n > POLICY_BLOCK_MAX || s->cached + block_size(c) > POLICY_BLOCK_CACHE_BYTES) {
+        free(b);
+        return;
+    }
+    memcpy(b, &s->blocks[c], sizeof(void *));
+    s->blocks[c] = b;
+    s->cached += block_size(c);
+}
+
+/* Frees every cached block (the state is going). */
+static void blocks_release(struct policy_state *s) {
+    for (unsigned c = 0; c < POLICY_BLOCK_CLASSES; c++) {
+        while (s->blocks[c] != NULL) {
+            void *b = s->blocks[c];
+            memcpy(&s->blocks[c], b, sizeof(void *));
+            free(b);
+        }
+    }
+    s->cached = 0;
+}
+
+/* ptr (osize bytes) resized to nsize > 0: in place within its class, by
+ * realloc() between large blocks, else moved. */
+static void *block_resize(struct policy_state *s, void *ptr, size_t osize, size_t nsize) {
+    void *np;
+    if (ptr == NULL) {
+        return block_get(s, nsize);
+    }
+    if (osize > POLICY_BLOCK_MAX && nsize > POLICY_BLOCK_MAX) {
+        return realloc(ptr, nsize);
+    }
+    if (osize <= POLICY_BLOCK_MAX && nsize <= POLICY_BLOCK_MAX &&
+        block_class(osize) == block_class(nsize)) {
+        return ptr;
+    }
+    np = block_get(s, nsize);
+    if (np != NULL) {
+        memcpy(np, ptr, osize < nsize ? osize : nsize);
+        block_put(s, ptr, osize);
+    }
+    return np;
+}
+
 /*
  * The accounting allocator: the state is its userdata.  During a call,
  * growth past the cap condemns the call as out of memory; and while policy
@@ -161,8 +254,10 @@ static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     void *np;
 
     if (nsize == 0) {
-        free(ptr);
-        s->used -= ptr != NULL ? osize : 0;
+        if (ptr != NULL) {
+            block_put(s, ptr, osize);
+            s->used -= osize;
+        }
         return NULL;
     }
     if (ptr == NULL) {
@@ -179,7 +274,7 @@ static void *policy_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
         policy_budget_expired(s, (int64_t)nsize * HUB_LBUDGET_NS_PER_BYTE)) {
         return NULL;
     }
-    np = realloc(ptr, nsize);
+    np = block_resize(s, ptr, osize, nsize);
     if (np != NULL) {
         s->used = s->used - osize + nsize;
     }
@@ -516,6 +611,7 @@ void policy_state_free(struct policy_state *s) {
     if (s->L != NULL) {
         lua_close(s->L);
     }
+    blocks_release(s);
     s->used = 0;
     policy_state_publish(s);
     uv_mutex_lock(&s->p->mu);
