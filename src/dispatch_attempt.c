@@ -176,7 +176,7 @@ static void policy_event(const struct job *j, const struct hub_webhook_event *we
  */
 static int job_headers(const struct job *j, const struct hub_keyring *kek,
                        const struct hub_webhook_event *ev, const void *body, size_t len,
-                       const json_t *extra, struct hub_webhook_headers *h) {
+                       const struct hub_policy_shaped *extra, struct hub_webhook_headers *h) {
     struct hub_sign_key keys[HUB_WEBHOOK_MAX_KEYS];
     size_t nkeys = 0;
     struct hub_webhook_target t;
@@ -191,15 +191,15 @@ static int job_headers(const struct job *j, const struct hub_keyring *kek,
         OPENSSL_cleanse(keys, sizeof(keys));
         return -1;
     }
-    if (extra != NULL) {
-        const char *name;
-        json_t *value;
+    if (extra != NULL && extra->n_headers > 0) {
+        const char *name, *value;
+        size_t pos = 0;
         if (dest == NULL) {
             dest = json_object();
         }
-        json_object_foreach((json_t *)extra, name, value) {
-            if (dest != NULL && !hub_webhook_header_reserved(name, strlen(name))) {
-                json_object_set(dest, name, value);
+        while (dest != NULL && (name = hub_policy_shaped_next(extra, &pos, &value)) != NULL) {
+            if (!hub_webhook_header_reserved(name, strlen(name))) {
+                json_object_set_new(dest, name, json_string(value));
             }
         }
     }
@@ -259,7 +259,7 @@ struct attempt_ctx {
 
 static void attempt_gate(struct hub_dispatch *d, struct attempt_ctx *a);
 static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
-                         struct hub_policy_shaped *shaped);
+                         const struct hub_policy_shaped *shaped);
 static void attempt_settle(struct hub_dispatch *d, struct attempt_ctx *a,
                            const struct hub_httpc_response *res);
 
@@ -285,16 +285,25 @@ static void attempt_ctx_init(struct attempt_ctx *a, struct job *j) {
 #define ATTEMPT_CTX_SPARE 256
 #endif
 
-/* A zeroed context for a job with a policy, a spare one when there is. */
+/* A shaped request's buffer kept with a spare context: the bodies of one
+ * subscription's deliveries are about the same size, and larger ones are
+ * rare enough to allocate each time. */
+#define ATTEMPT_SHAPED_KEEP (64 << 10)
+
+/* A zeroed context for a job with a policy, a spare one when there is
+ * (with the buffer of its last shaped request). */
 static struct attempt_ctx *attempt_ctx_new(struct hub_dispatch *d) {
     struct attempt_ctx *a = d->spare_ctx;
+    struct hub_policy_shaped shaped;
 
     if (a == NULL) {
         return calloc(1, sizeof(*a));
     }
     d->spare_ctx = a->spare_next;
     d->n_spare_ctx--;
+    shaped = a->call.shaped;
     memset(a, 0, sizeof(*a));
+    a->call.shaped = shaped;
     return a;
 }
 
@@ -302,13 +311,16 @@ static struct attempt_ctx *attempt_ctx_new(struct hub_dispatch *d) {
  * while there is room); the job no longer points to it. */
 static void attempt_ctx_free(struct attempt_ctx *a) {
     json_decref(a->attrs);
-    hub_policy_shaped_free(&a->call.shaped);
     free(a->res_excerpt);
     if (a->heap) {
         struct hub_dispatch *d = a->j->d;
         a->j->ap = NULL;
 #if ATTEMPT_CTX_SPARE > 0
         if (d->n_spare_ctx < ATTEMPT_CTX_SPARE) {
+            if (a->call.shaped.cap > ATTEMPT_SHAPED_KEEP) {
+                hub_policy_shaped_free(&a->call.shaped);
+            }
+            hub_policy_shaped_reset(&a->call.shaped);
             a->spare_next = d->spare_ctx;
             d->spare_ctx = a;
             d->n_spare_ctx++;
@@ -316,6 +328,7 @@ static void attempt_ctx_free(struct attempt_ctx *a) {
         }
 #endif
         (void)d;
+        hub_policy_shaped_free(&a->call.shaped);
         free(a);
     }
 }
@@ -452,7 +465,6 @@ static void after_shape(struct hub_dispatch *d, struct attempt_ctx *a) {
 
     if (c->status != HUB_POLICY_OK) {
         policy_failed(d, j, HUB_POLICY_SHAPE, c->status, c->err, c);
-        hub_policy_shaped_free(&c->shaped);
         job_policy_error(d, a, c->err);
         return;
     }
@@ -460,12 +472,10 @@ static void after_shape(struct hub_dispatch *d, struct attempt_ctx *a) {
         a->wev.content_type = c->shaped.content_type;
     }
     if (c->shaped.body != NULL) {
-        /* the signature covers the shaped body (SPEC §7.2) */
-        free(j->shaped_body);
-        j->shaped_body = c->shaped.body;
-        j->payload = (unsigned char *)c->shaped.body;
+        /* the signature covers the shaped body (SPEC §7.2); it stays in
+         * the context, which outlives the request */
+        j->payload = (const unsigned char *)c->shaped.body;
         j->payload_len = c->shaped.body_len;
-        c->shaped.body = NULL;
     }
     attempt_send(d, a, &c->shaped);
 }
@@ -583,12 +593,12 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
 
 /*
  * The signed POST of the attempt, with what shape made (NULL: no shape;
- * its body already moved to the job, its headers freed here).  The attempt
+ * its body already in j->payload, borrowed from a).  The attempt
  * then lives in httpc until attempt_done(); a request httpc refuses at once
  * is a failed attempt like any other.
  */
 static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
-                         struct hub_policy_shaped *shaped) {
+                         const struct hub_policy_shaped *shaped) {
     struct hub_webhook_headers h = {0};
     struct hub_httpc_request req;
     struct job *j = a->j;
@@ -601,18 +611,11 @@ static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
         if (j->breaker_probe) {
             hub_breaker_release(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
         }
-        if (shaped != NULL) {
-            hub_policy_shaped_free(shaped);
-        }
         attempt_ctx_free(a);
         dispatch_job_unattempted(d, j, "pending", 0);
         return;
     }
-    rc = job_headers(j, &d->hub->kek, &a->wev, j->payload, j->payload_len,
-                     shaped != NULL ? shaped->headers : NULL, &h);
-    if (shaped != NULL) {
-        hub_policy_shaped_free(shaped);
-    }
+    rc = job_headers(j, &d->hub->kek, &a->wev, j->payload, j->payload_len, shaped, &h);
     /* the headers hold what they need of the attributes (and a job without
      * a policy leaves its context on this C stack once the POST is started) */
     json_decref(a->attrs);
@@ -823,6 +826,7 @@ void dispatch_attempt_free(struct hub_dispatch *d) {
     while (d->spare_ctx != NULL) {
         struct attempt_ctx *a = d->spare_ctx;
         d->spare_ctx = a->spare_next;
+        hub_policy_shaped_free(&a->call.shaped);
         free(a);
     }
     d->n_spare_ctx = 0;

@@ -94,7 +94,6 @@ static void dispatch_claim(struct hub_dispatch *d);
 void dispatch_job_free(struct job *j) {
     /* every job ends here, attempted or not: its slot goes back */
     hub_caps_release(j->d->caps, j->slot, j->slot_started, dispatch_unix_ms());
-    free(j->shaped_body);
     free(j->local_excerpt);
     hub_policy_gen_release(j->gen);
     free(j);

@@ -92,7 +92,7 @@ struct claim_stamp {
  * A claimed job and what its attempt needs.  Allocated in one block with
  * its text columns and the stored payload (dispatch_claim.c,
  * job_from_rows): the char pointers point into that block and are not freed
- * one by one.  Only shaped_body, local_excerpt and gen are owned apart, and
+ * one by one.  Only local_excerpt and gen are owned apart, and
  * dispatch_job_free() releases them.
  */
 struct job {
@@ -104,10 +104,10 @@ struct job {
     char *event_type;
     char *url;
     char *content_type;
-    char *attrs;            /* event attributes (JSON text) */
-    unsigned char *payload; /* the stored event's, or shaped_body */
+    char *attrs;                  /* event attributes (JSON text) */
+    const unsigned char *payload; /* the stored event's, or the shaped body in its
+                                   * attempt's context (ap), which outlives the request */
     size_t payload_len;
-    char *shaped_body; /* a policy's body, owned */
     char *headers_sealed;
     char *secret_sealed;
     char *prev_secret_sealed;

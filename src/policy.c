@@ -632,7 +632,7 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     c->shape_status = HUB_POLICY_OK;
     c->action = HUB_POLICY_RETRY_SCHEDULE;
     c->delay_ms = 0;
-    memset(&c->shaped, 0, sizeof(c->shaped));
+    hub_policy_shaped_reset(&c->shaped);
     c->queued_ns = c->started_ns = c->ended_ns = 0;
     c->cpu_ns = 0;
     if (!runs) {

@@ -190,16 +190,38 @@ enum hub_policy_status hub_policy_retry(struct hub_policy *p,
  * count, or returns 0 with *steps untouched when retry is not a table. */
 size_t hub_policy_retry_schedule(const struct hub_policy *p, const int64_t **steps);
 
-/* A shaped request.  Owned by the caller; release with
- * hub_policy_shaped_free(). */
+/*
+ * A shaped request, in one buffer: shape runs on a policy thread and its
+ * result is read and dropped on the loop, so one block crosses between
+ * them, not one per header; and a caller that keeps the struct for its
+ * next call (the dispatcher's attempt contexts) reuses the buffer.  Owned
+ * by the caller: zeroed before its first use, released with
+ * hub_policy_shaped_free().
+ */
 struct hub_policy_shaped {
-    char *body; /* NULL: the body is unchanged */
+    const char *body; /* NULL: the body is unchanged; else body_len bytes */
     size_t body_len;
-    char *content_type; /* NULL: unchanged (application/json when body came from a table) */
-    json_t *headers;    /* object of extra headers (names as returned), or NULL */
+    const char *content_type; /* NULL: unchanged (application/json when body came from a table) */
+    size_t n_headers;         /* extra headers (names as returned): hub_policy_shaped_next() */
+    /* private: body, content type and headers, in one buffer */
+    char *buf;
+    size_t len, cap;
+    size_t headers_at, headers_end; /* the headers' bytes */
 };
 
+/* Empties s, keeping its buffer for the next result. */
+void hub_policy_shaped_reset(struct hub_policy_shaped *s);
 void hub_policy_shaped_free(struct hub_policy_shaped *s);
+
+/* The extra headers one by one, in the order shape's table gave them:
+ * *pos starts at 0; returns the next name (its value in *value), or NULL
+ * after the last. */
+const char *hub_policy_shaped_next(const struct hub_policy_shaped *s, size_t *pos,
+                                   const char **value);
+
+/* The value of the extra header named name (as returned, exact case), or
+ * NULL. */
+const char *hub_policy_shaped_header(const struct hub_policy_shaped *s, const char *name);
 
 /*
  * Runs shape(ev).  A string result is the new body; a table is JSON-encoded
@@ -208,7 +230,8 @@ void hub_policy_shaped_free(struct hub_policy_shaped *s);
  * HUB_POLICY_HEADERS_MAX, no control bytes); a "Content-Type" there sets the
  * content type.  Which headers may be sent is the caller's business.  On
  * any status but OK, *out is empty and the attempt fails with policy_error.
- * A policy without shape returns OK with *out empty.
+ * A policy without shape returns OK with *out empty.  *out is zeroed or
+ * holds an earlier result, whose buffer is reused.
  */
 enum hub_policy_status hub_policy_shape(struct hub_policy *p, const struct hub_policy_event *ev,
                                         struct hub_policy_shaped *out, char *err, size_t errlen);
@@ -323,7 +346,8 @@ struct hub_policy_call {
     enum hub_policy_status shape_status;
     enum hub_policy_retry_action action;
     int64_t delay_ms;
-    struct hub_policy_shaped shaped; /* the caller's to free (hub_policy_shaped_free) */
+    struct hub_policy_shaped shaped; /* the caller's to free (hub_policy_shaped_free); its
+                                      * buffer is kept from one call to the next */
     char err[512];
     uint64_t queued_ns, started_ns, ended_ns; /* monotonic: submitted, run, done */
     int64_t cpu_ns; /* CPU time it used when it ran long enough to be measured (past its

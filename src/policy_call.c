@@ -177,14 +177,40 @@ static void push_event(lua_State *L, struct policy_state *s, const struct hub_po
     }
 }
 
+/* Appends p[0..n) to sh's buffer, and a NUL when nul: the offset it went
+ * to, or SIZE_MAX when memory ran out. */
+static size_t shaped_put(struct hub_policy_shaped *sh, const char *p, size_t n, int nul) {
+    size_t at = sh->len, need = sh->len + n + (nul ? 1 : 0);
+    if (need > sh->cap || sh->buf == NULL) { /* an empty body is not NULL */
+        size_t cap = sh->cap ? sh->cap : 1024;
+        char *nb;
+        while (cap < need) {
+            cap *= 2;
+        }
+        nb = realloc(sh->buf, cap);
+        if (nb == NULL) {
+            return SIZE_MAX;
+        }
+        sh->buf = nb;
+        sh->cap = cap;
+    }
+    memcpy(sh->buf + at, p, n);
+    if (nul) {
+        sh->buf[at + n] = '\0';
+    }
+    sh->len = need;
+    return at;
+}
+
 /* Converts shape's results (body at -2, headers at -1) into c->shaped: a
  * table body JSON-encoded (a condemned encode raises again: its stop is
  * the call's), a string copied, the headers validated one by one.  A
- * result the contract refuses leaves c->bad set and returns normally. */
+ * result the contract refuses leaves c->bad set and returns normally.
+ * The pointers are set last: the buffer may move as it grows. */
 static int shape_results(lua_State *L, struct call_ctx *c) {
     struct hub_policy_shaped *sh = c->shaped;
-    size_t len = 0;
-    const char *b;
+    size_t len = 0, body_at = SIZE_MAX, ct_at = SIZE_MAX, ct_len = 0;
+    const char *b, *ct = NULL;
     int n = 0;
 
     if (lua_istable(L, -2)) {
@@ -199,10 +225,8 @@ static int shape_results(lua_State *L, struct call_ctx *c) {
             return 0;
         }
         lua_replace(L, -3);
-        sh->content_type = strdup("application/json");
-        if (sh->content_type == NULL) {
-            return luaL_error(L, "out of memory");
-        }
+        ct = "application/json";
+        ct_len = 16;
     } else if (!lua_isnil(L, -2) && lua_type(L, -2) != LUA_TSTRING) {
         snprintf(c->bad, sizeof(c->bad), "shape must return a string, a table or nil, not %s",
                  luaL_typename(L, -2));
@@ -215,52 +239,58 @@ static int shape_results(lua_State *L, struct call_ctx *c) {
                      HUB_POLICY_BODY_MAX);
             return 0;
         }
-        sh->body = malloc(len ? len : 1);
-        if (sh->body == NULL) {
+        if ((body_at = shaped_put(sh, b, len, 0)) == SIZE_MAX) {
             return luaL_error(L, "out of memory");
         }
-        memcpy(sh->body, b, len);
-        sh->body_len = len;
     }
-    if (lua_isnil(L, -1)) {
-        return 0;
-    }
-    if (!lua_istable(L, -1)) {
+    if (!lua_isnil(L, -1) && !lua_istable(L, -1)) {
         snprintf(c->bad, sizeof(c->bad), "shape's second result must be a table of headers, not %s",
                  luaL_typename(L, -1));
         return 0;
     }
-    sh->headers = json_object();
-    if (sh->headers == NULL) {
+    sh->headers_at = sh->len;
+    /* the headers, name and value after one another; a Content-Type
+     * among them (its string stays on the stack) goes after them */
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2) != 0) {
+            size_t nl = 0, vl = 0;
+            const char *name, *value;
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
+                snprintf(c->bad, sizeof(c->bad), "shape: headers must map strings to strings");
+                return 0;
+            }
+            name = lua_tolstring(L, -2, &nl);
+            value = lua_tolstring(L, -1, &vl);
+            if (++n > HUB_POLICY_HEADERS_MAX || nl > 256 || vl > HUB_POLICY_HEADER_VALUE_MAX ||
+                !hub_http_token(name, nl) || !hub_http_value_safe(value, vl)) {
+                snprintf(c->bad, sizeof(c->bad),
+                         "shape: header '%.64s' is not a valid header (or over %d headers)", name,
+                         HUB_POLICY_HEADERS_MAX);
+                return 0;
+            }
+            if (strcasecmp(name, "Content-Type") == 0) {
+                ct = value;
+                ct_len = vl;
+            } else if (shaped_put(sh, name, nl, 1) == SIZE_MAX ||
+                       shaped_put(sh, value, vl, 1) == SIZE_MAX) {
+                return luaL_error(L, "out of memory");
+            } else {
+                sh->n_headers++;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    sh->headers_end = sh->len;
+    if (ct != NULL && (ct_at = shaped_put(sh, ct, ct_len, 1)) == SIZE_MAX) {
         return luaL_error(L, "out of memory");
     }
-    lua_pushnil(L);
-    while (lua_next(L, -2) != 0) {
-        size_t nl = 0, vl = 0;
-        const char *name, *value;
-        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
-            snprintf(c->bad, sizeof(c->bad), "shape: headers must map strings to strings");
-            return 0;
-        }
-        name = lua_tolstring(L, -2, &nl);
-        value = lua_tolstring(L, -1, &vl);
-        if (++n > HUB_POLICY_HEADERS_MAX || nl > 256 || vl > HUB_POLICY_HEADER_VALUE_MAX ||
-            !hub_http_token(name, nl) || !hub_http_value_safe(value, vl)) {
-            snprintf(c->bad, sizeof(c->bad),
-                     "shape: header '%.64s' is not a valid header (or over %d headers)", name,
-                     HUB_POLICY_HEADERS_MAX);
-            return 0;
-        }
-        if (strcasecmp(name, "Content-Type") == 0) {
-            free(sh->content_type);
-            sh->content_type = strdup(value);
-            if (sh->content_type == NULL) {
-                return luaL_error(L, "out of memory");
-            }
-        } else if (json_object_set_new(sh->headers, name, json_string(value)) != 0) {
-            return luaL_error(L, "out of memory");
-        }
-        lua_pop(L, 1);
+    if (body_at != SIZE_MAX) {
+        sh->body = sh->buf + body_at;
+        sh->body_len = len;
+    }
+    if (ct_at != SIZE_MAX) {
+        sh->content_type = sh->buf + ct_at;
     }
     return 0;
 }
@@ -428,14 +458,14 @@ static enum hub_policy_status policy_shape(struct hub_policy *p, const struct hu
     struct call_ctx c = {.fn = HUB_POLICY_SHAPE, .ev = ev, .shaped = out};
     enum hub_policy_status st;
 
-    memset(out, 0, sizeof(*out));
+    hub_policy_shaped_reset(out);
     if (!p->defs.has_fn[HUB_POLICY_SHAPE]) {
         return HUB_POLICY_OK;
     }
     st = policy_call(p, &c, err, errlen);
     *cpu_ns = c.cpu_ns;
     if (st != HUB_POLICY_OK) {
-        hub_policy_shaped_free(out);
+        hub_policy_shaped_reset(out);
     }
     return st;
 }
@@ -460,11 +490,36 @@ enum hub_policy_status hub_policy_shape(struct hub_policy *p, const struct hub_p
     return policy_shape(p, ev, out, err, errlen, &cpu_ns);
 }
 
+void hub_policy_shaped_reset(struct hub_policy_shaped *s) {
+    *s = (struct hub_policy_shaped){.buf = s->buf, .cap = s->cap};
+}
+
 void hub_policy_shaped_free(struct hub_policy_shaped *s) {
-    free(s->body);
-    free(s->content_type);
-    json_decref(s->headers);
+    free(s->buf);
     memset(s, 0, sizeof(*s));
+}
+
+const char *hub_policy_shaped_next(const struct hub_policy_shaped *s, size_t *pos,
+                                   const char **value) {
+    const char *name;
+    if (s->headers_at + *pos >= s->headers_end) {
+        return NULL;
+    }
+    name = s->buf + s->headers_at + *pos;
+    *value = name + strlen(name) + 1;
+    *pos = (size_t)(*value + strlen(*value) + 1 - (s->buf + s->headers_at));
+    return name;
+}
+
+const char *hub_policy_shaped_header(const struct hub_policy_shaped *s, const char *name) {
+    size_t pos = 0;
+    const char *n, *v;
+    while ((n = hub_policy_shaped_next(s, &pos, &v)) != NULL) {
+        if (strcmp(n, name) == 0) {
+            return v;
+        }
+    }
+    return NULL;
 }
 
 /* The pool's entry point: the call as its fn says, CPU time included. */

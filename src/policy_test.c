@@ -158,17 +158,22 @@ int hub_policy_body_set(json_t *obj, const char *key, const void *body, size_t l
  * policy, and a shape header can never replace them (dispatch_attempt.c). */
 static json_t *shape_json(const struct hub_policy_try *t, const void *stored, size_t stored_len) {
     const struct hub_policy_shaped *sh = &t->shaped;
+    const char *name, *value;
+    size_t pos = 0;
     json_t *o, *h;
 
     if (!t->ran[HUB_POLICY_SHAPE] || t->st[HUB_POLICY_SHAPE] != HUB_POLICY_OK) {
         return json_null();
     }
     o = json_object();
-    h = sh->headers != NULL ? json_deep_copy(sh->headers) : json_object();
+    h = json_object();
     if (o == NULL || h == NULL) {
         json_decref(o);
         json_decref(h);
         return NULL;
+    }
+    while ((name = hub_policy_shaped_next(sh, &pos, &value)) != NULL) {
+        json_object_set_new(h, name, json_string(value));
     }
     if (sh->content_type != NULL) {
         json_object_set_new(h, "Content-Type", json_string(sh->content_type));
@@ -370,12 +375,10 @@ static void print_result(const char *policy_path, const char *name, const char *
         if (sh->content_type != NULL) {
             printf("  shape: header Content-Type: %s\n", sh->content_type);
         }
-        if (sh->headers != NULL) {
-            const char *k;
-            json_t *v;
-            json_object_foreach(sh->headers, k, v) {
-                printf("  shape: header %s: %s\n", k, json_string_value(v));
-            }
+        const char *k, *v;
+        size_t pos = 0;
+        while ((k = hub_policy_shaped_next(sh, &pos, &v)) != NULL) {
+            printf("  shape: header %s: %s\n", k, v);
         }
     }
     printf("  retry: attempt %d, status %d: ", rctx->attempt, rctx->status);
