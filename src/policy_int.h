@@ -172,7 +172,9 @@ struct policy_pool *policy_pool_new(uv_loop_t *loop, int threads,
                                     void (*done)(void *arg, struct hub_policy_call *call),
                                     void *arg);
 
-/* Queues a call under its key (round-robin between keys); loop thread. */
+/* Queues a call under its key (round-robin between keys); loop thread.
+ * The threads get the calls of a loop turn together, once its callbacks
+ * are done (before the loop polls again). */
 void policy_pool_submit(struct policy_pool *pool, struct hub_policy_call *call);
 
 /* Calls waiting for a thread now, and the threads. */

@@ -12,14 +12,22 @@
  * one deadline per thread).  A key leaves the hash and the ring when its
  * last call is taken.
  *
- * A finished call goes on the done list; uv_async_send wakes the loop,
+ * The loop's submissions of one turn are queued together when its
+ * callbacks are done (pool_flush): one lock and one wake-up for a claim's
+ * worth of calls.  A finished call goes on the done list; uv_async_send wakes the loop,
  * which runs the registry's completion for every call on the list, oldest
- * first.  The threads also destroy versions whose last reference went
- * away (the "graves"), so that closing a large Lua state never holds the
- * loop; they do that before taking the next call.
+ * first.  While calls wait, the answers are announced in batches
+ * (POOL_DONE_BATCH, or once the oldest has waited POOL_DONE_WAIT_NS): a
+ * claim's worth of calls then costs the loop a few wake-ups, not one per
+ * call, and its attempts start together.  Any thread announces the list,
+ * so answers held by a thread that went on to a long call go out with the
+ * other threads' next ones; the last call of the queue announces at once.  The threads also destroy
+ * versions whose last reference went away (the "graves"), so that closing a large Lua state never
+ * holds the loop; they do that before taking the next call.
  *
  * Locks: mu guards the queue, the graves and the stop flag; done_mu the
- * done list.  No lock is held while a call runs or a version is destroyed.
+ * done list (taken inside mu, never the other way).  No lock is held while a call runs or a version
+ * is destroyed.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,6 +40,8 @@
 #define POOL_BUCKETS 256 /* hash buckets of the keys with calls waiting */
 #define POOL_KEY_MAX 64  /* longer keys are cut (subscription ids are 36) */
 #define POOL_STACK_BYTES (8u << 20)
+#define POOL_DONE_BATCH 16          /* answers announced at once while calls wait */
+#define POOL_DONE_WAIT_NS 200000ull /* ... or once the oldest has waited this long */
 
 /* The calls of one key waiting for a thread. */
 struct pool_key {
@@ -46,7 +56,7 @@ struct policy_pool {
     uv_async_t async; /* wakes the loop for the done list */
     void (*done)(void *arg, struct hub_policy_call *call);
     void *arg;
-    atomic_int refs; /* the registry's (until the async handle is closed) and one per version */
+    atomic_int refs; /* one per loop handle (until closed) and one per version */
     uv_thread_t *threads;
     int n_threads;
 
@@ -60,8 +70,19 @@ struct policy_pool {
     size_t queued;
     struct hub_policy *graves; /* versions to destroy */
 
+    /* Submissions of the current loop turn (loop thread only): queued at
+     * once when its callbacks are done, before the loop polls or after
+     * (prepare, check), one lock and one wake-up for all of them instead
+     * of one each, which the threads then contended for. */
+    uv_prepare_t prepare;
+    uv_check_t check;
+    struct hub_policy_call *sub_head, *sub_tail;
+    size_t n_sub;
+
     uv_mutex_t done_mu;
     struct hub_policy_call *done_head, *done_tail;
+    size_t unannounced;      /* answers on the list the loop has not been woken for */
+    uint64_t unannounced_ns; /* when the oldest of them was added */
 };
 
 /* ------------------------------------------------------------- the queue -- */
@@ -146,13 +167,11 @@ static struct hub_policy_call *queue_pop(struct policy_pool *pool) {
     return c;
 }
 
-void policy_pool_submit(struct policy_pool *pool, struct hub_policy_call *c) {
-    struct pool_key *pk;
+/* Queues c under its key (mu held). */
+static void queue_push(struct policy_pool *pool, struct hub_policy_call *c) {
+    struct pool_key *pk = key_get(pool, c->key);
 
     c->next = NULL;
-    c->queued_ns = hub_now_ns();
-    uv_mutex_lock(&pool->mu);
-    pk = key_get(pool, c->key);
     if (pk->head == NULL) {
         pk->head = c;
         ring_push(pool, pk); /* a key with nothing waiting is not in the ring */
@@ -161,10 +180,57 @@ void policy_pool_submit(struct policy_pool *pool, struct hub_policy_call *c) {
     }
     pk->tail = c;
     pool->queued++;
-    if (pool->idle_threads > 0) {
-        uv_cond_signal(&pool->cond);
+}
+
+/* Queues the loop's submissions, in their order, under one lock, and wakes
+ * as many idle threads as they need (one broadcast for all of them). */
+static void pool_flush(struct policy_pool *pool) {
+    struct hub_policy_call *c = pool->sub_head;
+    size_t n = pool->n_sub;
+
+    if (n == 0) {
+        return;
+    }
+    pool->sub_head = pool->sub_tail = NULL;
+    pool->n_sub = 0;
+    uv_prepare_stop(&pool->prepare);
+    uv_check_stop(&pool->check);
+    uv_mutex_lock(&pool->mu);
+    while (c != NULL) {
+        struct hub_policy_call *next = c->next;
+        queue_push(pool, c);
+        c = next;
+    }
+    if (pool->idle_threads > 0 && n >= (size_t)pool->idle_threads) {
+        uv_cond_broadcast(&pool->cond);
+    } else {
+        for (size_t i = 0; i < n && (int)i < pool->idle_threads; i++) {
+            uv_cond_signal(&pool->cond);
+        }
     }
     uv_mutex_unlock(&pool->mu);
+}
+
+static void pool_prepare_cb(uv_prepare_t *h) {
+    pool_flush(h->data);
+}
+
+static void pool_check_cb(uv_check_t *h) {
+    pool_flush(h->data);
+}
+
+void policy_pool_submit(struct policy_pool *pool, struct hub_policy_call *c) {
+    c->next = NULL;
+    c->queued_ns = hub_now_ns();
+    if (pool->sub_tail != NULL) {
+        pool->sub_tail->next = c;
+    } else {
+        pool->sub_head = c;
+        uv_prepare_start(&pool->prepare, pool_prepare_cb);
+        uv_check_start(&pool->check, pool_check_cb);
+    }
+    pool->sub_tail = c;
+    pool->n_sub++;
 }
 
 size_t policy_pool_queued(struct policy_pool *pool) {
@@ -172,7 +238,7 @@ size_t policy_pool_queued(struct policy_pool *pool) {
     uv_mutex_lock(&pool->mu);
     n = pool->queued;
     uv_mutex_unlock(&pool->mu);
-    return n;
+    return n + pool->n_sub;
 }
 
 int policy_pool_threads(const struct policy_pool *pool) {
@@ -224,8 +290,11 @@ static void pool_thread(void *arg) {
             uv_mutex_lock(&pool->mu);
         } else if (pool->ring_head != NULL) {
             struct hub_policy_call *c = queue_pop(pool);
+            int waiting, announce;
             uv_mutex_unlock(&pool->mu);
             pool_run(c);
+            uv_mutex_lock(&pool->mu);
+            waiting = pool->ring_head != NULL;
             uv_mutex_lock(&pool->done_mu);
             if (pool->done_tail != NULL) {
                 pool->done_tail->next = c;
@@ -233,9 +302,18 @@ static void pool_thread(void *arg) {
                 pool->done_head = c;
             }
             pool->done_tail = c;
+            if (pool->unannounced++ == 0) {
+                pool->unannounced_ns = c->ended_ns;
+            }
+            announce = !waiting || pool->unannounced >= POOL_DONE_BATCH ||
+                       c->ended_ns - pool->unannounced_ns >= POOL_DONE_WAIT_NS;
+            if (announce) {
+                pool->unannounced = 0;
+            }
             uv_mutex_unlock(&pool->done_mu);
-            uv_async_send(&pool->async);
-            uv_mutex_lock(&pool->mu);
+            if (announce) {
+                uv_async_send(&pool->async);
+            }
         } else if (pool->stopping) {
             break;
         } else {
@@ -256,6 +334,7 @@ static void pool_async_cb(uv_async_t *h) {
     uv_mutex_lock(&pool->done_mu);
     c = pool->done_head;
     pool->done_head = pool->done_tail = NULL;
+    pool->unannounced = 0;
     uv_mutex_unlock(&pool->done_mu);
     while (c != NULL) {
         struct hub_policy_call *next = c->next;
@@ -301,7 +380,7 @@ struct policy_pool *policy_pool_new(uv_loop_t *loop, int threads,
     pool->loop = loop;
     pool->done = done;
     pool->arg = arg;
-    atomic_init(&pool->refs, 1);
+    atomic_init(&pool->refs, 1); /* the async handle's */
     pool->threads = calloc((size_t)threads, sizeof(*pool->threads));
     if (pool->threads == NULL || uv_mutex_init(&pool->mu) != 0) {
         goto fail_threads;
@@ -316,6 +395,11 @@ struct policy_pool *policy_pool_new(uv_loop_t *loop, int threads,
         goto fail_cond;
     }
     pool->async.data = pool;
+    /* cannot fail on Unix; closed with the async handle (policy_pool_stop) */
+    uv_prepare_init(loop, &pool->prepare);
+    uv_check_init(loop, &pool->check);
+    pool->prepare.data = pool->check.data = pool;
+    atomic_fetch_add(&pool->refs, 2);
     for (int i = 0; i < threads; i++) {
         int rc = uv_thread_create_ex(&pool->threads[pool->n_threads], &opt, pool_thread, pool);
         if (rc != 0) {
@@ -360,11 +444,12 @@ int policy_pool_bury(struct policy_pool *pool, struct hub_policy *p) {
     return 1;
 }
 
-static void pool_async_closed(uv_handle_t *h) {
+static void pool_handle_closed(uv_handle_t *h) {
     policy_pool_unref(h->data);
 }
 
 void policy_pool_stop(struct policy_pool *pool) {
+    pool_flush(pool); /* the threads leave only once these ran too */
     uv_mutex_lock(&pool->mu);
     pool->stopping = 1;
     uv_cond_broadcast(&pool->cond);
@@ -375,5 +460,7 @@ void policy_pool_stop(struct policy_pool *pool) {
     /* every caller is gone (policy.h): nothing is queued, and a call that
      * finished after the loop's last look at the done list has nobody to
      * hear of it */
-    uv_close((uv_handle_t *)&pool->async, pool_async_closed);
+    uv_close((uv_handle_t *)&pool->async, pool_handle_closed);
+    uv_close((uv_handle_t *)&pool->prepare, pool_handle_closed);
+    uv_close((uv_handle_t *)&pool->check, pool_handle_closed);
 }
