@@ -14,20 +14,23 @@
  *
  * The loop's submissions of one turn are queued together when its
  * callbacks are done (pool_flush): one lock and one wake-up for a claim's
- * worth of calls.  A finished call goes on the done list; uv_async_send wakes the loop,
- * which runs the registry's completion for every call on the list, oldest
- * first.  While calls wait, the answers are announced in batches
- * (POOL_DONE_BATCH, or once the oldest has waited POOL_DONE_WAIT_NS): a
- * claim's worth of calls then costs the loop a few wake-ups, not one per
- * call, and its attempts start together.  Any thread announces the list,
- * so answers held by a thread that went on to a long call go out with the
- * other threads' next ones; the last call of the queue announces at once.  The threads also destroy
- * versions whose last reference went away (the "graves"), so that closing a large Lua state never
- * holds the loop; they do that before taking the next call.
+ * worth of calls.  A finished call goes on the done list; uv_async_send
+ * wakes the loop, which runs the registry's completion for every call on
+ * the list, oldest first.  While calls wait, the answers are announced in
+ * batches (POOL_DONE_BATCH, or once the oldest has waited
+ * POOL_DONE_WAIT_NS): a claim's worth of calls then costs the loop a few
+ * wake-ups, not one per call, and its attempts start together.  Any thread
+ * announces the list, and a thread that takes the queue's last call
+ * announces before running it, so no answer waits behind a long call
+ * while the other threads have nothing to do.
+ *
+ * The threads also destroy versions whose last reference went away (the
+ * "graves"), so that closing a large Lua state never holds the loop; they
+ * do that before taking the next call.
  *
  * Locks: mu guards the queue, the graves and the stop flag; done_mu the
- * done list (taken inside mu, never the other way).  No lock is held while a call runs or a version
- * is destroyed.
+ * done list (taken inside mu, never the other way).  No lock is held while
+ * a call runs or a version is destroyed.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -203,8 +206,8 @@ static void pool_flush(struct policy_pool *pool) {
     }
     if (pool->idle_threads > 0 && n >= (size_t)pool->idle_threads) {
         uv_cond_broadcast(&pool->cond);
-    } else {
-        for (size_t i = 0; i < n && (int)i < pool->idle_threads; i++) {
+    } else if (pool->idle_threads > 0) {
+        for (size_t i = 0; i < n; i++) { /* fewer calls than idle threads */
             uv_cond_signal(&pool->cond);
         }
     }
@@ -269,6 +272,18 @@ static void pool_run(struct hub_policy_call *c) {
     c->ended_ns = hub_now_ns();
 }
 
+/* Wakes the loop for the answers it has not been woken for (mu held). */
+static void pool_announce(struct policy_pool *pool) {
+    int any;
+    uv_mutex_lock(&pool->done_mu);
+    any = pool->unannounced > 0;
+    pool->unannounced = 0;
+    uv_mutex_unlock(&pool->done_mu);
+    if (any) {
+        uv_async_send(&pool->async);
+    }
+}
+
 /*
  * A policy thread, until policy_pool_stop(): destroys the versions buried
  * meanwhile first (each holds Lua states, possibly large ones), else runs
@@ -291,6 +306,9 @@ static void pool_thread(void *arg) {
         } else if (pool->ring_head != NULL) {
             struct hub_policy_call *c = queue_pop(pool);
             int waiting, announce;
+            if (pool->ring_head == NULL) {
+                pool_announce(pool); /* this call may be a long one */
+            }
             uv_mutex_unlock(&pool->mu);
             pool_run(c);
             uv_mutex_lock(&pool->mu);
