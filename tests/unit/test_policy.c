@@ -42,10 +42,12 @@
 static const struct hub_policy_limits LIM = {.timeout_ms = 20, .memory_bytes = 16 * MIB};
 
 /* A deadline far enough away that the clock stops nothing: for the memory
- * tests, where the cap must be what stops a bomb, and for the timing test,
- * whose 40,000 calls under LIM's 20 ms deadline once met a preemption
- * longer than its wall-clock backstop (ASan, loaded machine); the deadline
- * itself has tests of its own. */
+ * tests, where the cap must be what stops a bomb, for the shape results,
+ * whose 4 MiB bodies took more than 20 ms under ASan where a page fault
+ * costs ~14 us (some VMs), and for the timing test, whose 40,000 calls
+ * under LIM's 20 ms deadline once met a preemption longer than its
+ * wall-clock backstop (ASan, loaded machine); the deadline itself has
+ * tests of its own. */
 static const struct hub_policy_limits LIM_MEM = {.timeout_ms = 3000, .memory_bytes = 16 * MIB};
 
 #define WATCHDOG_S 15 /* per test; ctest's own timeout is 60 s for the file */
@@ -1081,7 +1083,7 @@ static enum hub_policy_status shape_case(struct hub_policy *p, const char *which
 
 static void test_shape_results(void **state) {
     (void)state;
-    struct hub_policy *p = compile_ok("shaper", SHAPE_POLICY);
+    struct hub_policy *p = compile_lim("shaper", SHAPE_POLICY, &LIM_MEM);
     struct hub_policy_shaped out = {0};
     char err[512];
     json_t *doc;
@@ -1175,7 +1177,7 @@ static void test_shape_bad_returns(void **state) {
                                       "lf",        "nul",    "badname", "colon",   "emptyname",
                                       "numval",    "numkey", "hdrstr",  "over33",  "overval",
                                       "fnintable", "cycle"};
-    struct hub_policy *p = compile_ok("shaper", SHAPE_POLICY);
+    struct hub_policy *p = compile_lim("shaper", SHAPE_POLICY, &LIM_MEM);
     struct hub_policy_shaped out = {0};
     char err[512];
 
