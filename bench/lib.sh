@@ -64,6 +64,23 @@ ${PG_EXTRA_CONF:-}"
     [[ -z ${PG_STATS:-} ]] || psql_q "CREATE EXTENSION pg_stat_statements" >/dev/null
 }
 
+# pg_stats_reset / pg_stats_print N: with PG_STATS set, clear
+# pg_stat_statements and pg_stat_wal, and print (to stderr) the ten most
+# expensive statements since and the WAL per delivery of N deliveries
+pg_stats_reset() {
+    [[ -z ${PG_STATS:-} ]] || psql_q "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" >/dev/null
+}
+pg_stats_print() {
+    [[ -n ${PG_STATS:-} ]] || return 0
+    psql_q "SELECT round(total_exec_time::numeric, 0) AS ms, calls, rows,
+            round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
+            left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+        FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10" >&2
+    psql_q "SELECT 'WAL per delivery: ' || round(wal_bytes / $1) || ' bytes, '
+            || round(wal_records::numeric / $1, 1) || ' records, ' || round(wal_fpi::numeric / $1, 2)
+            || ' full-page images' FROM pg_stat_wal" >&2
+}
+
 RUN=0
 RESULTS=()
 DRAIN_ENV=()
@@ -90,7 +107,7 @@ drain() {
     hub_start "${HUB_ENV[@]}" "${DRAIN_ENV[@]}" STREAMING_HUB_ROLE=delivery \
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
-    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" >/dev/null
+    pg_stats_reset
     local hub0 pg0 all0
     hub0=$(cpu_ticks "$HUB_PID")
     pg0=$(pg_cpu_ticks)
@@ -122,13 +139,7 @@ drain() {
     # final polls' backend included)
     local hubcpu=$(($(cpu_ticks "$HUB_PID") - hub0)) pgcpu=$(($(pg_cpu_ticks) - pg0))
     local allcpu=$(($(machine_busy_ticks) - all0))
-    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT round(total_exec_time::numeric, 0) AS ms, calls, rows,
-            round((total_exec_time / greatest(rows, 1) * 1000)::numeric, 1) AS us_per_row,
-            left(regexp_replace(query, '\s+', ' ', 'g'), 90)
-        FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10" >&2
-    [[ -n ${PG_STATS:-} ]] && psql_q "SELECT 'WAL per delivery: ' || round(wal_bytes / $want) || ' bytes, '
-            || round(wal_records::numeric / $want, 1) || ' records, ' || round(wal_fpi::numeric / $want, 2)
-            || ' full-page images' FROM pg_stat_wal" >&2
+    pg_stats_print "$want"
     errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
     hub_stop
     if [[ -n ${RAW_AROUND:-} ]]; then
