@@ -340,6 +340,7 @@ static void hub_finish(struct hub *hub) {
     uv_timer_stop(&hub->maintenance);
     uv_timer_stop(&hub->drain_deadline);
     uv_timer_stop(&hub->ready_probe);
+    hub_close_handle((uv_handle_t *)&hub->ingest_turn);
     hub_close_handle((uv_handle_t *)&hub->maintenance);
     hub_close_handle((uv_handle_t *)&hub->drain_deadline);
     hub_close_handle((uv_handle_t *)&hub->ready_probe);
@@ -597,6 +598,8 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     uv_signal_start(&hub->sig_int, signal_cb, SIGINT);
     uv_signal_start(&hub->sig_term, signal_cb, SIGTERM);
     uv_signal_start(&hub->sig_hup, signal_cb, SIGHUP);
+    uv_check_init(hub->loop, &hub->ingest_turn);
+    hub->ingest_turn.data = hub;
     uv_timer_init(hub->loop, &hub->maintenance);
     uv_timer_init(hub->loop, &hub->drain_deadline);
     uv_timer_init(hub->loop, &hub->ready_probe);

@@ -56,6 +56,8 @@ struct hub {
     uv_signal_t sig_int;
     uv_signal_t sig_term;
     uv_signal_t sig_hup;
+    uv_check_t ingest_turn; /* starts the waiting HTTP ingest requests' groups once a loop
+                             * turn's requests are all in (ingest_http.c) */
     uv_timer_t maintenance; /* partition upkeep */
     uv_timer_t drain_deadline;
     /* the readiness probe (hub_ready): the database answers, the schema is

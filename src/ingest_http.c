@@ -36,6 +36,12 @@
  * many get more commits in flight, each of at least STORE_GROUP_MIN
  * events, so PostgreSQL's cost per event does not grow with them.  The
  * figures, and the other limits tried: docs/performance.md, "HTTP ingest".
+ *
+ * Groups start at the end of a loop turn (hub->ingest_turn, a uv_check_t),
+ * not as each request arrives or a group ends: the requests read in one
+ * turn go together.  Started on arrival, the first of a turn's requests
+ * went alone into a transaction of its own while STORE_INFLIGHT_MIN had
+ * room.
  */
 #define STORE_INFLIGHT_MIN 2
 #define STORE_GROUP_MIN 16
@@ -74,6 +80,26 @@ struct store_group {
 static const struct hub_pg_outcome ingest_closing = {HUB_PG_ECLOSED, NULL, 0, "shutting down", ""};
 
 static void queue_pump(struct hub *hub, struct hub_ingest_queue *q);
+
+/* The end of a loop turn in which requests were queued or a group ended. */
+static void turn_cb(uv_check_t *h) {
+    struct hub *hub = h->data;
+
+    uv_check_stop(h);
+    if (hub->ingest_queue != NULL) {
+        queue_pump(hub, hub->ingest_queue);
+    }
+}
+
+/* Pumps q once this loop turn's requests are in (at once when the hub is
+ * finishing: no turn to wait for). */
+static void queue_pump_soon(struct hub *hub, struct hub_ingest_queue *q) {
+    if (uv_is_closing((uv_handle_t *)&hub->ingest_turn)) {
+        queue_pump(hub, q);
+    } else {
+        uv_check_start(&hub->ingest_turn, turn_cb);
+    }
+}
 
 static void queue_free_if_idle(struct hub_ingest_queue *q) {
     if (q->orphaned && q->inflight == 0 && q->head == NULL) {
@@ -134,7 +160,7 @@ static void group_done(void *arg, const struct hub_pg_outcome *failure) {
     if (q->orphaned) {
         queue_free_if_idle(q);
     } else {
-        queue_pump(g->hub, q);
+        queue_pump_soon(g->hub, q);
     }
     free(g);
 }
@@ -272,7 +298,7 @@ void hub_ingest_store(struct hub *hub, struct hub_ingest_rec *recs, size_t n,
         q->head = r;
     }
     q->tail = r;
-    queue_pump(hub, q);
+    queue_pump_soon(hub, q);
 }
 
 void hub_ingest_queue_release(struct hub *hub) {
