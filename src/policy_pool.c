@@ -272,14 +272,35 @@ static void pool_run(struct hub_policy_call *c) {
     c->ended_ns = hub_now_ns();
 }
 
-/* Wakes the loop for the answers it has not been woken for (mu held). */
-static void pool_announce(struct policy_pool *pool) {
-    int any;
+/*
+ * Adds the answered call c (NULL: none) to the done list, and wakes the
+ * loop for the answers it has not been woken for: at once when c is NULL
+ * or no call waits (waiting 0), else once POOL_DONE_BATCH of them are held
+ * or the oldest has waited POOL_DONE_WAIT_NS.  mu held.
+ */
+static void pool_done(struct policy_pool *pool, struct hub_policy_call *c, int waiting) {
+    int announce;
+
     uv_mutex_lock(&pool->done_mu);
-    any = pool->unannounced > 0;
-    pool->unannounced = 0;
+    if (c != NULL) {
+        if (pool->done_tail != NULL) {
+            pool->done_tail->next = c;
+        } else {
+            pool->done_head = c;
+        }
+        pool->done_tail = c;
+        if (pool->unannounced++ == 0) {
+            pool->unannounced_ns = c->ended_ns;
+        }
+    }
+    announce = pool->unannounced > 0 &&
+               (c == NULL || !waiting || pool->unannounced >= POOL_DONE_BATCH ||
+                c->ended_ns - pool->unannounced_ns >= POOL_DONE_WAIT_NS);
+    if (announce) {
+        pool->unannounced = 0;
+    }
     uv_mutex_unlock(&pool->done_mu);
-    if (any) {
+    if (announce) {
         uv_async_send(&pool->async);
     }
 }
@@ -305,33 +326,13 @@ static void pool_thread(void *arg) {
             uv_mutex_lock(&pool->mu);
         } else if (pool->ring_head != NULL) {
             struct hub_policy_call *c = queue_pop(pool);
-            int waiting, announce;
             if (pool->ring_head == NULL) {
-                pool_announce(pool); /* this call may be a long one */
+                pool_done(pool, NULL, 0); /* this call may be a long one */
             }
             uv_mutex_unlock(&pool->mu);
             pool_run(c);
             uv_mutex_lock(&pool->mu);
-            waiting = pool->ring_head != NULL;
-            uv_mutex_lock(&pool->done_mu);
-            if (pool->done_tail != NULL) {
-                pool->done_tail->next = c;
-            } else {
-                pool->done_head = c;
-            }
-            pool->done_tail = c;
-            if (pool->unannounced++ == 0) {
-                pool->unannounced_ns = c->ended_ns;
-            }
-            announce = !waiting || pool->unannounced >= POOL_DONE_BATCH ||
-                       c->ended_ns - pool->unannounced_ns >= POOL_DONE_WAIT_NS;
-            if (announce) {
-                pool->unannounced = 0;
-            }
-            uv_mutex_unlock(&pool->done_mu);
-            if (announce) {
-                uv_async_send(&pool->async);
-            }
+            pool_done(pool, c, pool->ring_head != NULL);
         } else if (pool->stopping) {
             break;
         } else {
