@@ -293,9 +293,9 @@ static void pool_done(struct policy_pool *pool, struct hub_policy_call *c, int w
             pool->unannounced_ns = c->ended_ns;
         }
     }
-    announce = pool->unannounced > 0 &&
-               (c == NULL || !waiting || pool->unannounced >= POOL_DONE_BATCH ||
-                c->ended_ns - pool->unannounced_ns >= POOL_DONE_WAIT_NS);
+    announce =
+        pool->unannounced > 0 && (c == NULL || !waiting || pool->unannounced >= POOL_DONE_BATCH ||
+                                  c->ended_ns - pool->unannounced_ns >= POOL_DONE_WAIT_NS);
     if (announce) {
         pool->unannounced = 0;
     }
