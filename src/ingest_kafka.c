@@ -6,7 +6,8 @@
  * Everything runs on the hub's loop: librdkafka's consumer queue writes to
  * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
  * which takes them into their partitions' pending lists.  A partition with
- * pending records starts a batch (part_maybe_start), up to
+ * pending records starts a batch (part_maybe_start) once the ingest pool
+ * has a connection for it (ingest_start: the partitions in turn), up to
  *  STREAMING_HUB_INGEST_PARTITION_BATCHES in flight (default 1): their write
  * transactions go in offset order on the partition's lane (pg.h), one
  * connection, each running only if the one before committed, so records are
@@ -122,11 +123,14 @@ struct hub_ingest {
     void *done_arg;
     size_t batch_max; /* records per batch (STREAMING_HUB_INGEST_BATCH_MAX) */
     int batches_max;  /* in flight per partition (STREAMING_HUB_INGEST_PARTITION_BATCHES) */
+    size_t conns;     /* the ingest pool's connections (STREAMING_HUB_INGEST_PG_CONNECTIONS) */
+    struct ingest_part *turn; /* the partition that started a batch last (ingest_start) */
 };
 
 static void ingest_drain(struct hub_ingest *ing);
 static void ingest_more_cb(uv_idle_t *h);
 static void part_maybe_start(struct ingest_part *p);
+static void ingest_start(struct hub_ingest *ing);
 static void ingest_finish_stop(struct hub_ingest *ing);
 
 /* ------------------------------------------------------------ partitions -- */
@@ -330,7 +334,7 @@ static void part_batch_stored(struct ingest_batch *b) {
     b->stored = 1;
     part_commit(p);
     part_backpressure(p);
-    part_maybe_start(p);
+    ingest_start(p->ing); /* a connection is free: p's next batch, or another's */
 }
 
 /* 1 when every batch of p before `b` (NULL: all of them) is stored or has
@@ -422,7 +426,8 @@ static void part_maybe_start(struct ingest_part *p) {
 
     if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
         !part_may_write_before(p, NULL) ||
-        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS)) {
+        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS) ||
+        hub_pg_pending(ing->hub->pg_ingest) >= ing->conns) {
         return;
     }
     n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
@@ -458,6 +463,34 @@ static void part_maybe_start(struct ingest_part *p) {
     p->n_batches++;
     ing->batches_inflight++;
     ingest_batch_start(b);
+}
+
+/*
+ * Starts the batches the ingest pool has connections for, the partitions
+ * taken in turn from the one after the last that started.  A batch is made
+ * only once a connection can take it (part_maybe_start): made earlier, it
+ * waited in the pool's queue with the records it had, while the ones that
+ * arrived meanwhile waited for its commit to form the next, so a stream
+ * over many partitions was stored in many small transactions (a commit
+ * and a statement each: PostgreSQL's cost per event tripled).  Made late,
+ * it takes everything its partition has by then.
+ */
+static void ingest_start(struct hub_ingest *ing) {
+    struct ingest_part *from =
+        ing->turn != NULL && ing->turn->next != NULL ? ing->turn->next : ing->parts;
+    struct ingest_part *p = from;
+
+    if (p == NULL) {
+        return;
+    }
+    do {
+        int before = p->n_batches;
+        part_maybe_start(p);
+        if (p->n_batches > before) {
+            ing->turn = p;
+        }
+        p = p->next != NULL ? p->next : ing->parts;
+    } while (p != from && hub_pg_pending(ing->hub->pg_ingest) < ing->conns);
 }
 
 /* ------------------------------------------------------------ readiness -- */
@@ -723,8 +756,8 @@ static void ingest_drain(struct hub_ingest *ing) {
             part_seek_hole(p); /* the hole's record did not come back yet */
         }
         part_backpressure(p);
-        part_maybe_start(p);
     }
+    ingest_start(ing);
     if (taken == INGEST_POLL_BUDGET) {
         uv_idle_start(&ing->more, ingest_more_cb);
     }
@@ -774,6 +807,7 @@ int hub_ingest_start(struct hub *hub, struct hub_ingest **out) {
     ing->hub = hub;
     ing->batch_max = (size_t)hub->cfg.ingest_batch_max;
     ing->batches_max = (int)hub->cfg.ingest_partition_batches;
+    ing->conns = (size_t)hub->cfg.ingest_pg_connections;
     ing->pipe_fds[0] = ing->pipe_fds[1] = -1;
 
     conf = hub_kafka_conf_new(&hub->cfg, hub->brokers, err, sizeof(err));
