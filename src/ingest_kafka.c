@@ -7,7 +7,8 @@
  * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
  * which takes them into their partitions' pending lists.  A partition with
  * pending records starts a batch (part_maybe_start) once the ingest pool
- * has a connection for it (ingest_start: the partitions in turn), up to
+ * has a connection for it (ingest_start: the partitions in turn, while
+ * fewer batches are being written than the pool has connections), up to
  *  STREAMING_HUB_INGEST_PARTITION_BATCHES in flight (default 1): their write
  * transactions go in offset order on the partition's lane (pg.h), one
  * connection, each running only if the one before committed, so records are
@@ -124,6 +125,7 @@ struct hub_ingest {
     size_t batch_max; /* records per batch (STREAMING_HUB_INGEST_BATCH_MAX) */
     int batches_max;  /* in flight per partition (STREAMING_HUB_INGEST_PARTITION_BATCHES) */
     size_t conns;     /* the ingest pool's connections (STREAMING_HUB_INGEST_PG_CONNECTIONS) */
+    size_t writing;   /* batches with the writer: started or submitted, not yet reported */
     struct ingest_part *turn; /* the partition that started a batch last (ingest_start) */
 };
 
@@ -331,6 +333,7 @@ static void part_commit(struct ingest_part *p) {
 static void part_batch_stored(struct ingest_batch *b) {
     struct ingest_part *p = b->owner_arg;
 
+    p->ing->writing--;
     b->stored = 1;
     part_commit(p);
     part_backpressure(p);
@@ -375,6 +378,7 @@ static void batch_retry_cb(uv_timer_t *t) {
         uv_timer_start(&b->retry, batch_retry_cb, INGEST_RETRY_WAIT_MS, 0);
         return;
     }
+    p->ing->writing++;
     ingest_batch_submit(b);
 }
 
@@ -388,6 +392,8 @@ static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcom
     const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
     int held = out == &ingest_outcome_held;
     uint64_t delay = held ? INGEST_RETRY_WAIT_MS : ingest_batch_backoff_ms(b);
+
+    ing->writing--;
 
     /* Log the first failure and then every tenth, not a line per retry (a
      * batch held back behind an earlier one did not fail: not logged). */
@@ -426,8 +432,7 @@ static void part_maybe_start(struct ingest_part *p) {
 
     if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
         !part_may_write_before(p, NULL) ||
-        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS) ||
-        hub_pg_pending(ing->hub->pg_ingest) >= ing->conns) {
+        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS) || ing->writing >= ing->conns) {
         return;
     }
     n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
@@ -462,18 +467,22 @@ static void part_maybe_start(struct ingest_part *p) {
     p->last = b;
     p->n_batches++;
     ing->batches_inflight++;
+    ing->writing++;
     ingest_batch_start(b);
 }
 
 /*
  * Starts the batches the ingest pool has connections for, the partitions
  * taken in turn from the one after the last that started.  A batch is made
- * only once a connection can take it (part_maybe_start): made earlier, it
- * waited in the pool's queue with the records it had, while the ones that
- * arrived meanwhile waited for its commit to form the next, so a stream
- * over many partitions was stored in many small transactions (a commit
- * and a statement each: PostgreSQL's cost per event tripled).  Made late,
- * it takes everything its partition has by then.
+ * only while fewer batches are with the writer than the pool has
+ * connections (part_maybe_start): made earlier, it waited in the pool's
+ * queue with the records it had, while the ones that arrived meanwhile
+ * waited for its commit to form the next, so a stream over many partitions
+ * was stored in many small transactions (a commit and a statement each).
+ * Made late, it takes everything its partition has by then.  Only Kafka's
+ * own batches count: HTTP ingest groups on the same pool cannot hold the
+ * partitions back, and a batch waiting out a retry's backoff holds no
+ * place (its retry goes at once, counted again).
  */
 static void ingest_start(struct hub_ingest *ing) {
     struct ingest_part *from =
@@ -490,7 +499,7 @@ static void ingest_start(struct hub_ingest *ing) {
             ing->turn = p;
         }
         p = p->next != NULL ? p->next : ing->parts;
-    } while (p != from && hub_pg_pending(ing->hub->pg_ingest) < ing->conns);
+    } while (p != from && ing->writing < ing->conns);
 }
 
 /* ------------------------------------------------------------ readiness -- */
