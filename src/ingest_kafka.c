@@ -131,7 +131,6 @@ struct hub_ingest {
 
 static void ingest_drain(struct hub_ingest *ing);
 static void ingest_more_cb(uv_idle_t *h);
-static void part_maybe_start(struct ingest_part *p);
 static void ingest_start(struct hub_ingest *ing);
 static void ingest_finish_stop(struct hub_ingest *ing);
 
@@ -424,8 +423,9 @@ static const struct ingest_batch_owner part_owner = {part_batch_stored, part_bat
  * batches_max in flight, and every batch in flight stored or in a
  * first-try write (none failing: a retry goes alone): the oldest pending
  * records, up to batch_max, move to the batch, which owns them from here.
- * Its write transaction goes on the partition's lane behind theirs. */
-static void part_maybe_start(struct ingest_part *p) {
+ * Its write transaction goes on the partition's lane behind theirs.
+ * Returns 1 when a batch started. */
+static int part_maybe_start(struct ingest_part *p) {
     struct hub_ingest *ing = p->ing;
     struct ingest_batch *b;
     size_t n;
@@ -433,13 +433,13 @@ static void part_maybe_start(struct ingest_part *p) {
     if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
         !part_may_write_before(p, NULL) ||
         (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS) || ing->writing >= ing->conns) {
-        return;
+        return 0;
     }
     n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
     b = calloc(1, sizeof(*b));
     if (b == NULL || (b->recs = calloc(n, sizeof(*b->recs))) == NULL) {
         free(b);
-        return; /* retried at the next tick */
+        return 0; /* retried at the next tick */
     }
     b->hub = ing->hub;
     b->pg = ing->hub->pg_ingest;
@@ -469,6 +469,7 @@ static void part_maybe_start(struct ingest_part *p) {
     ing->batches_inflight++;
     ing->writing++;
     ingest_batch_start(b);
+    return 1;
 }
 
 /*
@@ -493,9 +494,7 @@ static void ingest_start(struct hub_ingest *ing) {
         return;
     }
     do {
-        int before = p->n_batches;
-        part_maybe_start(p);
-        if (p->n_batches > before) {
+        if (part_maybe_start(p)) {
             ing->turn = p;
         }
         p = p->next != NULL ? p->next : ing->parts;
