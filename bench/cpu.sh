@@ -30,6 +30,34 @@ pg_cpu_ticks_after_clients() {
     pg_cpu_ticks
 }
 
+# pg_conn_ticks: one line "PID NAME TICKS" per PostgreSQL backend now
+# running, NAME its application_name (the hub's pools name their
+# connections: streaming-hub-ingest, -claim, -load, -outcomes, ...) or, for
+# the server's own processes, its backend type.
+pg_conn_ticks() {
+    local pid name
+    psql_q "SELECT pid, replace(coalesce(nullif(application_name, ''), backend_type), ' ', '_')
+              FROM pg_stat_activity" | while IFS='|' read -r pid name; do
+        echo "$pid $name $(cpu_ticks "$pid")"
+    done
+}
+
+# pg_conn_split BEFORE AFTER COUNT NAME...: for each NAME, the microseconds
+# of CPU per unit its backends spent between two pg_conn_ticks snapshots
+# (backends in both), as "NAME=µs" words.
+pg_conn_split() {
+    local before=$1 after=$2 n=$3
+    shift 3
+    awk -v names="$*" -v n="$n" -v hz="$CLK_TCK" '
+        FNR == NR { t0[$1] = $3; next }
+        ($1 in t0) { d[$2] += $3 - t0[$1] }
+        END {
+            k = split(names, want, " ")
+            for (i = 1; i <= k; i++)
+                printf "%s%s=%.0f", (i > 1 ? " " : ""), want[i], (n > 0 ? d[want[i]] * 1e6 / hz / n : 0)
+        }' <(echo "$before") <(echo "$after")
+}
+
 # machine_busy_ticks: CPU the whole machine spent busy so far, all cores
 # (user, nice, system, irq, softirq, steal: everything but idle and iowait).
 machine_busy_ticks() {
