@@ -10,22 +10,14 @@
 /*
  * Batches of fewer rows use the prepared statement (generic plan), bigger
  * ones have the insert planned for their actual arrays.  Planning this
- * statement costs a few ms: worth it for a big batch, whose custom plan is
- * cheaper per row than the generic one, not for the few records a batch
- * holds at a steady, low rate, where it would be most of the batch's
- * latency.  Figures: docs/performance.md, "Notes moved out of the ingest
- * code (issue 22)".
+ * statement costs 1-3 ms: worth it for a big batch, whose custom plan is
+ * cheaper per row than the generic one (~25% of the run), not for the few
+ * to few dozen rows a batch holds in a live stream, Kafka's or HTTP's,
+ * where planning was a third of the ingest connections' CPU.  Figures:
+ * docs/performance.md, "Notes moved out of the ingest code (issue 22)" and
+ * "The insert's plan in a live stream (stop 38, issue 26)".
  */
-#define INGEST_PLAN_MIN_ROWS 16
-/*
- * The same threshold for a group of HTTP ingest requests (every row from
- * HTTP).  Such groups hold a few to a few dozen single-event requests, one
- * transaction after the other as fast as PostgreSQL commits them: planning
- * per group cost more PostgreSQL CPU than the custom plan saved on the
- * group's rows (docs/performance.md, "HTTP ingest"), so below
- * this size they keep the generic plan.
- */
-#define INGEST_PLAN_MIN_ROWS_HTTP 256
+#define INGEST_PLAN_MIN_ROWS 256
 
 /*
  * Why one statement: the roster gate, the dedup lookups and the insert all
@@ -297,7 +289,6 @@ void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows) {
         HUB_OID_BOOL,  HUB_OID_TEXT};
 
     rows->n = 0;
-    rows->kafka = 0;
     for (int k = 0; k < HUB_INGEST_NPARAMS; k++) {
         hub_pgarr_init(&rows->a[k], oids[k]);
     }
@@ -330,7 +321,6 @@ void hub_store_ingest_rows_add_checked(struct hub_store_ingest_rows *rows, int32
     add_pos(&a[12], pos);
     hub_pgarr_add_bool(&a[15], ev->json_unchecked);
     hub_pgarr_add_text(&a[16], schema_version); /* NULL: not checked (SPEC §3.5) */
-    rows->kafka += pos->topic != NULL;
     rows->n++;
 }
 
@@ -368,7 +358,7 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
     }
     /* the arrays move into a[]: the transaction takes them all */
     memcpy(a, rows->a, sizeof(rows->a));
-    planned = rows->n >= (rows->kafka > 0 ? INGEST_PLAN_MIN_ROWS : INGEST_PLAN_MIN_ROWS_HTTP);
+    planned = rows->n >= INGEST_PLAN_MIN_ROWS;
     on = fast->owner != NULL && fast->budget > 0;
     hub_pgarr_init(&a[17], HUB_OID_TEXT);
     hub_pgarr_add_text(&a[17], on ? fast->owner : NULL);

@@ -131,7 +131,6 @@ void hub_store_ingest_fast_init(struct hub_store_ingest_fast *f);
 struct hub_store_ingest_rows {
     struct hub_pgarr a[HUB_INGEST_NPARAMS]; /* private */
     size_t n;
-    size_t kafka; /* private: rows read from Kafka (the others came over HTTP) */
 };
 
 void hub_store_ingest_rows_init(struct hub_store_ingest_rows *rows);
