@@ -95,6 +95,10 @@ struct ingest_batch {
     struct ingest_batch *next; /* the Kafka owner's: the partition's next batch */
     int stored;                /* the Kafka owner's: stored, its offset not yet committed */
     int no_commit;             /* the Kafka owner's: an earlier batch was dropped unstored */
+    /* the Kafka owner's: a partition's batch is bookkeeping, its records in
+     * the carrier that writes them (NULL once that is stored or dropped) */
+    struct ingest_batch *carrier;
+    int64_t first_offset, last_offset;
     /* the writer's progress (the owner reads them; each record's own
      * progress is in its private members) */
     int attempts;    /* failed tries so far (reset once stored) */

@@ -5,23 +5,26 @@
  *
  * Everything runs on the hub's loop: librdkafka's consumer queue writes to
  * a pipe when it gets records, a uv_poll_t on the pipe wakes ingest_drain(),
- * which takes them into their partitions' pending lists.  A partition with
- * pending records starts a batch (part_maybe_start) once the ingest pool
- * has a connection for it (ingest_start: the partitions in turn, while
- * fewer batches are being written than the pool has connections), up to
- *  STREAMING_HUB_INGEST_PARTITION_BATCHES in flight (default 1): their write
- * transactions go in offset order on the partition's lane (pg.h), one
- * connection, each running only if the one before committed, so records are
- * stored in partition order (SPEC §3.4) and a key repeated in two batches is
- * seen by the second as a duplicate.  The batch writer (ingest_batch.c)
- * reports back through part_owner, and the partition commits the offset
- * past a batch once it and every batch before it are stored (part_commit).
- * A batch that failed is retried alone: the ones behind it wait, and no new
- * one starts, until it is stored (part_may_write).
+ * which takes them into their partitions' pending lists.  Partitions with
+ * pending records put them in a carrier, one transaction's worth, once the
+ * ingest pool has a connection for it (ingest_start, carrier_make): a
+ * batch of each partition that may start, taken in turn.  A partition has
+ * up to STREAMING_HUB_INGEST_PARTITION_BATCHES batches in flight (default
+ * 1); with more than one, a carrier holds one partition's batch, and their
+ * write transactions go in offset order on the partition's lane (pg.h),
+ * one connection, each running only if the one before committed, so
+ * records are stored in partition order (SPEC §3.4) and a key repeated in
+ * two batches is seen by the second as a duplicate.  The batch writer
+ * (ingest_batch.c) reports back through carrier_owner, and each partition
+ * commits the offset past its batch once it and every earlier batch of the
+ * partition are stored (part_commit).  A carrier that failed is retried
+ * whole: the partitions' batches behind it wait, and none of its
+ * partitions starts a new one, until it is stored (carrier_may_write,
+ * part_may_start).
  *
  * Who owns a record: librdkafka until ingest_take(), then its partition's
- * pending list, then the batch, which destroys it once the batch is stored
- * or dropped (a revoked partition's records are dropped: the next owner
+ * pending list, then the carrier, which destroys it once the carrier is
+ * stored or dropped (a revoked partition's records are dropped: the next owner
  * reads them again from the committed offset).
  */
 #include "ingest.h"
@@ -125,8 +128,9 @@ struct hub_ingest {
     size_t batch_max; /* records per batch (STREAMING_HUB_INGEST_BATCH_MAX) */
     int batches_max;  /* in flight per partition (STREAMING_HUB_INGEST_PARTITION_BATCHES) */
     size_t conns;     /* the ingest pool's connections (STREAMING_HUB_INGEST_PG_CONNECTIONS) */
-    size_t writing;   /* batches with the writer: started or submitted, not yet reported */
-    struct ingest_part *turn; /* the partition that started a batch last (ingest_start) */
+    size_t writing;   /* carriers with the writer: started or submitted, not yet reported */
+    struct ingest_part *turn;        /* the partition that started a batch last (carrier_make) */
+    struct ingest_carrier *carriers; /* not yet stored or dropped */
 };
 
 static void ingest_drain(struct hub_ingest *ing);
@@ -229,30 +233,32 @@ static void part_backpressure(struct ingest_part *p) {
 
 /* ------------------------------------------------------- their batches -- */
 
-/* Frees a partition's batch: its records (events and Kafka messages) and
- * itself. */
-static void part_batch_free(struct ingest_batch *b) {
-    for (size_t i = 0; i < b->n; i++) {
-        hub_event_free(&b->recs[i].ev);
-        ingest_rec_schema_free(&b->recs[i]);
-        rd_kafka_message_destroy(b->recs[i].msg);
-    }
-    free(b->recs);
-    free(b);
-}
+/*
+ * A partition's batch (struct ingest_batch, in the partition's list) is
+ * bookkeeping for the commit: how many records, from which offset to
+ * which.  The records are in its carrier, the batch the writer writes in
+ * one transaction: the batches of several partitions, one each (with one
+ * batch per partition in flight, the default), or a single partition's
+ * (with several in flight: their writes go in order on its lane).  The
+ * carrier owns the records and is freed once it is stored or dropped; its
+ * partitions' batches stay in their lists until their offsets are
+ * committed.
+ */
+struct ingest_carrier {
+    struct ingest_batch w; /* what the writer writes; w.owner_arg is the carrier */
+    struct hub_ingest *ing;
+    struct ingest_batch **members; /* the partitions' batches, in the order of the records */
+    size_t n_members;
+    struct ingest_carrier *next; /* ing->carriers */
+};
 
-/* Offset of a Kafka batch's i-th record. */
-static int64_t batch_offset(const struct ingest_batch *b, size_t i) {
-    return ((const rd_kafka_message_t *)b->recs[i].msg)->offset;
-}
-
-/* A released batch's timer closed: free the batch, and finish stopping if
- * it was the last thing the consumer waited for. */
+/* A released partition batch's timer closed: free the batch, and finish
+ * stopping if it was the last thing the consumer waited for. */
 static void batch_timer_closed(uv_handle_t *h) {
     struct ingest_batch *b = h->data;
     struct ingest_part *p = b->owner_arg;
     struct hub_ingest *ing = p->ing;
-    part_batch_free(b);
+    free(b); /* its records were its carrier's */
     if (--ing->open_handles == 0 && ing->stopping && ing->batches_inflight == 0) {
         ingest_finish_stop(ing);
     }
@@ -316,7 +322,7 @@ static void part_commit(struct ingest_part *p) {
     while (p->first != NULL && p->first->stored) {
         struct ingest_batch *b = p->first;
         if (!b->no_commit) {
-            next_offset = batch_offset(b, b->n - 1) + 1;
+            next_offset = b->last_offset + 1;
         }
         batch_release(b);
     }
@@ -326,139 +332,296 @@ static void part_commit(struct ingest_part *p) {
     }
 }
 
-/* The batch writer's report: everything of the batch is durable.  Commit
- * past it once every earlier batch is stored too (if the partition is
- * still ours), move on. */
-static void part_batch_stored(struct ingest_batch *b) {
-    struct ingest_part *p = b->owner_arg;
-
-    p->ing->writing--;
-    b->stored = 1;
-    part_commit(p);
-    part_backpressure(p);
-    ingest_start(p->ing); /* a connection is free: p's next batch, or another's */
-}
-
 /* 1 when every batch of p before `b` (NULL: all of them) is stored or has
- * a write transaction of its first try on the lane: then b's write goes
- * behind theirs, and runs only if they commit. */
-static int part_may_write_before(struct ingest_part *p, const struct ingest_batch *b) {
-    for (struct ingest_batch *e = p->first; e != NULL && e != b; e = e->next) {
-        if (!e->stored && !(e->in_write && e->attempts == 0)) {
+ * a write transaction of its carrier's first try on the lane: then b's
+ * write goes behind theirs, and runs only if they commit. */
+static int part_may_write_before(const struct ingest_part *p, const struct ingest_batch *b) {
+    for (const struct ingest_batch *e = p->first; e != NULL && e != b; e = e->next) {
+        const struct ingest_batch *w = e->carrier;
+        if (!e->stored && !(w != NULL && w->in_write && w->attempts == 0)) {
             return 0;
         }
     }
     return 1;
 }
 
-/* The writer asks before each write transaction of b (ingest_batch.h). */
-static int part_may_write(struct ingest_batch *b) {
-    return part_may_write_before(b->owner_arg, b);
+/* A carrier's timer closed: free its records (events and Kafka messages)
+ * and itself. */
+static void carrier_closed(uv_handle_t *h) {
+    struct ingest_carrier *c = h->data;
+    struct hub_ingest *ing = c->ing;
+
+    for (size_t i = 0; i < c->w.n; i++) {
+        hub_event_free(&c->w.recs[i].ev);
+        ingest_rec_schema_free(&c->w.recs[i]);
+        rd_kafka_message_destroy(c->w.recs[i].msg);
+    }
+    free(c->w.recs);
+    free(c->members);
+    free(c);
+    if (--ing->open_handles == 0 && ing->stopping && ing->batches_inflight == 0) {
+        ingest_finish_stop(ing);
+    }
 }
 
-/* The backoff of a failed batch ended: submit it again, unless the
- * partition is no longer ours or the consumer is stopping. */
-static void batch_retry_cb(uv_timer_t *t) {
-    struct ingest_batch *b = t->data;
-    struct ingest_part *p = b->owner_arg;
+/* Unlinks c and frees it once its timer closed; its partitions' batches
+ * no longer point at it. */
+static void carrier_free(struct ingest_carrier *c) {
+    struct hub_ingest *ing = c->ing;
+    struct ingest_carrier **at = &ing->carriers;
 
-    if (!p->assigned || p->ing->stopping) {
-        /* Not ours any more (or leaving): the next owner replays from the
-         * committed offset, which never moved past this batch. */
+    while (*at != c) {
+        at = &(*at)->next;
+    }
+    *at = c->next;
+    for (size_t i = 0; i < c->n_members; i++) {
+        c->members[i]->carrier = NULL;
+    }
+    ing->open_handles++;
+    uv_close((uv_handle_t *)&c->w.retry, carrier_closed);
+}
+
+/* Drops c unstored: each partition's batch is released (the partition's
+ * next owner, or this one after a restart, reads its records again) and
+ * what was stored before it is committed. */
+static void carrier_release(struct ingest_carrier *c) {
+    for (size_t i = 0; i < c->n_members; i++) {
+        struct ingest_batch *b = c->members[i];
+        struct ingest_part *p = b->owner_arg;
         batch_release(b);
         part_commit(p);
-        if (p->ing->stopping && p->ing->batches_inflight == 0) {
-            ingest_finish_stop(p->ing);
+    }
+    carrier_free(c);
+}
+
+/* The batch writer's report: everything of the carrier is durable.  Each
+ * partition commits past its batch once every earlier batch of it is
+ * stored too (if the partition is still ours), and moves on. */
+static void carrier_stored(struct ingest_batch *w) {
+    struct ingest_carrier *c = w->owner_arg;
+    struct hub_ingest *ing = c->ing;
+
+    ing->writing--;
+    for (size_t i = 0; i < c->n_members; i++) {
+        c->members[i]->stored = 1;
+        c->members[i]->attempts = 0;
+    }
+    for (size_t i = 0; i < c->n_members; i++) {
+        struct ingest_part *p = c->members[i]->owner_arg;
+        part_commit(p);
+        part_backpressure(p);
+    }
+    carrier_free(c);
+    ingest_start(ing); /* a connection is free */
+}
+
+/* The writer asks before each write transaction of a carrier
+ * (ingest_batch.h): each of its partitions' earlier batches must be on the
+ * lane or stored. */
+static int carrier_may_write(struct ingest_batch *w) {
+    const struct ingest_carrier *c = w->owner_arg;
+
+    for (size_t i = 0; i < c->n_members; i++) {
+        if (!part_may_write_before(c->members[i]->owner_arg, c->members[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static const struct ingest_batch_owner carrier_owner;
+static void carrier_retry_cb(uv_timer_t *t);
+
+/* Readies c, filled with its members and their records, for the writer
+ * and links it into the consumer's list. */
+static void carrier_open(struct ingest_carrier *c) {
+    struct hub_ingest *ing = c->ing;
+
+    c->w.hub = ing->hub;
+    c->w.pg = ing->hub->pg_ingest;
+    /* one partition's batches, several in flight, go in order on its lane;
+     * one batch per partition needs none: the writes skip the mark */
+    c->w.lane =
+        ing->batches_max > 1 ? &((struct ingest_part *)c->members[0]->owner_arg)->lane : NULL;
+    c->w.owner = &carrier_owner;
+    c->w.owner_arg = c;
+    c->w.started_ns = hub_now_ns();
+    uv_timer_init(ing->hub->loop, &c->w.retry);
+    c->w.retry.data = c;
+    c->next = ing->carriers;
+    ing->carriers = c;
+}
+
+/*
+ * Splits a carrier of several partitions that failed into one carrier per
+ * partition, each retried alone after delay_ms: a record that fails every
+ * transaction it is in (a poisoned partition, SPEC §3.3) then holds back
+ * only its own partition.  The records move with what the writer knows of
+ * them (settled or not); in-batch repeats are marked again in each.
+ * Returns 0, or HUB_ENOMEM (nothing changed: c is retried whole).
+ */
+static int carrier_split(struct ingest_carrier *c, uint64_t delay_ms) {
+    struct hub_ingest *ing = c->ing;
+    struct ingest_carrier **parts = calloc(c->n_members, sizeof(*parts));
+    size_t at = 0;
+
+    if (parts == NULL) {
+        return HUB_ENOMEM;
+    }
+    for (size_t i = 0; i < c->n_members; i++) {
+        struct ingest_carrier *solo = calloc(1, sizeof(*solo));
+        parts[i] = solo;
+        if (solo == NULL ||
+            (solo->w.recs = calloc(c->members[i]->n, sizeof(*solo->w.recs))) == NULL ||
+            (solo->members = calloc(1, sizeof(*solo->members))) == NULL) {
+            for (size_t k = 0; k <= i; k++) {
+                if (parts[k] != NULL) {
+                    free(parts[k]->w.recs);
+                    free(parts[k]->members);
+                    free(parts[k]);
+                }
+            }
+            free(parts);
+            return HUB_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < c->n_members; i++) {
+        struct ingest_carrier *solo = parts[i];
+        struct ingest_batch *b = c->members[i];
+
+        solo->ing = ing;
+        memcpy(solo->w.recs, c->w.recs + at, sizeof(*solo->w.recs) * b->n);
+        at += b->n;
+        solo->w.n = b->n;
+        solo->w.attempts = c->w.attempts; /* the backoff goes on growing */
+        solo->w.schema_done = c->w.schema_done;
+        solo->members[0] = b;
+        solo->n_members = 1;
+        b->carrier = &solo->w;
+        carrier_open(solo);
+        uv_timer_start(&solo->w.retry, carrier_retry_cb, delay_ms, 0);
+    }
+    free(parts);
+    c->w.n = 0; /* the records moved */
+    c->n_members = 0;
+    carrier_free(c);
+    return 0;
+}
+
+/* The backoff of a failed carrier ended: submit it again, unless none of
+ * its partitions is ours any more or the consumer is stopping.  (A carrier
+ * that still has one of them writes the others' records too: stored twice
+ * they are duplicates, and their offsets are not committed here.) */
+static void carrier_retry_cb(uv_timer_t *t) {
+    struct ingest_carrier *c = t->data;
+    struct hub_ingest *ing = c->ing;
+    int ours = 0;
+
+    for (size_t i = 0; i < c->n_members; i++) {
+        ours |= ((struct ingest_part *)c->members[i]->owner_arg)->assigned;
+    }
+    if (!ours || ing->stopping) {
+        /* the next owners replay from the committed offsets, which never
+         * moved past these batches */
+        carrier_release(c);
+        if (ing->stopping && ing->batches_inflight == 0) {
+            ingest_finish_stop(ing);
         }
         return;
     }
-    if (!part_may_write_before(p, b)) {
-        /* an earlier batch is not stored yet: a retry goes alone, in order */
-        uv_timer_start(&b->retry, batch_retry_cb, INGEST_RETRY_WAIT_MS, 0);
+    if (!carrier_may_write(&c->w)) {
+        /* an earlier batch of a partition is not stored yet: a retry goes
+         * alone, in order */
+        uv_timer_start(&c->w.retry, carrier_retry_cb, INGEST_RETRY_WAIT_MS, 0);
         return;
     }
-    p->ing->writing++;
-    ingest_batch_submit(b);
+    ing->writing++;
+    ingest_batch_submit(&c->w);
 }
 
-/* The batch writer's report: a transaction failed.  The partition keeps the
- * batch and tries again after a backoff, paused meanwhile; the offset stays
- * where it is, so nothing is lost if the partition moves. */
-static void part_batch_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
-    struct ingest_part *p = b->owner_arg;
-    struct hub_ingest *ing = p->ing;
+/* The batch writer's report: a transaction failed.  The partitions keep
+ * their batches and the carrier tries again after a backoff, each of them
+ * paused meanwhile; the offsets stay where they are, so nothing is lost if
+ * a partition moves. */
+static void carrier_failed(struct ingest_batch *w, const struct hub_pg_outcome *out) {
+    struct ingest_carrier *c = w->owner_arg;
+    struct hub_ingest *ing = c->ing;
+    const struct ingest_batch *first = c->members[0];
+    const struct ingest_part *p0 = first->owner_arg;
     const char *error = out->error != NULL ? out->error : "transaction failed";
     const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
     int held = out == &ingest_outcome_held;
-    uint64_t delay = held ? INGEST_RETRY_WAIT_MS : ingest_batch_backoff_ms(b);
+    uint64_t delay = held ? INGEST_RETRY_WAIT_MS : ingest_batch_backoff_ms(w);
 
     ing->writing--;
 
     /* Log the first failure and then every tenth, not a line per retry (a
-     * batch held back behind an earlier one did not fail: not logged). */
-    if (!held && (b->attempts == 1 || b->attempts % 10 == 0)) {
-        hub_log(HUB_WARN, "partition batch not stored, retrying", HUB_LS("topic", p->topic),
-                HUB_LI("partition", p->partition), HUB_LI("offset", batch_offset(b, 0)),
-                HUB_LI("records", b->n), HUB_LI("attempt", b->attempts),
-                HUB_LS("sqlstate", sqlstate), HUB_LS("error", error));
+     * carrier held back behind an earlier batch did not fail: not logged). */
+    if (!held && (w->attempts == 1 || w->attempts % 10 == 0)) {
+        hub_log(HUB_WARN, "partition batch not stored, retrying", HUB_LS("topic", p0->topic),
+                HUB_LI("partition", p0->partition), HUB_LI("offset", first->first_offset),
+                HUB_LI("records", w->n), HUB_LI("partitions", c->n_members),
+                HUB_LI("attempt", w->attempts), HUB_LS("sqlstate", sqlstate),
+                HUB_LS("error", error));
     }
-    part_backpressure(p);
+    for (size_t i = 0; i < c->n_members; i++) {
+        c->members[i]->attempts = w->attempts;
+        part_backpressure(c->members[i]->owner_arg);
+    }
     if (ing->stopping) {
-        batch_release(b);
-        part_commit(p);
+        carrier_release(c);
         if (ing->batches_inflight == 0) {
             ingest_finish_stop(ing);
         }
         return;
     }
-    uv_timer_start(&b->retry, batch_retry_cb, delay, 0);
+    if (held || c->n_members == 1 || carrier_split(c, delay) != 0) {
+        uv_timer_start(&w->retry, carrier_retry_cb, delay, 0);
+    }
 }
 
-/* How the batch writer reports to a partition (ingest_batch.h). */
-static const struct ingest_batch_owner part_owner = {part_batch_stored, part_batch_failed,
-                                                     part_may_write};
+/* How the batch writer reports to a carrier (ingest_batch.h). */
+static const struct ingest_batch_owner carrier_owner = {carrier_stored, carrier_failed,
+                                                        carrier_may_write};
 
-/* Starts the partition's next batch when it has pending records (fewer
+/* 1 when p may put a batch in a carrier now: it has pending records (fewer
  * than INGEST_PIPELINE_ROWS if a batch is in flight), fewer than
  * batches_max in flight, and every batch in flight stored or in a
- * first-try write (none failing: a retry goes alone): the oldest pending
- * records, up to batch_max, move to the batch, which owns them from here.
- * Its write transaction goes on the partition's lane behind theirs.
- * Returns 1 when a batch started. */
-static int part_maybe_start(struct ingest_part *p) {
-    struct hub_ingest *ing = p->ing;
-    struct ingest_batch *b;
-    size_t n;
+ * first-try write (none failing: a retry goes alone). */
+static int part_may_start(const struct ingest_part *p) {
+    const struct hub_ingest *ing = p->ing;
 
-    if (p->n_batches >= ing->batches_max || p->n_pending == 0 || ing->stopping ||
-        !part_may_write_before(p, NULL) ||
-        (p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS) || ing->writing >= ing->conns) {
-        return 0;
+    return p->n_batches < ing->batches_max && p->n_pending > 0 && !ing->stopping &&
+           part_may_write_before(p, NULL) &&
+           !(p->n_batches > 0 && p->n_pending >= INGEST_PIPELINE_ROWS);
+}
+
+/* Moves p's n oldest pending records to the end of carrier c, as a new
+ * batch of p at the end of its list.  Returns 0, or HUB_ENOMEM (nothing
+ * moved). */
+static int part_batch_add(struct ingest_part *p, struct ingest_carrier *c, size_t n) {
+    struct hub_ingest *ing = p->ing;
+    struct ingest_batch *b = calloc(1, sizeof(*b));
+
+    if (b == NULL) {
+        return HUB_ENOMEM;
     }
-    n = p->n_pending < ing->batch_max ? p->n_pending : ing->batch_max;
-    b = calloc(1, sizeof(*b));
-    if (b == NULL || (b->recs = calloc(n, sizeof(*b->recs))) == NULL) {
-        free(b);
-        return 0; /* retried at the next tick */
-    }
-    b->hub = ing->hub;
-    b->pg = ing->hub->pg_ingest;
-    /* one batch at a time needs no lane: its writes skip the mark */
-    b->lane = ing->batches_max > 1 ? &p->lane : NULL;
-    b->owner = &part_owner;
     b->owner_arg = p;
     b->n = n;
-    b->started_ns = hub_now_ns();
-    uv_timer_init(ing->hub->loop, &b->retry);
+    b->carrier = &c->w;
+    b->first_offset = p->pending[0]->offset;
+    b->last_offset = p->pending[n - 1]->offset;
+    uv_timer_init(ing->hub->loop, &b->retry); /* for batch_release's close */
     b->retry.data = b;
-    /* the records move from the pending list to the batch */
     for (size_t i = 0; i < n; i++) {
-        b->recs[i].msg = p->pending[i];
+        c->w.recs[c->w.n + i].msg = p->pending[i];
         p->pending_bytes -= p->pending[i]->len;
         ing->pending_bytes -= p->pending[i]->len;
     }
     memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
     p->n_pending -= n;
+    c->w.n += n;
+    c->members[c->n_members++] = b;
     if (p->last != NULL) {
         p->last->next = b;
     } else {
@@ -467,38 +630,98 @@ static int part_maybe_start(struct ingest_part *p) {
     p->last = b;
     p->n_batches++;
     ing->batches_inflight++;
-    ing->writing++;
-    ingest_batch_start(b);
-    return 1;
+    return 0;
+}
+
+/* The partition after p in the turn (the first after the last). */
+static struct ingest_part *part_after(const struct hub_ingest *ing, const struct ingest_part *p) {
+    return p != NULL && p->next != NULL ? p->next : ing->parts;
 }
 
 /*
- * Starts the batches the ingest pool has connections for, the partitions
- * taken in turn from the one after the last that started.  A batch is made
- * only while fewer batches are with the writer than the pool has
- * connections (part_maybe_start): made earlier, it waited in the pool's
- * queue with the records it had, while the ones that arrived meanwhile
- * waited for its commit to form the next, so a stream over many partitions
- * was stored in many small transactions (a commit and a statement each).
- * Made late, it takes everything its partition has by then.  Only Kafka's
- * own batches count: HTTP ingest groups on the same pool cannot hold the
- * partitions back, and a batch waiting out a retry's backoff holds no
+ * A carrier of the records the partitions may start now, taken in turn
+ * from the one after the last that started, up to batch_max records: with
+ * one batch per partition in flight, of as many partitions as have
+ * records; with several, of one partition.  NULL when no partition may
+ * start, or while two carriers or more are being written and fewer than
+ * INGEST_PIPELINE_ROWS records wait (the commit of one in flight starts
+ * the next, with everything that arrived meanwhile), or out of memory
+ * (the next tick tries again).
+ */
+static struct ingest_carrier *carrier_make(struct hub_ingest *ing) {
+    int one = ing->batches_max > 1; /* one partition per carrier */
+    struct ingest_part *from = part_after(ing, ing->turn), *p = from;
+    size_t want = 0, parts = 0;
+    struct ingest_carrier *c;
+
+    if (p == NULL) {
+        return NULL;
+    }
+    do {
+        if (part_may_start(p)) {
+            want += p->n_pending;
+            parts++;
+        }
+        p = part_after(ing, p);
+    } while (p != from && !(one && parts > 0));
+    if (want > ing->batch_max) {
+        want = ing->batch_max;
+    }
+    if (want == 0 || (!one && ing->writing >= 2 && want < INGEST_PIPELINE_ROWS)) {
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->w.recs = calloc(want, sizeof(*c->w.recs))) == NULL ||
+        (c->members = calloc(parts, sizeof(*c->members))) == NULL) {
+        if (c != NULL) {
+            free(c->w.recs);
+        }
+        free(c);
+        return NULL;
+    }
+    c->ing = ing;
+    p = from;
+    do {
+        if (part_may_start(p)) {
+            size_t left = want - c->w.n;
+            if (part_batch_add(p, c, p->n_pending < left ? p->n_pending : left) != 0) {
+                break;
+            }
+            ing->turn = p;
+        }
+        p = part_after(ing, p);
+    } while (p != from && c->w.n < want && c->n_members < parts);
+    if (c->n_members == 0) {
+        free(c->members);
+        free(c->w.recs);
+        free(c);
+        return NULL;
+    }
+    carrier_open(c);
+    return c;
+}
+
+/*
+ * Starts the carriers the ingest pool has connections for.  A carrier is
+ * made only while fewer are being written than the pool has connections:
+ * made earlier, it waited in the pool's queue with the records it had,
+ * while the ones that arrived meanwhile waited for its commit to form the
+ * next.  Made late, it takes everything its partitions have by then; and
+ * one carrier takes every partition's records, where a batch per
+ * partition stored a stream over many partitions in many small
+ * transactions (a commit and a statement's start-up each: docs/
+ * performance.md, "Several partitions in one transaction").  Only Kafka's
+ * own carriers count: HTTP ingest groups on the same pool cannot hold the
+ * partitions back, and a carrier waiting out a retry's backoff holds no
  * place (its retry goes at once, counted again).
  */
 static void ingest_start(struct hub_ingest *ing) {
-    struct ingest_part *from =
-        ing->turn != NULL && ing->turn->next != NULL ? ing->turn->next : ing->parts;
-    struct ingest_part *p = from;
+    struct ingest_carrier *c;
 
-    if (p == NULL) {
-        return;
+    while (ing->writing < ing->conns && (c = carrier_make(ing)) != NULL) {
+        ing->writing++;
+        ingest_batch_start(&c->w);
     }
-    do {
-        if (part_maybe_start(p)) {
-            ing->turn = p;
-        }
-        p = p->next != NULL ? p->next : ing->parts;
-    } while (p != from && ing->writing < ing->conns);
 }
 
 /* ------------------------------------------------------------ readiness -- */
@@ -969,23 +1192,19 @@ void hub_ingest_stop(struct hub_ingest *ing, void (*done_cb)(void *arg), void *a
     ing->stopping = 1;
     ing->done_cb = done_cb;
     ing->done_arg = arg;
-    /* Batches waiting in retry give up now (their records replay on the next
-     * start); batches with a transaction outstanding finish and commit. */
-    for (struct ingest_part *p = ing->parts; p != NULL; p = p->next) {
-        struct ingest_batch *b = p->first, *next;
-        for (; b != NULL; b = next) {
-            next = b->next;
-            if (b->stored || b->in_txn || b->in_step == INGEST_STEP_CHECKING) {
-                continue; /* it finishes (a check runs on into its transaction) */
-            }
-            if (b->in_step == INGEST_STEP_WAITING) {
-                hub_schemas_cancel_wait(ing->hub, b);
-                b->in_step = INGEST_STEP_NONE;
-            }
-            uv_timer_stop(&b->retry);
-            batch_release(b);
+    /* Carriers waiting in retry give up now (their records replay on the
+     * next start); carriers with a transaction outstanding finish and commit. */
+    for (struct ingest_carrier *c = ing->carriers, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->w.in_txn || c->w.in_step == INGEST_STEP_CHECKING) {
+            continue; /* it finishes (a check runs on into its transaction) */
         }
-        part_commit(p); /* stored ones before the first released commit now */
+        if (c->w.in_step == INGEST_STEP_WAITING) {
+            hub_schemas_cancel_wait(ing->hub, &c->w);
+            c->w.in_step = INGEST_STEP_NONE;
+        }
+        uv_timer_stop(&c->w.retry);
+        carrier_release(c);
     }
     uv_poll_stop(&ing->wake);
     uv_close((uv_handle_t *)&ing->wake, ingest_handle_closed);

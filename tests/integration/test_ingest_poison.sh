@@ -5,7 +5,10 @@
 # batch of partition 0 that carries it fails again and again.  Partitions 1..3
 # must still be stored in bounded time, partition 0 must not skip ahead of its
 # poisoned record, and once the trigger is gone everything — the poisoned
-# record included — is stored exactly once.
+# record included — is stored exactly once.  The same when the poisoned
+# record shares its transaction with records of other partitions (scenario
+# b): the failed transaction is split, one per partition, and only the
+# poisoned partition stays behind.
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -86,6 +89,61 @@ scenario_a_poisoned_partition_neither_blocks_the_others_nor_skips_ahead() {
         "each partition stored in partition order"
     assert_eq "$((N + 1))" "$(metric 'streaming_hub_ingest_records_total{verdict="accepted",reason=""}')" \
         "accepted counter counts each record once despite the retries"
+}
+
+# One fetch every 200 ms: the poisoned record arrives with the records of the
+# other partitions, and one transaction (a carrier) takes them all.
+hub_env_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partition() {
+    echo STREAMING_HUB_KAFKA_FETCH_WAIT=200ms
+}
+
+# The poisoned record is the first of one produce call (i = 0, partition 0),
+# so it is written together with records of partitions 1..3: the carrier
+# fails, is split into one per partition, and only partition 0 stays behind.
+scenario_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partition() {
+    local tenant out n=400 shared
+    tenant=$(own_tenant)
+    wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
+    psql_q "
+    CREATE OR REPLACE FUNCTION test_poison_b() RETURNS trigger LANGUAGE plpgsql AS \$\$
+    BEGIN
+        IF NEW.event_id = 'shared-0' THEN
+            RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
+        END IF;
+        RETURN NEW;
+    END \$\$;
+    CREATE TRIGGER test_poison_b BEFORE INSERT ON event_inbox
+        FOR EACH ROW EXECUTE FUNCTION test_poison_b();" || fatal "could not install the poison trigger"
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count "$n" --id-prefix shared- \
+        --payload-bytes 200)
+    assert_contains "$out" "produced $n failed 0" "$n records produced, the first poisoned"
+
+    mine() { psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$tenant' AND kafka_partition $1"; }
+    if wait_until 60 "[[ \$(mine 'IN (1, 2, 3)') -ge $((n * 3 / 4)) ]]"; then
+        pass "partitions 1..3 stored although the poisoned record shared their transaction"
+    else
+        fail "partitions 1..3: only $(mine 'IN (1, 2, 3)') of $((n * 3 / 4)) stored within 60 s"
+    fi
+    shared=$(grep '"partition batch not stored, retrying"' "$HUB_LOG" | grep -o '"partitions":[0-9]*' |
+        cut -d: -f2 | sort -n | tail -n1)
+    assert_ge "${shared:-0}" 2 "the failed transaction carried several partitions' records"
+    sleep 2
+    assert_eq 0 "$(mine '= 0')" "nothing of partition 0 stored past the poisoned record"
+
+    psql_q "DROP TRIGGER test_poison_b ON event_inbox" || fail "could not drop the trigger"
+    if wait_until 60 "[[ \$(mine '= 0') -ge $((n / 4)) ]]"; then
+        pass "partition 0 recovers once the trigger is gone"
+    else
+        fail "partition 0: only $(mine '= 0') of $((n / 4)) stored within 60 s"
+    fi
+    sleep 1
+    assert_eq "$n|$n" "$(psql_q "SELECT count(*), count(DISTINCT event_id) FROM event_inbox
+                                  WHERE tenant_id = '$tenant'")" "all $n records stored exactly once"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM (
+                             SELECT seq, lag(seq) OVER (PARTITION BY kafka_partition
+                                                        ORDER BY kafka_offset) AS prev
+                               FROM event_inbox WHERE tenant_id = '$tenant') x WHERE prev > seq")" \
+        "each partition stored in partition order"
 }
 
 scenarios_main "$@"
