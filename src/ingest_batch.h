@@ -3,11 +3,13 @@
  * its records to one another.  Internal to ingest: only ingest*.c include it.
  *
  * The parts:
- *   ingest_kafka.c  the consumer: a partition's pending records become
- *                   batches (a few in flight per partition, their write
- *                   transactions in order on the partition's lane); the
- *                   offset is committed past a batch once it and every
- *                   earlier batch of the partition are stored;
+ *   ingest_kafka.c  the consumer: the partitions' pending records become
+ *                   batches, several partitions' in one carrier that the
+ *                   writer writes (one partition's when several of its
+ *                   batches are in flight, their write transactions in
+ *                   order on its lane); a partition's offset is committed
+ *                   past a batch once it and every earlier batch of the
+ *                   partition are stored;
  *   ingest_http.c   the HTTP ingest queue: requests waiting together become
  *                   one batch, a transaction they share;
  *   ingest_batch.c  the writer: records → verdicts, durably;
@@ -30,8 +32,9 @@
  *   ──► every record settled: dispatch kicked ──► owner->stored(b)
  *
  *   any transaction failed ──► owner->failed(b, out): what earlier
- *   transactions settled stays settled; a Kafka partition waits
- *   ingest_batch_backoff_ms() and calls ingest_batch_submit() for the rest;
+ *   transactions settled stays settled; a Kafka carrier waits
+ *   ingest_batch_backoff_ms() and calls ingest_batch_submit() for the rest
+ *   (split first into one carrier per partition when it held several);
  *   an HTTP group answers each request for its own records (a record not
  *   settled is `unsettled`: its client retries it).
  *
@@ -75,7 +78,7 @@ struct ingest_batch_owner {
     /* May be NULL.  Asked before each write transaction (quarantine rows
      * and inserts): 0 holds it back, the batch then fails (with
      * ingest_outcome_held) and its owner submits it again later.  The
-     * Kafka owner answers 0 while an earlier batch of the partition is
+     * Kafka owner answers 0 while an earlier batch of a partition is
      * neither stored nor in a first-try write transaction on its lane. */
     int (*may_write)(struct ingest_batch *b);
 };
@@ -88,17 +91,10 @@ struct ingest_batch {
     size_t n;                    /* >= 1 */
     uint64_t started_ns;         /* for the batch-duration histogram */
     const struct ingest_batch_owner *owner;
-    void *owner_arg;  /* the Kafka partition or the HTTP group */
+    void *owner_arg;  /* the Kafka consumer's carrier or the HTTP group */
     uv_timer_t retry; /* the Kafka owner's retry timer; unused by HTTP */
     /* the lane its write transactions go on (pg.h), or NULL (HTTP) */
     struct hub_pg_lane *lane;
-    struct ingest_batch *next; /* the Kafka owner's: the partition's next batch */
-    int stored;                /* the Kafka owner's: stored, its offset not yet committed */
-    int no_commit;             /* the Kafka owner's: an earlier batch was dropped unstored */
-    /* the Kafka owner's: a partition's batch is bookkeeping, its records in
-     * the carrier that writes them (NULL once that is stored or dropped) */
-    struct ingest_batch *carrier;
-    int64_t first_offset, last_offset;
     /* the writer's progress (the owner reads them; each record's own
      * progress is in its private members) */
     int attempts;    /* failed tries so far (reset once stored) */

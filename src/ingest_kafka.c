@@ -71,6 +71,21 @@
  * its arrays, which costs a few ms per transaction, store_ingest.c). */
 #define INGEST_PIPELINE_ROWS 16
 
+struct ingest_carrier;
+
+/* A partition's batch: bookkeeping for the commit, in the partition's
+ * list.  Its records are in its carrier, which writes them (below). */
+struct part_batch {
+    struct ingest_part *p;
+    struct ingest_carrier *carrier; /* NULL once that is stored or dropped */
+    size_t n;                       /* records */
+    int64_t first_offset, last_offset;
+    int stored;    /* stored, its offset not yet committed */
+    int no_commit; /* an earlier batch was dropped unstored */
+    int attempts;  /* its carrier's failed tries so far (part_backpressure) */
+    struct part_batch *next;
+};
+
 /* One topic partition this consumer was assigned at some point.  Kept
  * after a revocation (assigned 0) until the consumer stops: its batch in
  * flight may still finish, and the partition may come back. */
@@ -84,9 +99,9 @@ struct ingest_part {
     size_t n_pending;
     size_t cap_pending;
     size_t pending_bytes;
-    /* batches in flight, oldest first, through ingest_batch.next: offsets
-     * are committed from the oldest on (part_commit) */
-    struct ingest_batch *first, *last;
+    /* batches in flight, oldest first: offsets are committed from the
+     * oldest on (part_commit) */
+    struct part_batch *first, *last;
     int n_batches;
     struct hub_pg_lane lane; /* their write transactions, in order */
     /* A record that could not be taken (out of memory) leaves a hole at its
@@ -120,7 +135,7 @@ struct hub_ingest {
     const char *unhealthy_why;  /* what is missing (static text) */
     int no_topics;              /* subscribed, and no topic matches yet: no group to join */
     int stopping;               /* hub_ingest_stop ran: no new batches, no retries */
-    int open_handles;           /* handles not yet closed: wake, tick, more, batch timers */
+    int open_handles;           /* handles not yet closed: wake, tick, more, carrier timers */
     int batches_inflight;       /* batches not yet released, over every partition */
     size_t pending_bytes;       /* over every partition */
     void (*done_cb)(void *arg); /* hub_ingest_stop's */
@@ -225,7 +240,7 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
  */
 static void part_backpressure(struct ingest_part *p) {
     int failing = 0;
-    for (struct ingest_batch *b = p->first; b != NULL; b = b->next) {
+    for (const struct part_batch *b = p->first; b != NULL; b = b->next) {
         failing |= b->attempts > 0;
     }
     part_set_paused(p, failing);
@@ -234,46 +249,30 @@ static void part_backpressure(struct ingest_part *p) {
 /* ------------------------------------------------------- their batches -- */
 
 /*
- * A partition's batch (struct ingest_batch, in the partition's list) is
- * bookkeeping for the commit: how many records, from which offset to
- * which.  The records are in its carrier, the batch the writer writes in
- * one transaction: the batches of several partitions, one each (with one
- * batch per partition in flight, the default), or a single partition's
- * (with several in flight: their writes go in order on its lane).  The
- * carrier owns the records and is freed once it is stored or dropped; its
- * partitions' batches stay in their lists until their offsets are
+ * A partition's batch (struct part_batch) is bookkeeping for the commit:
+ * how many records, from which offset to which.  The records are in its
+ * carrier, the batch the writer writes in one transaction: the batches of several partitions, one
+ * each (with one batch per partition in flight, the default), or a single partition's (with several
+ * in flight: their writes go in order on its lane).  The carrier owns the records and is freed once
+ * it is stored or dropped; its partitions' batches stay in their lists until their offsets are
  * committed.
  */
 struct ingest_carrier {
     struct ingest_batch w; /* what the writer writes; w.owner_arg is the carrier */
     struct hub_ingest *ing;
-    struct ingest_batch **members; /* the partitions' batches, in the order of the records */
+    struct part_batch **members; /* the partitions' batches, in the order of the records */
     size_t n_members;
     struct ingest_carrier *next; /* ing->carriers */
 };
 
-/* A released partition batch's timer closed: free the batch, and finish
- * stopping if it was the last thing the consumer waited for. */
-static void batch_timer_closed(uv_handle_t *h) {
-    struct ingest_batch *b = h->data;
-    struct ingest_part *p = b->owner_arg;
-    struct hub_ingest *ing = p->ing;
-    free(b); /* its records were its carrier's */
-    if (--ing->open_handles == 0 && ing->stopping && ing->batches_inflight == 0) {
-        ingest_finish_stop(ing);
-    }
-}
-
-/* Detaches the batch from its partition and frees it (after its timer
- * closed: the timer is a handle, freed only in its close callback).  Its
- * records not committed are read again by the partition's next owner, or
- * by this one after a restart; a batch released unstored keeps every later
- * batch of the partition from committing (no_commit), since committing past
- * them would skip its records. */
-static void batch_release(struct ingest_batch *b) {
-    struct ingest_part *p = b->owner_arg;
-    struct hub_ingest *ing = p->ing;
-    struct ingest_batch **at = &p->first, *prev = NULL;
+/* Detaches the batch from its partition and frees it.  Its records not
+ * committed are read again by the partition's next owner, or by this one
+ * after a restart; a batch released unstored keeps every later batch of
+ * the partition from committing (no_commit), since committing past them
+ * would skip its records. */
+static void batch_release(struct part_batch *b) {
+    struct ingest_part *p = b->p;
+    struct part_batch **at = &p->first, *prev = NULL;
 
     while (*at != b) {
         prev = *at;
@@ -284,14 +283,13 @@ static void batch_release(struct ingest_batch *b) {
         p->last = prev;
     }
     if (!b->stored) {
-        for (struct ingest_batch *l = b->next; l != NULL; l = l->next) {
+        for (struct part_batch *l = b->next; l != NULL; l = l->next) {
             l->no_commit = 1;
         }
     }
     p->n_batches--;
-    ing->batches_inflight--;
-    ing->open_handles++;
-    uv_close((uv_handle_t *)&b->retry, batch_timer_closed);
+    p->ing->batches_inflight--;
+    free(b);
 }
 
 /* Commits next_offset for p: asynchronously, but synchronously while
@@ -320,7 +318,7 @@ static void part_commit(struct ingest_part *p) {
     int64_t next_offset = -1;
 
     while (p->first != NULL && p->first->stored) {
-        struct ingest_batch *b = p->first;
+        struct part_batch *b = p->first;
         if (!b->no_commit) {
             next_offset = b->last_offset + 1;
         }
@@ -335,9 +333,9 @@ static void part_commit(struct ingest_part *p) {
 /* 1 when every batch of p before `b` (NULL: all of them) is stored or has
  * a write transaction of its carrier's first try on the lane: then b's
  * write goes behind theirs, and runs only if they commit. */
-static int part_may_write_before(const struct ingest_part *p, const struct ingest_batch *b) {
-    for (const struct ingest_batch *e = p->first; e != NULL && e != b; e = e->next) {
-        const struct ingest_batch *w = e->carrier;
+static int part_may_write_before(const struct ingest_part *p, const struct part_batch *b) {
+    for (const struct part_batch *e = p->first; e != NULL && e != b; e = e->next) {
+        const struct ingest_batch *w = e->carrier != NULL ? &e->carrier->w : NULL;
         if (!e->stored && !(w != NULL && w->in_write && w->attempts == 0)) {
             return 0;
         }
@@ -364,8 +362,8 @@ static void carrier_closed(uv_handle_t *h) {
     }
 }
 
-/* Unlinks c and frees it once its timer closed; its partitions' batches
- * no longer point at it. */
+/* Unlinks c and frees it once its timer closed (its partitions' batches
+ * are released, or no longer point at it). */
 static void carrier_free(struct ingest_carrier *c) {
     struct hub_ingest *ing = c->ing;
     struct ingest_carrier **at = &ing->carriers;
@@ -374,9 +372,6 @@ static void carrier_free(struct ingest_carrier *c) {
         at = &(*at)->next;
     }
     *at = c->next;
-    for (size_t i = 0; i < c->n_members; i++) {
-        c->members[i]->carrier = NULL;
-    }
     ing->open_handles++;
     uv_close((uv_handle_t *)&c->w.retry, carrier_closed);
 }
@@ -386,9 +381,8 @@ static void carrier_free(struct ingest_carrier *c) {
  * what was stored before it is committed. */
 static void carrier_release(struct ingest_carrier *c) {
     for (size_t i = 0; i < c->n_members; i++) {
-        struct ingest_batch *b = c->members[i];
-        struct ingest_part *p = b->owner_arg;
-        batch_release(b);
+        struct ingest_part *p = c->members[i]->p;
+        batch_release(c->members[i]);
         part_commit(p);
     }
     carrier_free(c);
@@ -405,9 +399,10 @@ static void carrier_stored(struct ingest_batch *w) {
     for (size_t i = 0; i < c->n_members; i++) {
         c->members[i]->stored = 1;
         c->members[i]->attempts = 0;
+        c->members[i]->carrier = NULL; /* freed below: a batch behind another waits without */
     }
     for (size_t i = 0; i < c->n_members; i++) {
-        struct ingest_part *p = c->members[i]->owner_arg;
+        struct ingest_part *p = c->members[i]->p;
         part_commit(p);
         part_backpressure(p);
     }
@@ -422,7 +417,7 @@ static int carrier_may_write(struct ingest_batch *w) {
     const struct ingest_carrier *c = w->owner_arg;
 
     for (size_t i = 0; i < c->n_members; i++) {
-        if (!part_may_write_before(c->members[i]->owner_arg, c->members[i])) {
+        if (!part_may_write_before(c->members[i]->p, c->members[i])) {
             return 0;
         }
     }
@@ -441,8 +436,7 @@ static void carrier_open(struct ingest_carrier *c) {
     c->w.pg = ing->hub->pg_ingest;
     /* one partition's batches, several in flight, go in order on its lane;
      * one batch per partition needs none: the writes skip the mark */
-    c->w.lane =
-        ing->batches_max > 1 ? &((struct ingest_part *)c->members[0]->owner_arg)->lane : NULL;
+    c->w.lane = ing->batches_max > 1 ? &c->members[0]->p->lane : NULL;
     c->w.owner = &carrier_owner;
     c->w.owner_arg = c;
     c->w.started_ns = hub_now_ns();
@@ -487,7 +481,7 @@ static int carrier_split(struct ingest_carrier *c, uint64_t delay_ms) {
     }
     for (size_t i = 0; i < c->n_members; i++) {
         struct ingest_carrier *solo = parts[i];
-        struct ingest_batch *b = c->members[i];
+        struct part_batch *b = c->members[i];
 
         solo->ing = ing;
         memcpy(solo->w.recs, c->w.recs + at, sizeof(*solo->w.recs) * b->n);
@@ -497,7 +491,7 @@ static int carrier_split(struct ingest_carrier *c, uint64_t delay_ms) {
         solo->w.schema_done = c->w.schema_done;
         solo->members[0] = b;
         solo->n_members = 1;
-        b->carrier = &solo->w;
+        b->carrier = solo;
         carrier_open(solo);
         uv_timer_start(&solo->w.retry, carrier_retry_cb, delay_ms, 0);
     }
@@ -518,7 +512,7 @@ static void carrier_retry_cb(uv_timer_t *t) {
     int ours = 0;
 
     for (size_t i = 0; i < c->n_members; i++) {
-        ours |= ((struct ingest_part *)c->members[i]->owner_arg)->assigned;
+        ours |= c->members[i]->p->assigned;
     }
     if (!ours || ing->stopping) {
         /* the next owners replay from the committed offsets, which never
@@ -546,8 +540,8 @@ static void carrier_retry_cb(uv_timer_t *t) {
 static void carrier_failed(struct ingest_batch *w, const struct hub_pg_outcome *out) {
     struct ingest_carrier *c = w->owner_arg;
     struct hub_ingest *ing = c->ing;
-    const struct ingest_batch *first = c->members[0];
-    const struct ingest_part *p0 = first->owner_arg;
+    const struct part_batch *first = c->members[0];
+    const struct ingest_part *p0 = first->p;
     const char *error = out->error != NULL ? out->error : "transaction failed";
     const char *sqlstate = out->sqlstate != NULL ? out->sqlstate : "";
     int held = out == &ingest_outcome_held;
@@ -566,7 +560,7 @@ static void carrier_failed(struct ingest_batch *w, const struct hub_pg_outcome *
     }
     for (size_t i = 0; i < c->n_members; i++) {
         c->members[i]->attempts = w->attempts;
-        part_backpressure(c->members[i]->owner_arg);
+        part_backpressure(c->members[i]->p);
     }
     if (ing->stopping) {
         carrier_release(c);
@@ -601,18 +595,16 @@ static int part_may_start(const struct ingest_part *p) {
  * moved). */
 static int part_batch_add(struct ingest_part *p, struct ingest_carrier *c, size_t n) {
     struct hub_ingest *ing = p->ing;
-    struct ingest_batch *b = calloc(1, sizeof(*b));
+    struct part_batch *b = calloc(1, sizeof(*b));
 
     if (b == NULL) {
         return HUB_ENOMEM;
     }
-    b->owner_arg = p;
+    b->p = p;
     b->n = n;
-    b->carrier = &c->w;
+    b->carrier = c;
     b->first_offset = p->pending[0]->offset;
     b->last_offset = p->pending[n - 1]->offset;
-    uv_timer_init(ing->hub->loop, &b->retry); /* for batch_release's close */
-    b->retry.data = b;
     for (size_t i = 0; i < n; i++) {
         c->w.recs[c->w.n + i].msg = p->pending[i];
         p->pending_bytes -= p->pending[i]->len;
@@ -1253,7 +1245,7 @@ long hub_ingest_pending(const struct hub_ingest *ing) {
     long n = 0;
     for (const struct ingest_part *p = ing ? ing->parts : NULL; p != NULL; p = p->next) {
         n += (long)p->n_pending;
-        for (const struct ingest_batch *b = p->first; b != NULL; b = b->next) {
+        for (const struct part_batch *b = p->first; b != NULL; b = b->next) {
             n += (long)b->n;
         }
     }
