@@ -251,11 +251,12 @@ static void part_backpressure(struct ingest_part *p) {
 /*
  * A partition's batch (struct part_batch) is bookkeeping for the commit:
  * how many records, from which offset to which.  The records are in its
- * carrier, the batch the writer writes in one transaction: the batches of several partitions, one
- * each (with one batch per partition in flight, the default), or a single partition's (with several
- * in flight: their writes go in order on its lane).  The carrier owns the records and is freed once
- * it is stored or dropped; its partitions' batches stay in their lists until their offsets are
- * committed.
+ * carrier, the batch the writer writes in one transaction: the batches of
+ * several partitions, one each (with one batch per partition in flight,
+ * the default), or a single partition's (with several in flight: their
+ * writes go in order on its lane).  The carrier owns the records and is
+ * freed once it is stored or dropped; its partitions' batches stay in
+ * their lists until their offsets are committed.
  */
 struct ingest_carrier {
     struct ingest_batch w; /* what the writer writes; w.owner_arg is the carrier */
@@ -399,7 +400,7 @@ static void carrier_stored(struct ingest_batch *w) {
     for (size_t i = 0; i < c->n_members; i++) {
         c->members[i]->stored = 1;
         c->members[i]->attempts = 0;
-        c->members[i]->carrier = NULL; /* freed below: a batch behind another waits without */
+        c->members[i]->carrier = NULL; /* c goes below; a batch may wait on for an earlier one */
     }
     for (size_t i = 0; i < c->n_members; i++) {
         struct ingest_part *p = c->members[i]->p;
