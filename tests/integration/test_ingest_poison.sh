@@ -22,6 +22,20 @@ setup() {
     hub_shared
 }
 
+# poison_trigger NAME CONDITION: a trigger (and its function) NAME on
+# event_inbox that makes every insert of a row matching CONDITION (on NEW) fail
+poison_trigger() {
+    psql_q "
+    CREATE FUNCTION $1() RETURNS trigger LANGUAGE plpgsql AS \$\$
+    BEGIN
+        IF $2 THEN
+            RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
+        END IF;
+        RETURN NEW;
+    END \$\$;
+    CREATE TRIGGER $1 BEFORE INSERT ON event_inbox FOR EACH ROW EXECUTE FUNCTION $1();"
+}
+
 # count_on SQL_CONDITION: events stored on the partitions that match it
 count_on() {
     psql_q "SELECT count(*) FROM event_inbox WHERE kafka_partition $1"
@@ -31,16 +45,7 @@ scenario_a_poisoned_partition_neither_blocks_the_others_nor_skips_ahead() {
     local tenant out others
     tenant=$(own_tenant)
     wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
-    psql_q "
-    CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
-    BEGIN
-        IF NEW.source = '/poison' THEN
-            RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
-        END IF;
-        RETURN NEW;
-    END \$\$;
-    CREATE TRIGGER test_poison BEFORE INSERT ON event_inbox
-        FOR EACH ROW EXECUTE FUNCTION test_poison();" || fatal "could not install the poison trigger"
+    poison_trigger test_poison "NEW.source = '/poison'" || fatal "could not install the poison trigger"
 
     # The poisoned record first on partition 0 (i = 0 → partition 0), then N
     # normal records, record i on partition i % 4.
@@ -104,16 +109,7 @@ scenario_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partiti
     local tenant out n=400 shared
     tenant=$(own_tenant)
     wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
-    psql_q "
-    CREATE OR REPLACE FUNCTION test_poison_b() RETURNS trigger LANGUAGE plpgsql AS \$\$
-    BEGIN
-        IF NEW.event_id = 'shared-0' THEN
-            RAISE EXCEPTION 'test poison: % refused', NEW.event_id;
-        END IF;
-        RETURN NEW;
-    END \$\$;
-    CREATE TRIGGER test_poison_b BEFORE INSERT ON event_inbox
-        FOR EACH ROW EXECUTE FUNCTION test_poison_b();" || fatal "could not install the poison trigger"
+    poison_trigger test_poison_b "NEW.event_id = 'shared-0'" || fatal "could not install the poison trigger"
     out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count "$n" --id-prefix shared- \
         --payload-bytes 200)
     assert_contains "$out" "produced $n failed 0" "$n records produced, the first poisoned"
