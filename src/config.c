@@ -137,7 +137,7 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"LOG_FORMAT", CFG_STRING, "json", OFF(log_format), 0, 0, "json|text",
      "json: one object per line on stderr"},
     {"INGEST_BATCH_MAX", CFG_INT, "1000", OFF(ingest_batch_max), 1, 100000, NULL,
-     "most records of one partition stored in one transaction"},
+     "most Kafka records stored in one transaction (the batches of the partitions it carries)"},
     {"INGEST_PG_CONNECTIONS", CFG_INT, "4", OFF(ingest_pg_connections), 1, 64, NULL,
      "database connections that write ingest batches in parallel"},
     {"INGEST_PARTITION_BATCHES", CFG_INT, "1", OFF(ingest_partition_batches), 1, 16, NULL,
