@@ -344,6 +344,30 @@ static int part_may_write_before(const struct ingest_part *p, const struct part_
     return 1;
 }
 
+/* A carrier with room for n records of `parts` partitions, or NULL when
+ * out of memory. */
+static struct ingest_carrier *carrier_new(struct hub_ingest *ing, size_t n, size_t parts) {
+    struct ingest_carrier *c = calloc(1, sizeof(*c));
+
+    if (c != NULL && ((c->w.recs = calloc(n, sizeof(*c->w.recs))) == NULL ||
+                      (c->members = calloc(parts, sizeof(*c->members))) == NULL)) {
+        free(c->w.recs);
+        free(c);
+        return NULL;
+    }
+    if (c != NULL) {
+        c->ing = ing;
+    }
+    return c;
+}
+
+/* Frees a carrier's arrays and itself (its records are freed or moved). */
+static void carrier_discard(struct ingest_carrier *c) {
+    free(c->w.recs);
+    free(c->members);
+    free(c);
+}
+
 /* A carrier's timer closed: free its records (events and Kafka messages)
  * and itself. */
 static void carrier_closed(uv_handle_t *h) {
@@ -355,9 +379,7 @@ static void carrier_closed(uv_handle_t *h) {
         ingest_rec_schema_free(&c->w.recs[i]);
         rd_kafka_message_destroy(c->w.recs[i].msg);
     }
-    free(c->w.recs);
-    free(c->members);
-    free(c);
+    carrier_discard(c);
     if (--ing->open_handles == 0 && ing->stopping && ing->batches_inflight == 0) {
         ingest_finish_stop(ing);
     }
@@ -464,17 +486,9 @@ static int carrier_split(struct ingest_carrier *c, uint64_t delay_ms) {
         return HUB_ENOMEM;
     }
     for (size_t i = 0; i < c->n_members; i++) {
-        struct ingest_carrier *solo = calloc(1, sizeof(*solo));
-        parts[i] = solo;
-        if (solo == NULL ||
-            (solo->w.recs = calloc(c->members[i]->n, sizeof(*solo->w.recs))) == NULL ||
-            (solo->members = calloc(1, sizeof(*solo->members))) == NULL) {
-            for (size_t k = 0; k <= i; k++) {
-                if (parts[k] != NULL) {
-                    free(parts[k]->w.recs);
-                    free(parts[k]->members);
-                    free(parts[k]);
-                }
+        if ((parts[i] = carrier_new(ing, c->members[i]->n, 1)) == NULL) {
+            for (size_t k = 0; k < i; k++) {
+                carrier_discard(parts[k]);
             }
             free(parts);
             return HUB_ENOMEM;
@@ -484,7 +498,6 @@ static int carrier_split(struct ingest_carrier *c, uint64_t delay_ms) {
         struct ingest_carrier *solo = parts[i];
         struct part_batch *b = c->members[i];
 
-        solo->ing = ing;
         memcpy(solo->w.recs, c->w.recs + at, sizeof(*solo->w.recs) * b->n);
         at += b->n;
         solo->w.n = b->n;
@@ -663,16 +676,9 @@ static struct ingest_carrier *carrier_make(struct hub_ingest *ing) {
     if (want == 0 || (!one && ing->writing >= 2 && want < INGEST_PIPELINE_ROWS)) {
         return NULL;
     }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->w.recs = calloc(want, sizeof(*c->w.recs))) == NULL ||
-        (c->members = calloc(parts, sizeof(*c->members))) == NULL) {
-        if (c != NULL) {
-            free(c->w.recs);
-        }
-        free(c);
+    if ((c = carrier_new(ing, want, parts)) == NULL) {
         return NULL;
     }
-    c->ing = ing;
     p = from;
     do {
         if (part_may_start(p)) {
@@ -685,9 +691,7 @@ static struct ingest_carrier *carrier_make(struct hub_ingest *ing) {
         p = part_after(ing, p);
     } while (p != from && c->w.n < want && c->n_members < parts);
     if (c->n_members == 0) {
-        free(c->members);
-        free(c->w.recs);
-        free(c);
+        carrier_discard(c);
         return NULL;
     }
     carrier_open(c);
