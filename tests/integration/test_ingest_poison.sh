@@ -96,25 +96,53 @@ scenario_a_poisoned_partition_neither_blocks_the_others_nor_skips_ahead() {
         "accepted counter counts each record once despite the retries"
 }
 
-# One fetch every 200 ms: the poisoned record arrives with the records of the
-# other partitions, and one transaction (a carrier) takes them all.
+# One ingest connection, so that a transaction held open holds every record
+# that arrives meanwhile back for the next one.
 hub_env_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partition() {
-    echo STREAMING_HUB_KAFKA_FETCH_WAIT=200ms
+    echo STREAMING_HUB_INGEST_PG_CONNECTIONS=1
 }
 
-# The poisoned record is the first of one produce call (i = 0, partition 0),
-# so it is written together with records of partitions 1..3: the carrier
-# fails, is split into one per partition, and only partition 0 stays behind.
+# The first transaction (record gate-0, partition 0) waits on an advisory
+# lock the test holds until all n records were taken by the hub: the next
+# transaction then carries every partition's records, the poisoned shared-0
+# (partition 0) among them.  It fails, is split into one per partition, and
+# only partition 0 stays behind.  Nothing here depends on when fetches come.
 scenario_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partition() {
-    local tenant out n=400 shared
+    local tenant out n=400 shared key=8316025777593609325
     tenant=$(own_tenant)
     wait_until 30 'table_exists event_inbox' || fatal "event_inbox was not created by the hub"
     poison_trigger test_poison_b "NEW.event_id = 'shared-0'" || fatal "could not install the poison trigger"
+    psql_q "
+    CREATE FUNCTION test_gate_b() RETURNS trigger LANGUAGE plpgsql AS \$\$
+    BEGIN
+        IF NEW.event_id = 'gate-0' THEN
+            PERFORM pg_advisory_xact_lock_shared($key);
+        END IF;
+        RETURN NEW;
+    END \$\$;
+    CREATE TRIGGER test_gate_b BEFORE INSERT ON event_inbox FOR EACH ROW EXECUTE FUNCTION test_gate_b();" ||
+        fatal "could not install the gate trigger"
+    held_session_start gate "SELECT pg_advisory_lock($key);"
+    wait_until 10 "[[ \$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                                  AND objid = $((key & 0xFFFFFFFF))\") -ge 1 ]]" || fatal "the test did not take the lock"
+
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count 1 --id-prefix gate-)
+    assert_contains "$out" "produced 1 failed 0" "the gate record produced"
+    wait_until 30 "[[ \$(psql_q \"SELECT count(*) FROM pg_stat_activity
+                                  WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'\") -ge 1 ]]" ||
+        fatal "the hub's first transaction did not reach the gate"
     out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count "$n" --id-prefix shared- \
         --payload-bytes 200)
-    assert_contains "$out" "produced $n failed 0" "$n records produced, the first poisoned"
+    assert_contains "$out" "produced $n failed 0" "$n records produced, the first of partition 0 poisoned"
+    wait_until 30 "[[ \$(metric streaming_hub_ingest_records_pending) -ge $((n + 1)) ]]" ||
+        fatal "the hub did not take the $n records behind the gate ($(metric streaming_hub_ingest_records_pending))"
+    echo "SELECT pg_advisory_unlock($key);" >&"$HELD_FD"
+    exec {HELD_FD}>&-
 
-    mine() { psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$tenant' AND kafka_partition $1"; }
+    mine() {
+        psql_q "SELECT count(*) FROM event_inbox
+                 WHERE tenant_id = '$tenant' AND event_id LIKE 'shared-%' AND kafka_partition $1"
+    }
     if wait_until 60 "[[ \$(mine 'IN (1, 2, 3)') -ge $((n * 3 / 4)) ]]"; then
         pass "partitions 1..3 stored although the poisoned record shared their transaction"
     else
@@ -122,19 +150,20 @@ scenario_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partiti
     fi
     shared=$(grep '"partition batch not stored, retrying"' "$HUB_LOG" | grep -o '"partitions":[0-9]*' |
         cut -d: -f2 | sort -n | tail -n1)
-    assert_ge "${shared:-0}" 2 "the failed transaction carried several partitions' records"
+    assert_eq 4 "${shared:-0}" "the failed transaction carried the records of all four partitions"
     sleep 2
     assert_eq 0 "$(mine '= 0')" "nothing of partition 0 stored past the poisoned record"
 
-    psql_q "DROP TRIGGER test_poison_b ON event_inbox" || fail "could not drop the trigger"
+    psql_q "DROP TRIGGER test_poison_b ON event_inbox; DROP TRIGGER test_gate_b ON event_inbox" ||
+        fail "could not drop the triggers"
     if wait_until 60 "[[ \$(mine '= 0') -ge $((n / 4)) ]]"; then
         pass "partition 0 recovers once the trigger is gone"
     else
         fail "partition 0: only $(mine '= 0') of $((n / 4)) stored within 60 s"
     fi
     sleep 1
-    assert_eq "$n|$n" "$(psql_q "SELECT count(*), count(DISTINCT event_id) FROM event_inbox
-                                  WHERE tenant_id = '$tenant'")" "all $n records stored exactly once"
+    assert_eq "$((n + 1))|$((n + 1))" "$(psql_q "SELECT count(*), count(DISTINCT event_id) FROM event_inbox
+                                  WHERE tenant_id = '$tenant'")" "all $n records and the gate stored exactly once"
     assert_eq 0 "$(psql_q "SELECT count(*) FROM (
                              SELECT seq, lag(seq) OVER (PARTITION BY kafka_partition
                                                         ORDER BY kafka_offset) AS prev

@@ -77,21 +77,6 @@ page_ids() {
     last_body | jq -r '[.items[].id] | join(" ")' 2>/dev/null
 }
 
-# held_session_start NAME SQL...: a psql session kept open on a fifo: the
-# statements run as they are written; output in $WORK/NAME.out.  Sets
-# HELD_FD (write more with `echo ... >&$HELD_FD`).
-held_session_start() {
-    local name=$1
-    shift
-    rm -f "$WORK/$name.in"
-    mkfifo "$WORK/$name.in"
-    psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" <"$WORK/$name.in" \
-        >"$WORK/$name.out" 2>&1 &
-    track_pid $!
-    exec {HELD_FD}>"$WORK/$name.in"
-    printf '%s\n' "$@" >&"$HELD_FD"
-}
-
 # walk AFTER LIMIT: follows next_cursor from AFTER until it is null; prints
 # "<hubsequence> <id>" per item; fails on a status other than 200.
 walk() {

@@ -460,6 +460,21 @@ psql_q() {
     psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" -c "$1"
 }
 
+# held_session_start NAME SQL...: a psql session kept open on a fifo: the
+# statements run as they are written; output in $WORK/NAME.out.  Sets
+# HELD_FD (write more with `echo ... >&$HELD_FD`).
+held_session_start() {
+    local name=$1
+    shift
+    rm -f "$WORK/$name.in"
+    mkfifo "$WORK/$name.in"
+    psql -XAtq -v ON_ERROR_STOP=1 "$STREAMING_HUB_POSTGRES_DSN" <"$WORK/$name.in" \
+        >"$WORK/$name.out" 2>&1 &
+    track_pid $!
+    exec {HELD_FD}>"$WORK/$name.in"
+    printf '%s\n' "$@" >&"$HELD_FD"
+}
+
 # table_exists NAME: the table exists in the hub database (quietly false when
 # the database is not reachable).
 table_exists() {
