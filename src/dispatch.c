@@ -242,6 +242,7 @@ void hub_dispatch_kick(struct hub_dispatch *d) {
         return;
     }
     d->tenants_dirty = 1; /* perhaps a tenant the sample has not seen */
+    d->claim_dry = 0;     /* new jobs: the next claim has something to find */
     if (d->claiming) {
         /* the claim in flight may have missed them: claim_done (or the
          * sample's tenants_done) claims again at once */

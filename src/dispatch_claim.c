@@ -44,6 +44,14 @@
 #include "store_dispatch.h"
 
 #define DISPATCH_IDLE_MS 50 /* claim poll when nothing was due */
+/* After a dry claim that took jobs (claim_was_dry) the next one waits this
+ * long, or for new jobs to be stored (a kick), not for an attempt to end.
+ * In a live stream the fast path leases most jobs and each claim finds the
+ * few it left: claiming again at every attempt's end ran ~1,300 claims a
+ * second of about one job each at 5,000 events/s (docs/performance.md,
+ * "Dry claims").  Another process's ingest cannot kick this one: its jobs
+ * wait up to this much longer for a claim. */
+#define DISPATCH_DRY_MS 5
 /* The tenants a claim rotates through are sampled every DISPATCH_TENANTS_MS,
  * and sooner (not before DISPATCH_TENANTS_MIN_MS) once new jobs were stored
  * or a claim came back short: a tenant's first due job waits at most that
@@ -74,9 +82,12 @@
  * which bounds how long any such job waits.
  */
 struct due_lane {
-    int64_t origin;    /* origin id (delivery_jobs.origin_id) */
-    int64_t floor_us;  /* 0: none (the claim passes -infinity) */
-    int64_t oldest_us; /* scratch of claim_floors */
+    int64_t origin;          /* origin id (delivery_jobs.origin_id) */
+    int64_t floor_us;        /* 0: none (the claim passes -infinity) */
+    int64_t oldest_us;       /* scratch of claim_floors */
+    uint64_t offered_serial; /* the offer_serial of the last claim that offered it */
+    int offered;             /* ... and the jobs it offered */
+    int taken;               /* scratch of claim_was_dry */
 };
 
 /* A tenant of the claim's rotation: its lanes (by origin id) and whether it
@@ -699,6 +710,33 @@ static void claim_floors(struct hub_dispatch *d, PGresult *r, int rows) {
     }
 }
 
+/*
+ * 1 when claim r (rows jobs) was dry: it offered every sampled lane (none
+ * passed over at its cap, for its tenant's share or outside the window, and
+ * no fifo heads), and none of them filled what it offered.  Everything due
+ * in them was taken: the next claim can only find what was stored since,
+ * which kicks it, or what came due since, which its timer finds.
+ */
+static int claim_was_dry(struct hub_dispatch *d, PGresult *r, int rows) {
+    if (d->claim_partial || (size_t)rows >= d->claim_offered) {
+        return 0;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < rows; i++) {
+            struct due_lane *l = claim_row_lane(d, r, i);
+            if (l == NULL || l->offered_serial != d->offer_serial) {
+                return 0;
+            }
+            if (pass == 0) {
+                l->taken = 0;
+            } else if (++l->taken >= l->offered) {
+                return 0; /* this lane may have more due */
+            }
+        }
+    }
+    return 1;
+}
+
 /* A slot for each claimed job, held from now on (hub_caps_hold): rows
  * entries, NULL where none could be made.  Returns the array owned, or NULL
  * when out of memory (the jobs are then not counted). */
@@ -755,6 +793,8 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
         }
     }
     claim_floors(d, r, rows);
+    /* set before the jobs start: the pump below must not claim again */
+    d->claim_dry = !d->kicked && claim_was_dry(d, r, rows);
     if (rows > 0) {
         struct hub_cap_lane **slots = claim_slots(d, r, rows);
         if (!d->claim_full) { /* this claim did the lookups itself */
@@ -770,9 +810,13 @@ static void claim_done(void *arg, const struct hub_pg_outcome *out) {
      * its lanes' caps made small is not a backlog the claim can take. */
     d->claim_full = (size_t)rows >= d->claim_asked;
     dispatch_pump(d);
-    /* rows (or a kick) mean more may be due: claim again at once */
+    /* rows (or a kick) mean more may be due: claim again at once, unless
+     * the claim was dry */
     if (!d->stopping) {
-        dispatch_claim_soon(d, rows > 0 || d->kicked ? 0 : DISPATCH_IDLE_MS);
+        dispatch_claim_soon(d, d->kicked      ? 0
+                               : rows == 0    ? DISPATCH_IDLE_MS
+                               : d->claim_dry ? DISPATCH_DRY_MS
+                                              : 0);
     }
     d->kicked = 0;
     dispatch_maybe_done(d);
@@ -923,8 +967,10 @@ static void dispatch_sample_tenants(struct hub_dispatch *d) {
  * hub_claim_param): owns its arrays until claim_arrays_free. */
 struct claim_arrays {
     struct hub_pgarr tenants, origins, floors, fifo, limits, capped_tenants, capped_origins;
-    size_t offered; /* the sum of the entries' limits */
+    size_t offered;  /* the sum of the entries' limits */
+    uint64_t serial; /* the claim's offer_serial */
     int any_fifo;
+    int partial;        /* some sampled lane was not offered (caps, share, window) */
     const char *tenant; /* scratch of claim_capped */
 };
 
@@ -950,8 +996,8 @@ static void claim_arrays_free(struct claim_arrays *a) {
 }
 
 /* One entry: lane l of tenant t, or (l NULL) t's fifo heads; lim jobs at most. */
-static void claim_entry(struct claim_arrays *a, const struct due_tenant *t,
-                        const struct due_lane *l, int lim) {
+static void claim_entry(struct claim_arrays *a, const struct due_tenant *t, struct due_lane *l,
+                        int lim) {
     hub_pgarr_add_text(&a->tenants, t->id);
     if (l != NULL) {
         hub_pgarr_add_i64(&a->origins, l->origin);
@@ -967,6 +1013,10 @@ static void claim_entry(struct claim_arrays *a, const struct due_tenant *t,
     hub_pgarr_add_i32(&a->limits, lim);
     a->any_fifo |= l == NULL;
     a->offered += (size_t)lim;
+    if (l != NULL) {
+        l->offered_serial = a->serial;
+        l->offered = lim;
+    }
 }
 
 /* hub_caps_each_full's callback: a pair whose fifo heads wait. */
@@ -1029,6 +1079,7 @@ static void claim_tenant(struct hub_dispatch *d, struct due_tenant *t, size_t sh
         }
     }
     t->lane_next = next;
+    a->partial |= offered < t->n_lanes;
     if (t->fifo) {
         claim_entry(a, t, NULL, (int)share);
         a->tenant = t->id;
@@ -1079,10 +1130,10 @@ static void dispatch_claim(struct hub_dispatch *d) {
     struct claim_arrays a;
     int64_t now = dispatch_unix_ms();
     size_t first = 0, window_max, share, *window, n_window = 0, seen = 0;
-    int ok = 1;
+    int ok = 1, passed_over = 0;
     struct hub_pg_txn *txn;
 
-    if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL) {
+    if (d->claiming || d->stopping || free_slots == 0 || d->hub->httpc == NULL || d->claim_dry) {
         return;
     }
     if (free_slots < (batch + 1) / 2 && held >= workers) {
@@ -1121,6 +1172,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
         size_t i = (first + seen) % d->n_tenants;
         if (tenant_offers(d, &d->tenants[i], now)) {
             window[n_window++] = i;
+        } else {
+            passed_over = 1; /* every lane at its cap */
         }
     }
     snprintf(d->window_last, sizeof(d->window_last), "%s",
@@ -1140,6 +1193,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
     share = share < 2 ? 2 : share;
     share = share > batch ? batch : share;
     claim_arrays_init(&a);
+    a.serial = d->offer_serial;
+    a.partial = passed_over || seen < d->n_tenants;
     for (size_t w = 0; w < n_window; w++) {
         claim_tenant(d, &d->tenants[window[w]], share, &a, now);
     }
@@ -1159,6 +1214,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
     }
     d->claim_asked = batch;
     d->claim_offered = a.offered < batch ? a.offered : batch;
+    d->claim_partial = a.partial || a.any_fifo;
     snprintf(lease, sizeof(lease), "%lld", (long long)d->hub->cfg.dispatch_lease_ms);
     snprintf(limit, sizeof(limit), "%zu", d->claim_offered);
     txn = ok ? hub_pg_txn_new(d->pg_claim, claim_done, d) : NULL;
@@ -1170,13 +1226,17 @@ static void dispatch_claim(struct hub_dispatch *d) {
                               a.any_fifo ? HUB_CLAIM_NPARAMS : HUB_CLAIM_NPARAMS_UNORDERED, params,
                               lengths, formats);
         d->claiming = 1;
+        d->hub->metrics.dispatch_claims++;
         hub_pg_txn_submit(txn);
     }
     claim_arrays_free(&a);
 }
 
 static void claim_timer_cb(uv_timer_t *t) {
-    dispatch_claim(t->data);
+    struct hub_dispatch *d = t->data;
+
+    d->claim_dry = 0;
+    dispatch_claim(d);
 }
 
 void dispatch_claim_soon(struct hub_dispatch *d, uint64_t delay_ms) {

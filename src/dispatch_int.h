@@ -190,6 +190,9 @@ struct hub_dispatch {
     size_t claim_offered; /* ... and what its lanes' limits let it ask for */
     int claim_full;       /* the last claim came back full; the one after it leaves
                            * its lookups to the load (see claim_done) */
+    int claim_partial;    /* the claim in flight passed some sampled lane over */
+    int claim_dry;        /* the last claim was dry (claim_was_dry): the next one waits
+                           * for its timer or a kick, not for an attempt to end */
     size_t loading;       /* claimed jobs whose load is in flight */
     /* Claimed jobs waiting for a worker: claims run ahead of the workers so
      * that none waits on the database between attempts.  Popped round-robin

@@ -125,9 +125,13 @@ static void render_fast_path(const struct hub_metrics *m, FILE *out) {
             "dispatcher, by path: fast (leased by the ingest transaction that stored the event) "
             "or claim.\n# TYPE streaming_hub_dispatch_jobs_total counter\n"
             "streaming_hub_dispatch_jobs_total{path=\"fast\"} %llu\n"
-            "streaming_hub_dispatch_jobs_total{path=\"claim\"} %llu\n",
-            (unsigned long long)m->dispatch_jobs_fast,
-            (unsigned long long)m->dispatch_jobs_claimed);
+            "streaming_hub_dispatch_jobs_total{path=\"claim\"} %llu\n"
+            "# HELP streaming_hub_dispatch_claims_total Claim transactions this process's "
+            "dispatcher ran (each leases up to a batch of due jobs).\n"
+            "# TYPE streaming_hub_dispatch_claims_total counter\n"
+            "streaming_hub_dispatch_claims_total %llu\n",
+            (unsigned long long)m->dispatch_jobs_fast, (unsigned long long)m->dispatch_jobs_claimed,
+            (unsigned long long)m->dispatch_claims);
 }
 
 void hub_metrics_render(const struct hub_metrics *m, const struct hub_metrics_gauges *g,

@@ -114,6 +114,7 @@ struct hub_metrics {
      * transaction (dispatch_fast.c), or by a claim */
     uint64_t dispatch_jobs_fast;
     uint64_t dispatch_jobs_claimed;
+    uint64_t dispatch_claims; /* claim statements sent (tenant samples not counted) */
 };
 
 /* verdict and reason labels of a verdict ("accepted", ""), ("dropped", "unknown_tenant")... */

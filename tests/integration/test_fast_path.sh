@@ -64,6 +64,33 @@ scenario_fresh_events_take_the_fast_path() {
         "each job was attempted once, none reclaimed"
 }
 
+# Every job of this scenario is claimed (no fast path), a few at a time as
+# a light stream stores them.  A claim that took everything due is dry: the
+# next waits for jobs to be stored (the ingest's kick) or for its timer,
+# not for an attempt to end (docs/performance.md, "Dry claims").  Claiming
+# again at every attempt's end ran about one claim per event more.
+hub_env_a_claims_follow_the_stream_not_the_attempts() {
+    echo STREAMING_HUB_DISPATCH_FAST_PATH=false
+}
+
+scenario_a_claims_follow_the_stream_not_the_attempts() {
+    local tenant key path sub claims0 claimed0 claims claimed n=400
+    tenant=$(own_tenant)
+    key=$(tenant_key "$tenant")
+    path=/ok/$(own_id)/
+    sub=$(subscribe_at "$key" "$path" transaction.posted)
+    claims0=$(metric streaming_hub_dispatch_claims_total)
+    claimed0=$(metric "$CLAIM")
+    produce --topic "$TOPIC" --tenant "$tenant" --count "$n" --rate 200 --partitions 4 \
+        --id-prefix cs- --type "$TYPE"
+    wait_jobs "$sub" succeeded "$n" 30 || fail "not every job succeeded: $(job_states "$sub")"
+    claims=$(metric_delta streaming_hub_dispatch_claims_total "$claims0")
+    claimed=$(metric_delta "$CLAIM" "$claimed0")
+    log "$claims claims took $claimed jobs"
+    assert_eq "$n" "$claimed" "every job was claimed"
+    assert_le "$claims" "$n" "at most a claim per job ($claims claims)"
+}
+
 scenario_fifo_jobs_are_always_claimed() {
     local tenant key path sub fast0
     tenant=$(own_tenant)
