@@ -108,7 +108,8 @@ drain() {
         STREAMING_HUB_DISPATCH_WORKERS="$w" STREAMING_HUB_DISPATCH_CLAIM_BATCH="$b"
     DRAIN_FIRST_JOB=$job0
     pg_stats_reset
-    local hub0 pg0 all0
+    local hub0 pg0 all0 conns0 split
+    conns0=$(pg_conn_ticks)
     hub0=$(cpu_ticks "$HUB_PID")
     pg0=$(pg_cpu_ticks)
     all0=$(machine_busy_ticks)
@@ -139,6 +140,9 @@ drain() {
     # final polls' backend included)
     local hubcpu=$(($(cpu_ticks "$HUB_PID") - hub0)) pgcpu=$(($(pg_cpu_ticks) - pg0))
     local allcpu=$(($(machine_busy_ticks) - all0))
+    split=$(pg_conn_split "$conns0" "$(pg_conn_ticks)" "$(hub_deliveries 'succeeded|dead|poison')" \
+        streaming-hub-claim streaming-hub-load streaming-hub-outcomes)
+    log "run $RUN: PostgreSQL CPU per delivery by hub connection (µs): ${split//streaming-hub-/}"
     pg_stats_print "$want"
     errs=$(grep -cE '"level":"(error|warn)' "$HUB_LOG")
     hub_stop
