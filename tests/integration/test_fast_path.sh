@@ -68,27 +68,33 @@ scenario_fresh_events_take_the_fast_path() {
 # a light stream stores them.  A claim that took everything due is dry: the
 # next waits for jobs to be stored (the ingest's kick) or for its timer,
 # not for an attempt to end (docs/performance.md, "Dry claims").  Claiming
-# again at every attempt's end ran about one claim per event more.
+# again at every attempt's end ran twenty claims per job here.
 hub_env_a_claims_follow_the_stream_not_the_attempts() {
     echo STREAMING_HUB_DISPATCH_FAST_PATH=false
 }
 
+# (A job that waited in the queue past what its lease covers goes back and
+# is claimed again, so a slow machine may claim a few jobs twice.)
 scenario_a_claims_follow_the_stream_not_the_attempts() {
-    local tenant key path sub claims0 claimed0 claims claimed n=400
+    local tenant key path sub claims0 claimed0 fast0 claims claimed n=400
     tenant=$(own_tenant)
     key=$(tenant_key "$tenant")
     path=/ok/$(own_id)/
     sub=$(subscribe_at "$key" "$path" transaction.posted)
     claims0=$(metric streaming_hub_dispatch_claims_total)
     claimed0=$(metric "$CLAIM")
+    fast0=$(metric "$FAST")
     produce --topic "$TOPIC" --tenant "$tenant" --count "$n" --rate 200 --partitions 4 \
         --id-prefix cs- --type "$TYPE"
     wait_jobs "$sub" succeeded "$n" 30 || fail "not every job succeeded: $(job_states "$sub")"
     claims=$(metric_delta streaming_hub_dispatch_claims_total "$claims0")
     claimed=$(metric_delta "$CLAIM" "$claimed0")
     log "$claims claims took $claimed jobs"
-    assert_eq "$n" "$claimed" "every job was claimed"
-    assert_le "$claims" "$n" "at most a claim per job ($claims claims)"
+    assert_eq 0 "$(metric_delta "$FAST" "$fast0")" "no job took the fast path"
+    assert_ge "$claimed" "$n" "every job was claimed"
+    # about a claim per ingest transaction now (each wakes the claim), against
+    # 8,554 claims for these 400 jobs before
+    assert_le "$claims" $((2 * claimed)) "at most two claims per claimed job ($claims claims)"
 }
 
 scenario_fifo_jobs_are_always_claimed() {
