@@ -68,13 +68,13 @@ scenario_fresh_events_take_the_fast_path() {
 # a light stream stores them.  A claim that took everything due is dry: the
 # next waits for jobs to be stored (the ingest's kick) or for its timer,
 # not for an attempt to end (docs/performance.md, "Dry claims").  Claiming
-# again at every attempt's end ran twenty claims per job here.
+# again at every attempt's end ran twenty claims per job here.  A job that
+# waited in the queue past what its lease covers goes back and is claimed
+# again, so a slow machine may claim a few jobs twice.
 hub_env_a_claims_follow_the_stream_not_the_attempts() {
     echo STREAMING_HUB_DISPATCH_FAST_PATH=false
 }
 
-# (A job that waited in the queue past what its lease covers goes back and
-# is claimed again, so a slow machine may claim a few jobs twice.)
 scenario_a_claims_follow_the_stream_not_the_attempts() {
     local tenant key path sub claims0 claimed0 fast0 claims claimed n=400
     tenant=$(own_tenant)
