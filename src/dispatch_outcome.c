@@ -154,6 +154,7 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
     struct outcome *o = outcome_push(d);
     int success =
         res != NULL && res->error == HUB_HTTPC_OK && res->status >= 200 && res->status < 300;
+    int gone = 0; /* a 410 that disables the subscription */
 
     if (o == NULL) {
         return; /* OOM: the lease expires and the job is reclaimed */
@@ -213,15 +214,17 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
             o->state = "pending";
             o->delay_ms = delay;
         }
-        if (res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled &&
-            !dispatch_lease_past(d, j, dispatch_unix_ms())) {
-            /* it is being disabled; a stale 410 disables nothing (the
-             * statement's fence), so it drops nothing either */
-            dispatch_queue_drop_subscription(d, j->sub_id);
-        }
+        gone = res != NULL && res->status == 410 && d->hub->cfg.autodisable_enabled &&
+               !dispatch_lease_past(d, j, dispatch_unix_ms());
     }
     /* per-tenant figures (stats.h): delivered, retried, dead */
     hub_stats_attempt(d->hub->stats, j->tenant, j->attrs, j->event_type, o->state);
+    if (gone) {
+        /* it is being disabled; a stale 410 disables nothing (the
+         * statement's fence), so it drops nothing either.  Last: each job
+         * dropped pushes an outcome, which may move the records, o too. */
+        dispatch_queue_drop_subscription(d, j->sub_id);
+    }
     schedule_flush(d);
 }
 

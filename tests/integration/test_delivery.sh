@@ -6,7 +6,8 @@
 # request of SPEC §7.2 (body bytes unchanged, X-Lerian-* and ce-* headers, a
 # consumer-side HMAC check with openssl for both signature schemes, the
 # destination credential header), retries then success, exhaustion to dead,
-# 410 disabling the subscription, circuit-breaker shedding, the deliveries API
+# 410 disabling the subscription (and dropping its queued jobs at once, on a
+# hub of its own), circuit-breaker shedding, the deliveries API
 # and the metrics.  Durations are shortened through the environment; the
 # breaker (per tenant and origin: every sink path shares one origin) is kept
 # out of the way here.  A backlog of 1,200 jobs due at once is drained with
@@ -427,6 +428,42 @@ scenario_a_backlog_of_1200_goes_out_once_each() {
         "one attempt recorded per backlog job"
     assert_eq "1200 1200" "$(sink_event_ids "$path" bl | sort | uniq -c | awk '{n++; t+=$1} END {print n, t}')" \
         "the sink received each of the 1,200 events once"
+}
+
+# A 410 drops the subscription's jobs waiting in the dispatcher's queue at
+# once, each with an outcome record of its own: with more of them than the
+# records had room for, the records move, and the attempt's own record must
+# not be read after that (it was: a use-after-free, found in review).  A hub
+# of its own with 2 workers and claims of up to 200, the fast path off: once
+# the (tenant, origin) lane has seen the sink answer (the warm-up), one claim
+# takes most of the burst, and all but two of its jobs wait in the queue
+# when the first 410 comes back.
+hub_env_410_drops_the_queued_backlog_at_once() {
+    echo STREAMING_HUB_DISPATCH_WORKERS=2 STREAMING_HUB_DISPATCH_CLAIM_BATCH=200 \
+        STREAMING_HUB_DISPATCH_FAST_PATH=false
+}
+
+scenario_410_drops_the_queued_backlog_at_once() {
+    local warm_id gone_id gpath claimed0 claimed probes attempts
+    own_client
+    warm_id=$(subscribe_at "$KEY" "/ok/$(own_id warm)/" warm.up)
+    gpath=/gone/$(own_id)/
+    gone_id=$(subscribe_at "$KEY" "$gpath" gone.burst)
+    events warm.up wu- 40 --partitions 1
+    wait_jobs "$warm_id" succeeded 40 || fail "warm-up not delivered: $(job_states "$warm_id")"
+    claimed0=$(metric 'streaming_hub_dispatch_jobs_total{path="claim"}')
+    probes=$(sink_count "$gpath") # the verification probe's
+    events gone.burst gb- 300 --partitions 1
+    wait_sql 20 gone "SELECT disabled_reason FROM subscriptions WHERE id = '$gone_id'" ||
+        fail "410 did not disable the subscription"
+    wait_jobs "$gone_id" parked 300 || fail "not every job parked: $(job_states "$gone_id")"
+    hub_alive || fail "the hub died (status $(hub_exit_status "$HUB_START_N"))"
+    claimed=$(($(metric 'streaming_hub_dispatch_jobs_total{path="claim"}') - claimed0))
+    assert_ge "$claimed" 100 "most of the burst was claimed before the disable ($claimed jobs)"
+    # the two workers' attempts, and those of claims made before the disable
+    # committed: not one each of the 300
+    attempts=$(($(sink_count "$gpath") - probes))
+    assert_le "$attempts" 8 "the queued jobs went back unattempted ($attempts attempts of 300 jobs)"
 }
 
 scenarios_main "$@"
