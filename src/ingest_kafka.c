@@ -808,6 +808,12 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             }
         }
         rd_kafka_assign(rk, parts);
+        /* librdkafka keeps a partition this process paused (part_set_paused)
+         * paused through a revoke and a new assignment; it starts afresh
+         * here (p->paused = 0), so it must fetch again */
+        if (rd_kafka_resume_partitions(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            hub_log(HUB_WARN, "kafka partitions not resumed after their assignment");
+        }
         ing->ready = 1;
         ing->no_topics = 0;
         health_set(ing, 1, NULL); /* an assignment: a member, connected */

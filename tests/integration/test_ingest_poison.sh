@@ -8,7 +8,9 @@
 # record included — is stored exactly once.  The same when the poisoned
 # record shares its transaction with records of other partitions (scenario
 # b): the failed transaction is split, one per partition, and only the
-# poisoned partition stays behind.
+# poisoned partition stays behind.  And a poisoned partition, paused, given
+# up in a rebalance and dealt back to the same process, is fetched again
+# (scenario c: two processes in the group).
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
@@ -169,6 +171,54 @@ scenario_b_a_poisoned_record_in_a_shared_transaction_holds_back_only_its_partiti
                                                         ORDER BY kafka_offset) AS prev
                                FROM event_inbox WHERE tenant_id = '$tenant') x WHERE prev > seq")" \
         "each partition stored in partition order"
+}
+
+# c: a partition paused while its transaction fails, then given up in a
+# rebalance and dealt back to the same process, is fetched again.  librdkafka
+# keeps the application's pause of a partition through a revoke and a new
+# assignment; the hub forgot it (a partition starts unpaused on assignment),
+# so partition 0 was never fetched again: lag without end, and /readyz
+# still 200 (found in review, stop 40).  A second process joins the group
+# while partition 0 is poisoned (every partition is revoked from the first
+# and dealt out again), the poison goes, the second leaves: the first takes
+# all four partitions back and must store what arrives on each of them.
+scenario_c_a_partition_paused_when_given_up_is_fetched_again_when_dealt_back() {
+    local tenant out failures n=400 first_pid
+    tenant=$(own_tenant)
+    poison_trigger test_poison_c "NEW.source = '/poison-c'" || fatal "could not install the poison trigger"
+    failures=$(metric streaming_hub_ingest_batch_failures_total)
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count 1 --source /poison-c \
+        --id-prefix pc-)
+    assert_contains "$out" "produced 1 failed 0" "the poisoned record produced (partition 0)"
+    wait_until 30 "(( \$(metric streaming_hub_ingest_batch_failures_total) > $failures ))" ||
+        fatal "partition 0's transaction did not fail"
+
+    first_pid=$HUB_PID
+    track_pid "$HUB_PID"
+    track_pid "$HUB_WRAPPER_PID"
+    hub_start "${HUB_SHARED_ENV[@]}" # ready: a member of the group, partitions dealt out again
+    log "second process: hub #$HUB_START_N, pid $HUB_PID; first pid $first_pid"
+    psql_q "DROP TRIGGER test_poison_c ON event_inbox" || fail "could not drop the trigger"
+    hub_stop # the first process takes all four partitions back
+
+    out=$(produce --topic "$TOPIC" --tenant "$tenant" --partitions 4 --count "$n" --id-prefix c- \
+        --payload-bytes 200)
+    assert_contains "$out" "produced $n failed 0" "$n records produced after the second process left"
+    mine() {
+        psql_q "SELECT count(*) FROM event_inbox
+                 WHERE tenant_id = '$tenant' AND kafka_partition $1"
+    }
+    if wait_until 60 "[[ \$(mine '= 0') -ge $((n / 4 + 1)) ]]"; then
+        pass "partition 0, paused when given up, is fetched again once dealt back"
+    else
+        fail "partition 0: only $(mine '= 0') of $((n / 4 + 1)) stored within 60 s"
+    fi
+    wait_until 30 "[[ \$(mine 'IN (1, 2, 3)') -ge $((n * 3 / 4)) ]]" ||
+        fail "partitions 1..3: only $(mine 'IN (1, 2, 3)') of $((n * 3 / 4)) stored within 30 s"
+    assert_eq "$((n + 1))|$((n + 1))" "$(psql_q "SELECT count(*), count(DISTINCT event_id) FROM event_inbox
+                                  WHERE tenant_id = '$tenant'")" "all $n records and the poisoned one stored once"
+    kill -TERM "$first_pid" 2>/dev/null
+    wait_until 30 "! kill -0 $first_pid 2>/dev/null" || fail "the first process still runs 30 s after SIGTERM"
 }
 
 scenarios_main "$@"
