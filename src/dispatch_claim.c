@@ -955,6 +955,7 @@ static void dispatch_sample_tenants(struct hub_dispatch *d) {
     struct hub_pg_txn *txn = hub_pg_txn_new(d->pg_claim, tenants_done, d);
 
     if (txn == NULL) {
+        dispatch_claim_soon(d, DISPATCH_IDLE_MS); /* out of memory: nothing else would */
         return;
     }
     snprintf(limit, sizeof(limit), "%d", DISPATCH_TENANTS_MAX);
@@ -1165,6 +1166,7 @@ static void dispatch_claim(struct hub_dispatch *d) {
      * room in it. */
     window_max = DISPATCH_WINDOW_BATCHES * batch;
     if ((window = malloc(sizeof(*window) * window_max)) == NULL) {
+        dispatch_claim_soon(d, DISPATCH_IDLE_MS); /* out of memory: nothing else would */
         return;
     }
     d->offer_serial++;
@@ -1228,6 +1230,8 @@ static void dispatch_claim(struct hub_dispatch *d) {
         d->claiming = 1;
         d->hub->metrics.dispatch_claims++;
         hub_pg_txn_submit(txn);
+    } else {
+        dispatch_claim_soon(d, DISPATCH_IDLE_MS); /* out of memory: nothing else would */
     }
     claim_arrays_free(&a);
 }
