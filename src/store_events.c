@@ -54,14 +54,16 @@ const struct hub_sql hub_sql_pull_still = {
  * The byte cap: p is the page as `limit` alone would make it; the window
  * sums each event's size over p in seq order, and the page keeps the
  * prefix within $6 (the first event always).  octet_length() of a bytea
- * and pg_column_size() read a TOASTed value's size from its pointer, so
- * the payloads the cap leaves out are never fetched; those kept are read
- * once, as the rows go out. */
+ * reads a TOASTed value's size from its pointer, so the payloads the cap
+ * leaves out are never fetched; those kept are read once, as the rows go
+ * out.  The attributes count as the text they go out as: their stored size
+ * (pg_column_size) is compressed, and attributes of one repeated letter
+ * had passed a page of 8 MiB by a hundred times. */
 const struct hub_sql hub_sql_events_list = {
     "events_list",
     "SELECT " EVENTS_COLUMNS ", scanned FROM ("
     "  SELECT p.*,"
-    "         sum(octet_length(p.payload) + pg_column_size(p.headers)) OVER w AS upto,"
+    "         sum(octet_length(p.payload) + octet_length(p.headers::text)) OVER w AS upto,"
     "         row_number() OVER w AS rn, count(*) OVER () AS scanned"
     "    FROM (SELECT seq, headers, event_type, content_type, payload FROM event_inbox"
     "           WHERE tenant_id = $1 AND seq > $2::int8 AND seq <= $5::int8"

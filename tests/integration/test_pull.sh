@@ -20,7 +20,8 @@
 #   naming seq); bad input costs no pull token; 405 Allow lists HEAD;
 # - pages are capped in bytes (STREAMING_HUB_PULL_PAGE_BYTES): a page ends
 #   before the event that would pass the cap, next_cursor stays exact, a
-#   larger event comes alone;
+#   larger event comes alone; attributes count as sent, not as stored
+#   compressed;
 # - 24 concurrent pulls of limit=500 over 1 MiB events keep the hub's peak
 #   RSS (VmHWM) under 512 MiB, every pull 200, and a cursor walk still sees
 #   every event once.
@@ -424,6 +425,45 @@ scenario_pages_are_capped_in_bytes() {
     assert_eq "$want" "$(tr -s ' ' <<<"$got" | sed 's/^ //')" "the walk sees every event once, in order"
     assert_ge "$(metric_delta streaming_hub_pull_pages_byte_capped_total "$capped0")" 3 \
         "pages ended by the cap are counted"
+}
+
+hub_env_a_page_counts_attributes_as_they_go_out() {
+    hub_env_pages_are_capped_in_bytes
+}
+
+# Events with a 30 KB extension attribute of one repeated letter: PostgreSQL
+# stores each event's attributes compressed to a few hundred bytes, and the
+# cap counted that, so all six went out in one 64 KiB page (~180 KB; found in
+# review).  The cap counts the attributes as the text that goes out: two
+# events a page.
+scenario_a_page_counts_attributes_as_they_go_out() {
+    local i code sizes after
+    own_client
+    for i in 1 2 3 4 5 6; do
+        {
+            printf '{"specversion":"1.0","id":"att-%s","source":"/pull/att","type":"studio.lerian.pull.tested","time":"%s","bigext":"' \
+                "$i" "$(now3339)"
+            head -c 30000 /dev/zero | tr '\0' 'c'
+            printf '","datacontenttype":"application/json","data":{"n":%s}}' "$i"
+        } >"$WORK/att.json"
+        code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
+            -H 'Content-Type: application/cloudevents+json' --data-binary @"$WORK/att.json" \
+            "$HUB_URL/v1/events")
+        [[ $code == 2* ]] || fail "event att-$i: status $code"
+    done
+    assert_eq 6 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT'
+                             AND pg_column_size(headers) < 4000 AND octet_length(headers::text) > 30000")" \
+        "six events stored with 30 KB of attributes, compressed"
+    sizes=""
+    after=0
+    while :; do
+        pull "/v1/events?after=$after&limit=500" >/dev/null
+        [[ $(http_status) == 200 ]] || break
+        sizes="$sizes $(last_body | jq '.items | length')"
+        after=$(last_body | jq -r '.next_cursor // empty')
+        [[ -n $after ]] || break
+    done
+    assert_eq " 2 2 2" "$sizes" "pages of two events of 30 KB attributes under a 64 KiB cap"
 }
 
 hub_env_concurrent_big_pulls_keep_memory_bounded() {
