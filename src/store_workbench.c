@@ -21,14 +21,15 @@ const struct hub_sql hub_sql_dryrun_sub = {
     "e.seq, e.headers, e.event_type, e.content_type, e.schema_major, e.payload"
 
 /* The byte cap, as the pull API's list applies it (store_events.c): the
- * inner query picks the events, the window sums their payload sizes in the
- * answer's order, and only the prefix within the cap is read out (the first
- * event always).  octet_length() reads a TOASTed payload's size from its
- * pointer, so the payloads the cap leaves out are never fetched.  scanned
- * counts the events the inner query picked. */
-#define DRYRUN_WINDOW                                                   \
-    "  SELECT p.*, sum(octet_length(p.payload)) OVER w AS upto,"        \
-    "         row_number() OVER w AS rn, count(*) OVER () AS scanned"
+ * inner query picks the events, the window sums their sizes (payload, and
+ * the attributes as the text they are read as) in the answer's order, and
+ * only the prefix within the cap is read out (the first event always).
+ * octet_length() reads a TOASTed payload's size from its pointer, so the
+ * payloads the cap leaves out are never fetched.  scanned counts the events
+ * the inner query picked. */
+#define DRYRUN_WINDOW                                                                     \
+    "  SELECT p.*, sum(octet_length(p.payload) + octet_length(p.headers::text)) OVER w"  \
+    "         AS upto, row_number() OVER w AS rn, count(*) OVER () AS scanned"
 
 /* The ORDER BY ... LIMIT on (tenant_id, seq) reads event_inbox_tenant_seq
  * backwards; the subscription filter is a one-row lookup per event. */

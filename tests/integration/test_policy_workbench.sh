@@ -172,7 +172,7 @@ scenario_dry_run_loaded_policy() {
     assert_eq "$n0" "$(sink_count)" "nothing was delivered"
 }
 
-# 8 MiB of stored payloads at most per dry-run: 40 events of ~300 KB are
+# 8 MiB of stored events at most per dry-run: 40 events of ~300 KB are
 # cut to what fits, the answer says so, the first event always comes.
 scenario_dry_run_caps_the_bytes_it_reads() {
     local t key out n i pad
@@ -196,6 +196,32 @@ scenario_dry_run_caps_the_bytes_it_reads() {
     out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":5}")
     assert_eq "false" "$(jq .truncated <<<"$out")" "5 of them fit: not truncated"
     assert_eq 5 "$(jq '.results | length' <<<"$out")" "all 5"
+}
+
+# The same cap counts the attributes, as the text they are read as: 40
+# events of a tiny payload and a 300 KB extension attribute (stored
+# compressed to a few hundred bytes) are cut as the 300 KB payloads are; on
+# the build before all 40 were read (found in review).
+scenario_dry_run_counts_attributes_in_its_cap() {
+    local t key out n i
+    t=$(own_tenant)
+    key=$(tenant_key "$t")
+    for i in $(seq 1 40); do
+        {
+            printf '{"specversion":"1.0","id":"dattr-%s","source":"/cap","type":"studio.lerian.transaction.posted","time":"2026-12-06T08:00:00Z","bigext":"' "$i"
+            head -c 300000 /dev/zero | tr '\0' 'y'
+            printf '","datacontenttype":"application/json","data":{"amount":99}}'
+        } >"$WORK/attr.json"
+        curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Authorization: Bearer $key" \
+            -H 'Content-Type: application/cloudevents+json' --data-binary "@$WORK/attr.json" \
+            "$HUB_URL/v1/events"
+    done | sort | uniq -c | grep -q ' 40 202' || fail "the 40 events were not all accepted"
+    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":40}")
+    assert_eq 200 "$(http_status)" "200"
+    n=$(jq '.results | length' <<<"$out")
+    assert_eq "true" "$(jq .truncated <<<"$out")" "truncated"
+    assert_ge "$n" 20 "what fits in 8 MiB is there ($n)"
+    assert_le "$n" 28 "and no more ($n)"
 }
 
 scenario_dry_run_never_trips() {
