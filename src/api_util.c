@@ -517,7 +517,9 @@ static long query_decode(const char *s, size_t len, char *out) {
 
 /* Scans the raw query string (req->path after '?'): returns 1 with the
  * decoded value in the request pool, 0 when absent or empty, -1 when the
- * value is badly percent-encoded.  The last occurrence wins. */
+ * value is badly percent-encoded or not UTF-8 (the database refuses such
+ * text: a 500 where the client's request was at fault).  The last
+ * occurrence wins. */
 int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
     const char *q, *end;
     int found = 0;
@@ -541,7 +543,8 @@ int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
             strcmp(decoded_name, name) == 0) {
             const char *v = eq != NULL ? eq + 1 : stop;
             char *out = h2o_mem_alloc_pool(&req->pool, (size_t)(stop - v) + 1);
-            if (query_decode(v, (size_t)(stop - v), out) < 0) {
+            long n = query_decode(v, (size_t)(stop - v), out);
+            if (n < 0 || !hub_utf8_valid(out, (size_t)n)) {
                 return HUB_EINVAL;
             }
             /* keep going: the last occurrence wins; an empty value is no
