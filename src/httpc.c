@@ -15,7 +15,11 @@
  *     dispatcher 2.4 epoll_ctl calls and half an ioctl per request
  *     (strace); now a poll is left as it was (and stopped only if it fires
  *     while libcurl is not watching) and closed when libcurl closes the
- *     socket (CURLOPT_CLOSESOCKETFUNCTION);
+ *     socket (CURLOPT_CLOSESOCKETFUNCTION).  Only for the sockets libcurl
+ *     opened through CURLOPT_OPENSOCKETFUNCTION: the threaded resolver's
+ *     socketpair is closed by libcurl itself, so its poll is closed at its
+ *     CURL_POLL_REMOVE (left open, libuv kept watching a descriptor number
+ *     the process would reuse);
  *   - CURLMOPT_TIMERFUNCTION arms the client's one uv_timer_t;
  *   - poll and timer callbacks call curl_multi_socket_action(), then
  *     httpc_drain() hands finished transfers to their callbacks.
@@ -69,6 +73,8 @@ struct httpc_sock {
     curl_socket_t fd;
     int want;                /* UV_READABLE|UV_WRITABLE libcurl watches; 0: none now */
     int watching;            /* what the poll is started with; 0: stopped */
+    int ours;                /* opened by httpc_opensocket_cb: httpc_closesocket_cb
+                              * closes it, so its poll may outlive a REMOVE */
     struct httpc_sock *prev; /* c->socks, while the poll is open */
     struct httpc_sock *next;
 };
@@ -114,14 +120,16 @@ struct hub_httpc {
     struct httpc_req *idle;   /* for reuse (singly linked) */
     size_t n_idle;
     size_t inflight;
-    struct httpc_sock *socks; /* open polls */
+    struct httpc_sock *socks;  /* open polls */
     struct httpc_sock **by_fd; /* the open poll of each socket, by descriptor */
-    size_t n_by_fd;
-    int handles;              /* open uv handles: the timer and the polls */
+    unsigned char *ours;       /* by descriptor: opened by httpc_opensocket_cb */
+    size_t n_by_fd;            /* entries of both */
+    int handles;               /* open uv handles: the timer and the polls */
     int closing;
 };
 
 static struct httpc_sock *httpc_sock_find(const struct hub_httpc *c, curl_socket_t fd);
+static int httpc_sock_track(struct hub_httpc *c, curl_socket_t fd);
 static void httpc_sock_close(struct hub_httpc *c, struct httpc_sock *s);
 
 /* ------------------------------------------------------------------------- */
@@ -339,6 +347,11 @@ static curl_socket_t httpc_opensocket_cb(void *clientp, curlsocktype purpose,
             httpc_sock_close(r->c, stale);
         }
     }
+    /* out of memory it is not marked: its poll is then closed at each
+     * REMOVE, which costs system calls, not correctness */
+    if (httpc_sock_track(r->c, fd) == 0) {
+        r->c->ours[fd] = 1;
+    }
     return fd;
 }
 
@@ -483,6 +496,7 @@ static void httpc_drain(struct hub_httpc *c) {
 static void httpc_handle_gone(struct hub_httpc *c) {
     if (--c->handles == 0 && c->closing) {
         free(c->by_fd);
+        free(c->ours);
         free(c->user_agent);
         free(c->ca_file);
         free(c);
@@ -557,6 +571,7 @@ static void httpc_poll_cb(uv_poll_t *h, int status, int events) {
 static int httpc_sock_track(struct hub_httpc *c, curl_socket_t fd) {
     size_t n = c->n_by_fd;
     struct httpc_sock **grown;
+    unsigned char *ours;
 
     if ((size_t)fd < n) {
         return 0;
@@ -570,6 +585,12 @@ static int httpc_sock_track(struct hub_httpc *c, curl_socket_t fd) {
     }
     memset(grown + c->n_by_fd, 0, (n - c->n_by_fd) * sizeof(*grown));
     c->by_fd = grown;
+    ours = realloc(c->ours, n);
+    if (ours == NULL) {
+        return -1; /* by_fd is larger than n_by_fd says: harmless */
+    }
+    memset(ours + c->n_by_fd, 0, n - c->n_by_fd);
+    c->ours = ours;
     c->n_by_fd = n;
     return 0;
 }
@@ -597,6 +618,9 @@ static int httpc_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, 
         if (s != NULL) {
             curl_multi_assign(c->multi, fd, NULL);
             s->want = 0; /* the poll stays as it is: see httpc_poll_cb */
+            if (!s->ours) {
+                httpc_sock_close(c, s); /* libcurl closes it without us */
+            }
         }
         return 0;
     }
@@ -615,6 +639,7 @@ static int httpc_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, 
         s->poll.data = s;
         s->c = c;
         s->fd = fd;
+        s->ours = c->ours[fd];
         s->next = c->socks;
         if (c->socks != NULL) {
             c->socks->prev = s;
@@ -659,6 +684,9 @@ static int httpc_closesocket_cb(void *clientp, curl_socket_t fd) {
 
     if (s != NULL) {
         httpc_sock_close(c, s);
+    }
+    if (fd >= 0 && (size_t)fd < c->n_by_fd) {
+        c->ours[fd] = 0;
     }
     return close(fd);
 }

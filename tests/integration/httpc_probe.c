@@ -15,6 +15,7 @@
  * looks for use the fixed prefixes /ok/hdr, /ok/par, /ok/blocked*.
  */
 #include <inttypes.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -731,6 +732,54 @@ out:
     }
 }
 
+/*
+ * A lookup that ends without a connect (here the guard refuses the address
+ * the machine's own name resolves to) must leave no poll behind on the
+ * resolver's socket, which libcurl closes itself: a stale poll made libuv
+ * refuse a descriptor the process opened next with the same number (a
+ * database connection: uv_poll_init's EEXIST), or took its events (an
+ * accepted API connection, then stopped), found in review.  The next 32
+ * sockets take the lowest free numbers, the resolver's among them.
+ */
+static void case_resolver_leaves_no_poll(struct probe *p, struct hub_httpc *c) {
+    char host[256], url[400];
+    struct addrinfo *ai = NULL;
+    uv_poll_t polls[32];
+    int fds[32], n = 0, taken = 0;
+    struct call k;
+
+    if (gethostname(host, sizeof(host)) != 0 || getaddrinfo(host, NULL, NULL, &ai) != 0) {
+        check(p, 1, "resolver: (skipped: the machine's name does not resolve)", "%s", host);
+        return;
+    }
+    freeaddrinfo(ai);
+    snprintf(url, sizeof(url), "http://%s:%d/ok/blocked-host", host, p->port);
+    memset(&k, 0, sizeof(k));
+    run1(p, c, &k, url, NULL, "x", 1, 5000);
+    check(p, k.calls == 1, "resolver: a request to the machine's name ended", "%s", desc(&k));
+    for (n = 0; n < 32; n++) {
+        fds[n] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fds[n] < 0) {
+            break;
+        }
+        if (uv_poll_init_socket(&p->loop, &polls[n], fds[n]) != 0) {
+            taken++;
+            polls[n].type = UV_UNKNOWN_HANDLE; /* not initialised: nothing to close */
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (polls[i].type == UV_POLL) {
+            uv_close((uv_handle_t *)&polls[i], NULL);
+        }
+    }
+    uv_run(&p->loop, UV_RUN_NOWAIT); /* the closes end before their sockets */
+    for (int i = 0; i < n; i++) {
+        close(fds[i]);
+    }
+    check(p, n == 32 && taken == 0, "resolver: a lookup without a connect leaves no poll behind",
+          "%d of %d new sockets were already watched by libuv", taken, n);
+}
+
 static void case_guard(struct probe *p, struct hub_httpc *open) {
     struct hub_httpc_options o = {.allow_private = 0, .user_agent = PROBE_UA};
     struct hub_httpc *c = hub_httpc_new(&p->loop, &o);
@@ -757,6 +806,7 @@ static void case_guard(struct probe *p, struct hub_httpc *open) {
                   strstr(k.error_text, "blocked") != NULL,
               what[i], "%s", desc(&k));
     }
+    case_resolver_leaves_no_poll(p, c);
     after = sink_count(p, open);
     check(p, before >= 0 && after == before, "SSRF guard: the sink recorded nothing",
           "/_count before %ld after %ld", before, after);
