@@ -48,6 +48,7 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +87,10 @@ struct httpc_req {
     hub_httpc_cb cb;
     void *arg;
     struct curl_slist *headers; /* caller's lines + "Expect:", in hdr_mem */
-    void *hdr_mem;              /* the list's nodes and lines, reused */
+    void *hdr_mem;              /* the list's nodes and lines, reused; wiped after each
+                                 * request (destination credentials, SPEC §11) */
     size_t hdr_cap;
+    size_t hdr_used;
     int configured; /* the options every request shares are set */
     uint64_t started_ns;
     size_t body_len;    /* body bytes accepted (never more than max_body) */
@@ -139,6 +142,9 @@ static void httpc_sock_close(struct hub_httpc *c, struct httpc_sock *s);
 /* Frees a request that is in no list and not attached to the multi handle. */
 static void httpc_req_destroy(struct httpc_req *r) {
     curl_easy_cleanup(r->easy);
+    if (r->hdr_mem != NULL) {
+        OPENSSL_cleanse(r->hdr_mem, r->hdr_used);
+    }
     free(r->hdr_mem);
     free(r);
 }
@@ -186,6 +192,12 @@ static void httpc_req_release(struct hub_httpc *c, struct httpc_req *r) {
         return;
     }
     r->headers = NULL;
+    /* the lines held the destination's credential headers: plaintext for
+     * one request only (SPEC §11) */
+    if (r->hdr_mem != NULL) {
+        OPENSSL_cleanse(r->hdr_mem, r->hdr_used);
+    }
+    r->hdr_used = 0;
     r->cb = NULL;
     r->arg = NULL;
     if (!r->configured || curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, "") != CURLE_OK) {
@@ -849,12 +861,19 @@ static int httpc_header_list(struct httpc_req *r, const char *const *lines) {
     }
     bytes += n * sizeof(*node);
     if (bytes > r->hdr_cap) {
-        void *grown = realloc(r->hdr_mem, bytes);
+        /* not realloc: it would free the old lines unwiped (they were
+         * wiped at the last release, but a failed setup may not release) */
+        void *grown = malloc(bytes);
         if (grown == NULL) {
             return -1;
         }
+        if (r->hdr_mem != NULL) {
+            OPENSSL_cleanse(r->hdr_mem, r->hdr_used);
+        }
+        free(r->hdr_mem);
         r->hdr_mem = grown;
         r->hdr_cap = bytes;
+        r->hdr_used = 0;
     }
     node = r->hdr_mem;
     text = (char *)(node + n);
@@ -867,6 +886,7 @@ static int httpc_header_list(struct httpc_req *r, const char *const *lines) {
         text += len;
     }
     r->headers = node;
+    r->hdr_used = bytes > r->hdr_used ? bytes : r->hdr_used;
     return 0;
 }
 
