@@ -151,8 +151,12 @@ static char *id_header_value(const char *id) {
 
 /* Adds "name: <encoded value>". */
 static void lines_add_encoded(struct line_list *l, const char *name, const char *value) {
-    char *enc = ce_encode(value);
+    char *enc;
 
+    if (value == NULL) {
+        return; /* absent: stored attributes written around the ingest may lack any */
+    }
+    enc = ce_encode(value);
     if (enc == NULL) {
         l->oom = 1;
         return;

@@ -430,6 +430,27 @@ scenario_a_backlog_of_1200_goes_out_once_each() {
         "the sink received each of the 1,200 events once"
 }
 
+# Stored attributes without source, type or time (written around the ingest,
+# which requires them: '{}', or not an object) go out without those ce-*
+# headers; the dispatcher read them as NULL strings and took the process
+# down (found in review).
+scenario_stored_attributes_missing_do_not_crash_the_dispatcher() {
+    local sub_id path
+    own_client
+    stored_events na 2 attrs.missing 64 || fail "the events were not stored"
+    psql_q "UPDATE event_inbox SET headers = CASE WHEN event_id LIKE '%0' THEN '{}'::jsonb
+                                                  ELSE '\"text\"'::jsonb END
+             WHERE tenant_id = '$TENANT' AND event_id LIKE 'na-%'" >/dev/null
+    path=/ok/$(own_id)/
+    sub_id=$(subscribe_at "$KEY" "$path" attrs.missing)
+    backlog_jobs "$sub_id" na
+    wait_jobs "$sub_id" succeeded 2 30 || fail "not delivered: $(job_states "$sub_id")"
+    hub_alive || fail "the hub died (status $(hub_exit_status "$HUB_START_N"))"
+    # the verification probe's is the only one (its own source)
+    assert_eq 0 "$(sink_header "$path" ce-source | grep -vc '^/streaming-hub$')" \
+        "no ce-source header where none is stored"
+}
+
 # A 410 drops the subscription's jobs waiting in the dispatcher's queue at
 # once, each with an outcome record of its own: with more of them than the
 # records had room for, the records move, and the attempt's own record must
