@@ -42,6 +42,9 @@
 #define HUB_PG_NO_RESULTS 8
 /* The error of a transaction that could not be built. */
 #define PG_OOM_BUILDING "out of memory building the transaction"
+/* The error of a lane transaction failed unsent (pg_conn_send); txn_complete
+ * knows it by its address. */
+static const char pg_lane_failed[] = "the transaction before it on its lane did not commit";
 
 /* One statement of a transaction, with its parameters.  values, lengths
  * and formats live in one malloc'd block (values is its start); the
@@ -73,8 +76,10 @@ struct hub_pg_txn {
     /* its lane (hub_pg_txn_lane), or NULL; counted in lane->queued while
      * queued, in lane->sent once sent */
     struct hub_pg_lane *lane;
-    int lane_state; /* LANE_NONE, LANE_QUEUED or LANE_SENT */
-    int lane_check; /* sent behind another of its lane: the check ran first */
+    int lane_state;      /* LANE_NONE, LANE_QUEUED or LANE_SENT */
+    int lane_check;      /* sent behind another of its lane: the check ran first */
+    int lane_behind;     /* submitted while another of its lane was queued or in flight */
+    unsigned lane_fails; /* lane->fails then: one more since, and it must not run */
     /* the parameters of the check and the mark (pg_conn_send) */
     char lane_name[32], lane_prev[24], lane_self[24];
 };
@@ -323,6 +328,8 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
      * read theirs through n_results, which is 0 then. */
     static PGresult *const no_results[HUB_PG_NO_RESULTS] = {NULL};
 
+    int in_lane = txn->lane != NULL && txn->lane_state != LANE_NONE;
+
     if (txn->lane != NULL) {
         txn->lane->queued -= txn->lane_state == LANE_QUEUED;
         txn->lane->sent -= txn->lane_state == LANE_SENT;
@@ -330,6 +337,9 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
     }
     if (status == HUB_PG_OK && txn->error_result != NULL) {
         status = HUB_PG_ESTMT;
+    }
+    if (in_lane && status != HUB_PG_OK) {
+        txn->lane->fails++; /* those submitted behind it must not run (pg_conn_send) */
     }
     if (status == HUB_PG_ESTMT && txn->error_result != NULL) {
         const char *s = PQresultErrorField(txn->error_result, PG_DIAG_SQLSTATE);
@@ -339,9 +349,11 @@ static void txn_complete(struct hub_pg_txn *txn, enum hub_pg_status status, cons
         constraint = c ? c : "";
         snprintf(txn->error_text, sizeof(txn->error_text), "%s",
                  txn->lane_check && strcmp(sqlstate, HUB_PG_LANE_SQLSTATE) == 0
-                     ? "the transaction before it on its lane did not commit"
+                     ? pg_lane_failed
                      : (m ? m : "statement failed"));
         error = txn->error_text;
+    } else if (status == HUB_PG_ESTMT && error == pg_lane_failed) {
+        sqlstate = HUB_PG_LANE_SQLSTATE; /* as the check would have failed it */
     }
     out.status = status;
     out.results = txn->results ? txn->results : no_results;
@@ -378,6 +390,8 @@ void hub_pg_txn_submit(struct hub_pg_txn *txn) {
         if (lane->id == 0) {
             lane->id = ++pg->lanes;
         }
+        txn->lane_behind = lane->queued > 0 || lane->sent > 0;
+        txn->lane_fails = lane->fails;
         /* behind the lane's transactions in flight, on their connection,
          * unless some still wait in the queue (they go first) */
         if (lane->queued == 0 && lane->sent > 0 && pg->conns[lane->conn].state == C_UP) {
@@ -830,6 +844,13 @@ static void pg_poll_cb(uv_poll_t *handle, int status, int events) {
  * when plan_each_time), then the Sync that ends the implicit transaction.
  * c owns txn from here.  Returns -1 if the connection was lost. */
 static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
+    /* one before it on its lane failed while it waited in the queue: the lane
+     * may be empty now, so no check would stop it; it fails as the check
+     * would have failed it, unsent */
+    if (txn->lane != NULL && txn->lane_behind && txn->lane_fails != txn->lane->fails) {
+        txn_complete(txn, HUB_PG_ESTMT, pg_lane_failed);
+        return 0;
+    }
     /* at least one slot: an empty transaction still has a results array */
     txn->results = calloc((size_t)(txn->n_stmts ? txn->n_stmts : 1), sizeof(PGresult *));
     if (txn->results == NULL) {

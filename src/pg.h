@@ -143,6 +143,10 @@ void hub_pg_txn_submit(struct hub_pg_txn *txn);
  * fails too (HUB_PG_ESTMT, sqlstate HUB_PG_LANE_SQLSTATE, before it wrote
  * anything).  A lane with nothing in flight takes any connection.
  *
+ * A transaction still queued when one before it on its lane fails is
+ * failed the same way, unsent (the lane may be empty by the time it gets a
+ * connection, and no check would then stop it).
+ *
  * The owner embeds it zeroed and keeps it until none of its transactions
  * is left (their callbacks have run); it deciding what may be submitted
  * once one failed (a transaction submitted to an idle lane is not checked
@@ -154,6 +158,7 @@ struct hub_pg_lane {
     int queued;     /* submitted, not yet sent */
     int sent;       /* sent, not yet completed */
     long long last; /* the serial the last one sent sets */
+    unsigned fails; /* its transactions that did not commit, queued or sent */
 };
 
 /* What a transaction fails with when the one before it on its lane did not
