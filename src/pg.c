@@ -497,7 +497,10 @@ static int pg_conn_watch(struct pg_conn *c, int events) {
     if (fd < 0) {
         return -1;
     }
-    if (c->poll != NULL && c->poll->fd != fd) {
+    /* a new socket: libpq opens one per address it tries while connecting,
+     * and the next usually has the number of the one it just closed, which
+     * epoll dropped with it while libuv still counts it watched */
+    if (c->poll != NULL && (c->poll->fd != fd || c->state == C_CONNECTING)) {
         uv_poll_stop(&c->poll->handle);
         uv_close((uv_handle_t *)&c->poll->handle, poll_close_cb);
         c->poll = NULL;

@@ -1,10 +1,15 @@
 /*
- * pg_lane_probe — drives src/pg.c's lanes (hub_pg_lane) against a real
+ * pg_pool_probe — drives src/pg.c's lanes (hub_pg_lane) against a real
  * PostgreSQL and checks the promise of pg.h: a transaction submitted while
  * another of its lane is queued or in flight runs only if that one
  * committed, however long it waits for a connection.
  *
- *   pg_lane_probe DSN
+ *   pg_pool_probe DSN [DSN2]
+ *
+ * DSN2 (optional) names two hosts, the first refusing connections: libpq
+ * gives the first up and opens a socket for the second, which usually gets
+ * the same descriptor number; the pool must still watch it (a query on a
+ * pool of DSN2 must come back).
  *
  * One connection, whose statements PostgreSQL runs in the order sent.  Eight
  * fillers (pg_sleep 0.1 s) take its eight slots; then T1 (lane L, fails:
@@ -13,7 +18,7 @@
  * before the eighth X is sent, so T2 reaches the head of the queue with
  * nothing of its lane in flight, and goes when the first X ends.  T2 must
  * fail with
- * HUB_PG_LANE_SQLSTATE and insert nothing (test_pg_lanes.sh counts the
+ * HUB_PG_LANE_SQLSTATE and insert nothing (test_pg_pool.sh counts the
  * rows): on the build before, the lane had nothing in flight by then, so T2
  * went unchecked and committed.
  *
@@ -86,12 +91,12 @@ static void submit(struct hub_pg *pg, const struct hub_sql *sql, struct hub_pg_l
 
 int main(int argc, char **argv) {
     static const struct hub_sql create = {"probe_create",
-                                          "CREATE TABLE IF NOT EXISTS pg_lane_probe (n int)", 0};
-    static const struct hub_sql truncate = {"probe_truncate", "TRUNCATE pg_lane_probe", 0};
+                                          "CREATE TABLE IF NOT EXISTS pg_pool_probe (n int)", 0};
+    static const struct hub_sql truncate = {"probe_truncate", "TRUNCATE pg_pool_probe", 0};
     static const struct hub_sql sleep = {"probe_sleep", "SELECT pg_sleep(0.1)", 0};
     static const struct hub_sql fail = {"probe_fail", "SELECT 1 / 0", 0};
     static const struct hub_sql plain = {"probe_plain", "SELECT 1", 0};
-    static const struct hub_sql insert = {"probe_insert", "INSERT INTO pg_lane_probe VALUES (2)",
+    static const struct hub_sql insert = {"probe_insert", "INSERT INTO pg_pool_probe VALUES (2)",
                                           0};
     uv_loop_t loop;
     uv_timer_t watchdog;
@@ -101,8 +106,8 @@ int main(int argc, char **argv) {
     struct hub_pg_txn *txn;
     char why[256];
 
-    if (argc != 2) {
-        fprintf(stderr, "usage: pg_lane_probe DSN\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: pg_pool_probe DSN [DSN2]\n");
         return 2;
     }
     memset(fillers, 0, sizeof(fillers));
@@ -147,6 +152,19 @@ int main(int argc, char **argv) {
           "T2, submitted behind T1 on its lane, failed with it", why);
 
     hub_pg_close(pg, NULL, NULL);
+
+    if (argc == 3) {
+        struct done q = {0};
+        struct hub_pg *pg2 = hub_pg_new(&loop, argv[2], 1, "pg-lane-probe-2", NULL);
+        if (pg2 == NULL) {
+            return 2;
+        }
+        submit(pg2, &plain, NULL, &q);
+        wait_all(&loop, &q, 1);
+        check(q.status == HUB_PG_OK, "a pool whose first host refuses connects to the second",
+              q.error);
+        hub_pg_close(pg2, NULL, NULL);
+    }
     uv_close((uv_handle_t *)&watchdog, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
