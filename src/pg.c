@@ -857,7 +857,7 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
     /* at least one slot: an empty transaction still has a results array */
     txn->results = calloc((size_t)(txn->n_stmts ? txn->n_stmts : 1), sizeof(PGresult *));
     if (txn->results == NULL) {
-        txn_complete(txn, HUB_PG_ESTMT, "out of memory");
+        txn_complete(txn, HUB_PG_ENOMEM, "out of memory"); /* never sent: transient */
         return 0;
     }
     c->inflight++;
