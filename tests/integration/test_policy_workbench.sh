@@ -172,10 +172,22 @@ scenario_dry_run_loaded_policy() {
     assert_eq "$n0" "$(sink_count)" "nothing was delivered"
 }
 
+# dry_of_40_cut TENANT: a dry-run of the tenant's 40 events of ~300 KB each,
+# checked to be cut at the 8 MiB cap; the answer is left in DRY_OUT.
+dry_of_40_cut() {
+    local n
+    DRY_OUT=$(dry "{\"policy\":\"amount\",\"tenant\":\"$1\",\"limit\":40}")
+    assert_eq 200 "$(http_status)" "200"
+    n=$(jq '.results | length' <<<"$DRY_OUT")
+    assert_eq "true" "$(jq .truncated <<<"$DRY_OUT")" "truncated"
+    assert_ge "$n" 20 "what fits in 8 MiB is there ($n)"
+    assert_le "$n" 28 "and no more ($n)"
+}
+
 # 8 MiB of stored events at most per dry-run: 40 events of ~300 KB are
 # cut to what fits, the answer says so, the first event always comes.
 scenario_dry_run_caps_the_bytes_it_reads() {
-    local t key out n i pad
+    local t key out i pad
     t=$(own_tenant)
     key=$(tenant_key "$t")
     pad=$(head -c 300000 /dev/zero | tr '\0' x)
@@ -186,13 +198,8 @@ scenario_dry_run_caps_the_bytes_it_reads() {
             -H 'ce-source: /cap' -H 'ce-type: studio.lerian.transaction.posted' \
             -H 'ce-time: 2026-12-06T08:00:00Z' --data-binary "@$WORK/big.json" "$HUB_URL/v1/events"
     done | sort | uniq -c | grep -q ' 40 202' || fail "the 40 large events were not all accepted"
-    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":40}")
-    assert_eq 200 "$(http_status)" "200"
-    n=$(jq '.results | length' <<<"$out")
-    assert_eq "true" "$(jq .truncated <<<"$out")" "truncated"
-    assert_ge "$n" 20 "what fits in 8 MiB is there ($n)"
-    assert_le "$n" 28 "and no more ($n)"
-    assert_eq "dcap-40" "$(jq -r '.results[0].event_id' <<<"$out")" "newest first, from the newest"
+    dry_of_40_cut "$t"
+    assert_eq "dcap-40" "$(jq -r '.results[0].event_id' <<<"$DRY_OUT")" "newest first, from the newest"
     out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":5}")
     assert_eq "false" "$(jq .truncated <<<"$out")" "5 of them fit: not truncated"
     assert_eq 5 "$(jq '.results | length' <<<"$out")" "all 5"
@@ -203,7 +210,7 @@ scenario_dry_run_caps_the_bytes_it_reads() {
 # compressed to a few hundred bytes) are cut as the 300 KB payloads are; on
 # the build before all 40 were read (found in review).
 scenario_dry_run_counts_attributes_in_its_cap() {
-    local t key out n i
+    local t key i
     t=$(own_tenant)
     key=$(tenant_key "$t")
     for i in $(seq 1 40); do
@@ -216,12 +223,7 @@ scenario_dry_run_counts_attributes_in_its_cap() {
             -H 'Content-Type: application/cloudevents+json' --data-binary "@$WORK/attr.json" \
             "$HUB_URL/v1/events"
     done | sort | uniq -c | grep -q ' 40 202' || fail "the 40 events were not all accepted"
-    out=$(dry "{\"policy\":\"amount\",\"tenant\":\"$t\",\"limit\":40}")
-    assert_eq 200 "$(http_status)" "200"
-    n=$(jq '.results | length' <<<"$out")
-    assert_eq "true" "$(jq .truncated <<<"$out")" "truncated"
-    assert_ge "$n" 20 "what fits in 8 MiB is there ($n)"
-    assert_le "$n" 28 "and no more ($n)"
+    dry_of_40_cut "$t"
 }
 
 scenario_dry_run_never_trips() {
