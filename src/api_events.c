@@ -31,6 +31,7 @@
 #include "bucket.h"
 #include "cluster.h"
 #include "envelope.h"
+#include "http.h"
 #include "hub.h"
 #include "ingest.h"
 #include "log.h"
@@ -65,10 +66,11 @@ struct ingest_item {
  * point into `body` and `items`, so the call owns both until the store's
  * transaction is over, even if the client hangs up. */
 struct events_call {
-    struct hub_api_call call; /* first: see api_util.h */
-    int route_status;         /* 0, or 405 to answer once authenticated */
-    const char *allow;        /* for 405 */
-    char *tenant;             /* the key's tenant */
+    struct hub_api_call call;      /* first: see api_util.h */
+    struct http_ingest_hold *slot; /* its HTTP ingest slot, held until the call ends */
+    int route_status;              /* 0, or 405 to answer once authenticated */
+    const char *allow;             /* for 405 */
+    char *tenant;                  /* the key's tenant */
     enum ingest_mode mode;
     struct ingest_item *items;
     size_t n_items;
@@ -123,6 +125,7 @@ size_t hub_api_events_max_body(const struct hub_config *cfg) {
 static void events_call_free(struct hub_api_call *call) {
     struct events_call *c = (struct events_call *)call;
 
+    hub_http_ingest_release(c->slot);
     /* items own their evidence; records own their parsed events, whose
      * payloads point into body (freed last) */
     for (size_t i = 0; i < c->n_items; i++) {
@@ -551,6 +554,8 @@ int hub_api_events_handle(struct hub *hub, h2o_req_t *req) {
     if (c == NULL) {
         return 1;
     }
+    /* the events stay in the ingest queue until stored, client or not */
+    c->slot = hub_http_ingest_hold(hub->http);
     if (!hub_api_method_is(req, "POST")) {
         c->route_status = 405;
         c->allow = "GET, HEAD, POST";

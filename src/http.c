@@ -405,7 +405,9 @@ static int format_bound_addr(uv_tcp_t *listener, char *out, size_t outsz) {
 /* The listener of a start that failed after uv_tcp_init closed: the
  * server can go. */
 static void start_failed_closed(uv_handle_t *handle) {
-    free(handle->data);
+    struct hub_http *http = handle->data;
+    http_ingest_slots_unref(http->ingest);
+    free(http);
 }
 
 /*
@@ -508,6 +510,7 @@ fail_close:
     uv_close((uv_handle_t *)&http->listener, start_failed_closed);
     return rc;
 fail_free:
+    http_ingest_slots_unref(http->ingest);
     free(http);
     return rc;
 }
@@ -516,7 +519,7 @@ fail_free:
  * finished, nothing refers to the server any more. */
 static void reap_last_closed(uv_handle_t *handle) {
     struct hub_http *http = handle->data;
-    free(http->keys);
+    http_ingest_slots_unref(http->ingest);
     free(http);
 }
 
@@ -633,5 +636,5 @@ void hub_http_figures(const struct hub_http *http, struct hub_metrics_gauges *g)
     }
     g->http_connections = (int64_t)http->n_conns;
     g->http_body_bytes = (int64_t)http->body_bytes;
-    g->http_ingest_requests = (int64_t)http->ingest_live;
+    g->http_ingest_requests = (int64_t)http->ingest->live;
 }

@@ -69,6 +69,18 @@ struct http_keycount {
     uint32_t n;
 };
 
+/* HTTP ingest requests in progress, overall and per API key.  A request's
+ * slot is held until its work ends, which may be after its client left and
+ * after the server is gone (a drain), so the table is counted: the server
+ * holds one reference, each slot held another (struct http_ingest_hold). */
+struct http_ingest_slots {
+    size_t max;  /* STREAMING_HUB_INGEST_HTTP_QUEUE */
+    size_t live; /* HTTP ingest requests in progress */
+    struct http_keycount *keys;
+    size_t keys_cap; /* a power of two, at least twice max */
+    size_t refs;
+};
+
 struct hub_http {
     struct hub *hub; /* borrowed until hub_http_stop */
     h2o_globalconf_t config;
@@ -100,10 +112,10 @@ struct hub_http {
     size_t body_max;     /* the largest body any route takes */
     size_t body_bytes;   /* held at the last loop turn (a gauge) */
     uv_prepare_t budget; /* recomputes max_request_entity_size every turn */
-    size_t ingest_max;   /* STREAMING_HUB_INGEST_HTTP_QUEUE */
-    size_t ingest_live;  /* HTTP ingest requests in progress */
-    struct http_keycount *keys;
-    size_t keys_cap;                                 /* a power of two, at least twice ingest_max */
+    struct http_ingest_slots *ingest;
+    /* the slot of the request on_req is routing (admitted last), or NULL:
+     * hub_http_ingest_hold takes it for a call that may outlive it */
+    struct http_ingest_hold *routing;
     uint64_t logged_ms[HUB_HTTP_REFUSED__COUNT + 1]; /* last log line per refusal (+ cap) */
 };
 
@@ -113,6 +125,9 @@ struct hub_http {
  * budget before every loop turn, the filters on the routes' path and on
  * the host's fallback path.  Returns 0 or HUB_ENOMEM. */
 int http_limits_init(struct hub_http *http, h2o_hostconf_t *host, h2o_pathconf_t *path);
+
+/* The server's reference to its ingest slots, dropped as it is freed. */
+void http_ingest_slots_unref(struct http_ingest_slots *s);
 
 /* Closes the limits' handles (part of hub_http_stop). */
 void http_limits_stop(struct hub_http *http);

@@ -280,43 +280,76 @@ static void routes_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slo
 
 /* ---------------------------------------------- requests in progress -- */
 
+/* An HTTP ingest request's slot: released by the last of its request's
+ * mark and the calls that took it (hub_http_ingest_hold). */
+struct http_ingest_hold {
+    struct http_ingest_slots *slots;
+    uint64_t key; /* the API key's hash */
+    int refs;
+};
+
 /* The in-flight mark of a request, freed by h2o with the request's pool. */
 struct inflight_mark {
     struct hub_http *http;
-    uint64_t key; /* ingest: the API key's hash; 0 for other requests */
+    struct http_ingest_hold *hold; /* ingest requests; NULL for the others */
 };
 
 /* The slot of key in the table (its own, or the free one to take). */
-static struct http_keycount *key_slot(struct hub_http *http, uint64_t key) {
-    size_t i = (size_t)key & (http->keys_cap - 1);
+static struct http_keycount *key_slot(struct http_ingest_slots *s, uint64_t key) {
+    size_t i = (size_t)key & (s->keys_cap - 1);
 
-    while (http->keys[i].key != 0 && http->keys[i].key != key) {
-        i = (i + 1) & (http->keys_cap - 1);
+    while (s->keys[i].key != 0 && s->keys[i].key != key) {
+        i = (i + 1) & (s->keys_cap - 1);
     }
-    return &http->keys[i];
+    return &s->keys[i];
 }
 
 /* Drops one of key's requests; a key at zero leaves the table, the
  * entries after it moved back so that no probe sequence breaks. */
-static void key_release(struct hub_http *http, uint64_t key) {
-    struct http_keycount *e = key_slot(http, key);
+static void key_release(struct http_ingest_slots *s, uint64_t key) {
+    struct http_keycount *e = key_slot(s, key);
     size_t i, j;
 
     if (e->key == 0 || --e->n > 0) {
         return;
     }
-    i = (size_t)(e - http->keys);
+    i = (size_t)(e - s->keys);
     e->key = 0;
-    for (j = (i + 1) & (http->keys_cap - 1); http->keys[j].key != 0;
-         j = (j + 1) & (http->keys_cap - 1)) {
-        size_t home = (size_t)http->keys[j].key & (http->keys_cap - 1);
+    for (j = (i + 1) & (s->keys_cap - 1); s->keys[j].key != 0; j = (j + 1) & (s->keys_cap - 1)) {
+        size_t home = (size_t)s->keys[j].key & (s->keys_cap - 1);
         /* moves back unless its home lies cyclically in (i, j] */
         if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-            http->keys[i] = http->keys[j];
-            http->keys[j].key = 0;
+            s->keys[i] = s->keys[j];
+            s->keys[j].key = 0;
             i = j;
         }
     }
+}
+
+void http_ingest_slots_unref(struct http_ingest_slots *s) {
+    if (s != NULL && --s->refs == 0) {
+        free(s->keys);
+        free(s);
+    }
+}
+
+struct http_ingest_hold *hub_http_ingest_hold(struct hub_http *http) {
+    struct http_ingest_hold *h = http != NULL ? http->routing : NULL;
+
+    if (h != NULL) {
+        h->refs++;
+    }
+    return h;
+}
+
+void hub_http_ingest_release(struct http_ingest_hold *h) {
+    if (h == NULL || --h->refs > 0) {
+        return;
+    }
+    h->slots->live--;
+    key_release(h->slots, h->key);
+    http_ingest_slots_unref(h->slots);
+    free(h);
 }
 
 static void inflight_dispose(void *p) {
@@ -324,10 +357,10 @@ static void inflight_dispose(void *p) {
     struct hub_http *http = m->http;
 
     http->inflight--;
-    if (m->key != 0) {
-        http->ingest_live--;
-        key_release(http, m->key);
+    if (http->routing == m->hold) {
+        http->routing = NULL; /* answered while it was routed */
     }
+    hub_http_ingest_release(m->hold);
 }
 
 /* The API key's hash (never 0): requests without one share a slot. */
@@ -342,22 +375,25 @@ static uint64_t request_key(const h2o_req_t *req) {
 }
 
 int http_limits_admit(struct hub_http *http, h2o_req_t *req, int ingest) {
+    struct http_ingest_slots *s = http->ingest;
     struct inflight_mark *m;
+    struct http_ingest_hold *hold = NULL;
     struct http_keycount *e = NULL;
     uint64_t key = 0;
 
+    http->routing = NULL;
     /* the bound first (everyone's), then the key's share: a key over its
      * share is told so even when the bound has room */
     if (ingest) {
-        size_t share = http->ingest_max / 2;
+        size_t share = s->max / 2;
         key = request_key(req);
-        if (http->ingest_live >= http->ingest_max) {
+        if (s->live >= s->max) {
             http_limits_refused(http, HUB_HTTP_REFUSED_INGEST_QUEUE,
                                 "HTTP ingest requests in progress are at their bound");
             http_send_unavailable(req, "too many ingest requests are in progress; retry later");
             return 1;
         }
-        e = key_slot(http, key);
+        e = key_slot(s, key);
         if (e->key != 0 && e->n >= share) {
             http_limits_refused(http, HUB_HTTP_REFUSED_INGEST_SHARE,
                                 "one API key holds half of the HTTP ingest requests in progress");
@@ -365,17 +401,24 @@ int http_limits_admit(struct hub_http *http, h2o_req_t *req, int ingest) {
                                        "retry later");
             return 1;
         }
+        if ((hold = malloc(sizeof(*hold))) == NULL) {
+            http_send_unavailable(req, "out of memory; retry later");
+            return 1;
+        }
+        hold->slots = s;
+        hold->key = key;
+        hold->refs = 1; /* the mark's */
+        s->refs++;
+        e->key = key;
+        e->n++;
+        s->live++;
     }
     /* h2o_mem_alloc_shared aborts rather than returning NULL, like all of h2o */
     m = h2o_mem_alloc_shared(&req->pool, sizeof(*m), inflight_dispose);
     m->http = http;
-    m->key = key;
+    m->hold = hold;
     http->inflight++;
-    if (e != NULL) {
-        e->key = key;
-        e->n++;
-        http->ingest_live++;
-    }
+    http->routing = hold;
     return 0;
 }
 
@@ -392,13 +435,17 @@ int http_limits_init(struct hub_http *http, h2o_hostconf_t *host, h2o_pathconf_t
     http->max_conns = (size_t)cfg->http_max_connections;
     http->body_cap = (size_t)cfg->http_body_bytes;
     http->body_max = hub_api_events_max_body(cfg);
-    http->ingest_max = (size_t)cfg->ingest_http_queue;
-    http->keys_cap = 16;
-    while (http->keys_cap < http->ingest_max * 2) {
-        http->keys_cap *= 2;
+    if ((http->ingest = calloc(1, sizeof(*http->ingest))) == NULL) {
+        return HUB_ENOMEM;
     }
-    http->keys = calloc(http->keys_cap, sizeof(*http->keys));
-    if (http->keys == NULL) {
+    http->ingest->refs = 1; /* the server's */
+    http->ingest->max = (size_t)cfg->ingest_http_queue;
+    http->ingest->keys_cap = 16;
+    while (http->ingest->keys_cap < http->ingest->max * 2) {
+        http->ingest->keys_cap *= 2;
+    }
+    http->ingest->keys = calloc(http->ingest->keys_cap, sizeof(*http->ingest->keys));
+    if (http->ingest->keys == NULL) {
         return HUB_ENOMEM;
     }
     f = (struct http_filter *)h2o_create_filter(path, sizeof(*f));

@@ -219,6 +219,42 @@ scenario_ingest_requests_in_progress_are_bounded() {
         "6 refusals of a key, one log line"
 }
 
+hub_env_a_client_that_hangs_up_keeps_its_slot_until_its_events_are_stored() {
+    echo STREAMING_HUB_INGEST_HTTP_QUEUE=8
+}
+
+# Four requests of tenant a wait on the locked inbox; their clients give up
+# after a second.  Their events are still in the ingest queue, so their
+# slots stay taken: a's fifth request is refused (its key holds its half of
+# the 8).  On the build before, the slots went with the requests, and one key
+# could queue without bound by hanging up (found in review).  Tenant b is
+# admitted meanwhile.
+scenario_a_client_that_hangs_up_keeps_its_slot_until_its_events_are_stored() {
+    local a b n
+    a=$(own_tenant_key a)
+    b=$(own_tenant_key b)
+    inbox_lock
+    for n in 1 2 3 4; do
+        TENANT=$(own_id a) ev_post_bg "$WORK/hu-a-$n" "$a" "hu-a-$n" '{"n":1}' /answers \
+            --http2-prior-knowledge --max-time 1
+    done
+    wait_until 10 "[[ \$(cat $WORK/hu-a-? 2>/dev/null | wc -l) == 4 ]]" ||
+        fail "the four clients did not give up"
+    assert_eq "000 000 000 000" "$(cut -d' ' -f1 "$WORK"/hu-a-? | tr '\n' ' ' | sed 's/ $//')" \
+        "the four clients gave up waiting"
+    assert_eq 4 "$(hub_ingest_inflight)" "their four requests are still in progress"
+    TENANT=$(own_id a) ev_post "$a" hu-a-5 >/dev/null
+    assert_eq 503 "$(http_status)" "a's fifth request finds its key's half taken"
+    TENANT=$(own_id b) ev_post_bg "$WORK/hu-b-1" "$b" hu-b-1
+    wait_until 10 '[[ $(hub_ingest_inflight) == 5 ]]' || fail "tenant b's request was not admitted"
+    inbox_unlock
+    wait_until 20 "[[ -s $WORK/hu-b-1 ]]" || fail "tenant b's request was not answered"
+    assert_eq 202 "$(cut -d' ' -f1 "$WORK/hu-b-1")" "tenant b's event is stored"
+    wait_until 20 '[[ $(hub_ingest_inflight) == 0 ]]' || fail "the slots were not given back"
+    assert_eq 4 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$(own_id a)'")" \
+        "the four events whose clients left are stored"
+}
+
 # ---------------------------------------------------------------------------
 # connections
 # ---------------------------------------------------------------------------
