@@ -10,18 +10,6 @@
 struct hub;
 struct hub_http;
 struct http_ingest_hold;
-
-/*
- * The HTTP ingest slot of the request being routed (NULL when it holds
- * none: not an ingest request, or http NULL), held until
- * hub_http_ingest_release.  A call whose work outlives its request keeps
- * the slot it was admitted with: a client that hangs up (or resets its
- * HTTP/2 stream) does not give back a slot its events still take in the
- * ingest queue (STREAMING_HUB_INGEST_HTTP_QUEUE and a key's half of it).
- * Safe to release after the server is gone.
- */
-struct http_ingest_hold *hub_http_ingest_hold(struct hub_http *http);
-void hub_http_ingest_release(struct http_ingest_hold *h);
 struct hub_metrics_gauges;
 
 /*
@@ -62,5 +50,17 @@ void hub_http_figures(const struct hub_http *http, struct hub_metrics_gauges *g)
  * configuration asked for port 0), e.g. "127.0.0.1:8080" or "[::1]:8080".
  * Borrowed from the server; valid until hub_http_stop(). */
 const char *hub_http_bound_addr(const struct hub_http *http);
+
+/*
+ * The HTTP ingest slot of the request being routed (NULL when it holds
+ * none: not an ingest request, or http NULL), held until
+ * hub_http_ingest_release.  A call whose work outlives its request keeps
+ * the slot it was admitted with: a client that hangs up (or resets its
+ * HTTP/2 stream) does not give back a slot its events still take in the
+ * ingest queue (STREAMING_HUB_INGEST_HTTP_QUEUE and a key's half of it).
+ * Safe to release after the server is gone.
+ */
+struct http_ingest_hold *hub_http_ingest_hold(struct hub_http *http);
+void hub_http_ingest_release(struct http_ingest_hold *h);
 
 #endif
