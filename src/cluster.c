@@ -32,11 +32,23 @@ struct hub_cluster {
     int live;    /* processes seen at the last heartbeat (>= 1) */
     int beating; /* a heartbeat is in flight */
     int failing; /* heartbeats are failing (logged once until one works) */
+    int started; /* the sidecar is open (hub_cluster_start) */
 };
 
 /* ------------------------------------------------------------ heartbeat -- */
 
 static void heartbeat_send(struct hub_cluster *cl);
+
+/* The heartbeat's parameters (timeout: the buffer for the member timeout). */
+static void heartbeat_params(const struct hub_cluster *cl, const struct hub_config *cfg,
+                             char timeout[24], const char **params) {
+    snprintf(timeout, 24, "%lld", (long long)cfg->cluster_member_timeout_ms);
+    params[0] = cl->id;
+    params[1] = cfg->role;
+    params[2] = cl->host;
+    params[3] = cl->pid;
+    params[4] = timeout;
+}
 
 /* The heartbeat timer (one shot, re-armed by each send). */
 static void heartbeat_cb(uv_timer_t *t) {
@@ -78,8 +90,7 @@ static void heartbeat_done(void *arg, const struct hub_pg_outcome *out) {
 static void heartbeat_send(struct hub_cluster *cl) {
     const struct hub_config *cfg = &cl->hub->cfg;
     char timeout[24];
-    const char *params[HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS] = {cl->id, cfg->role, cl->host, cl->pid,
-                                                             timeout};
+    const char *params[HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS];
     struct hub_pg_txn *txn;
 
     uv_timer_start(&cl->side.timer[0], heartbeat_cb, (uint64_t)cfg->cluster_heartbeat_ms, 0);
@@ -90,7 +101,7 @@ static void heartbeat_send(struct hub_cluster *cl) {
     if (txn == NULL) {
         return;
     }
-    snprintf(timeout, sizeof(timeout), "%lld", (long long)cfg->cluster_member_timeout_ms);
+    heartbeat_params(cl, cfg, timeout, params);
     hub_pg_txn_add(txn, &hub_sql_cluster_heartbeat, HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS, params, NULL,
                    NULL);
     cl->beating = 1;
@@ -99,20 +110,19 @@ static void heartbeat_send(struct hub_cluster *cl) {
 
 /* ------------------------------------------------------------ lifecycle -- */
 
-/* Makes the state and its sidecar (one connection, the heartbeat timer)
- * and sends the first heartbeat at once: until it answers the process
- * counts itself alone. */
-void hub_cluster_start(struct hub *hub) {
+int hub_cluster_join(struct hub *hub, PGconn *conn) {
     struct hub_cluster *cl = calloc(1, sizeof(*cl));
+    const char *params[HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS];
+    char timeout[24];
     unsigned char r[6];
     char rhex[13];
+    PGresult *res;
 
     if (cl == NULL) {
-        hub_log(HUB_ERROR, "out of memory: pull rates and ingest quotas are per process");
-        return;
+        hub_log(HUB_ERROR, "out of memory joining the cluster");
+        return -1;
     }
     cl->hub = hub;
-    cl->live = 1;
     snprintf(cl->host, sizeof(cl->host), "hub");
     gethostname(cl->host, sizeof(cl->host) - 1);
     snprintf(cl->pid, sizeof(cl->pid), "%d", (int)getpid());
@@ -121,14 +131,42 @@ void hub_cluster_start(struct hub *hub) {
     /* unique per process start: a restarted process is a new member, and
      * its old row ages out */
     snprintf(cl->id, sizeof(cl->id), "%s/%s/%s", cl->host, cl->pid, rhex);
-    if (hub_sidecar_open(&cl->side, hub, "streaming-hub-cluster", 1, cl) != 0) {
+    heartbeat_params(cl, &hub->cfg, timeout, params);
+    res = PQexecParams(conn, hub_sql_cluster_heartbeat.text, HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS,
+                       NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        hub_log(HUB_ERROR, "cannot join the cluster (hub_processes)",
+                HUB_LS("error", PQresultErrorMessage(res)));
+        PQclear(res);
         free(cl);
-        hub_log(HUB_ERROR, "out of memory: pull rates and ingest quotas are per process");
+        return -1;
+    }
+    cl->live = atoi(PQgetvalue(res, 0, HUB_CLUSTER_COL_LIVE));
+    if (cl->live < 1) {
+        cl->live = 1;
+    }
+    PQclear(res);
+    hub_log(HUB_INFO, "cluster membership", HUB_LS("process", cl->id),
+            HUB_LI("processes", cl->live));
+    hub->cluster = cl;
+    hub->metrics.cluster_processes = cl->live;
+    return 0;
+}
+
+/* The sidecar (one connection, the heartbeat timer); the next heartbeat
+ * one period after the join's. */
+void hub_cluster_start(struct hub *hub) {
+    struct hub_cluster *cl = hub->cluster;
+
+    if (hub_sidecar_open(&cl->side, hub, "streaming-hub-cluster", 1, cl) != 0) {
+        /* the share stays the join's count */
+        hub_log(HUB_ERROR, "out of memory: the process count is not refreshed",
+                HUB_LI("processes", cl->live));
         return;
     }
-    hub->cluster = cl;
-    hub->metrics.cluster_processes = 1;
-    heartbeat_send(cl);
+    cl->started = 1;
+    uv_update_time(hub->loop); /* the start ran outside the loop: its clock is behind */
+    uv_timer_start(&cl->side.timer[0], heartbeat_cb, (uint64_t)hub->cfg.cluster_heartbeat_ms, 0);
 }
 
 /* The sidecar is closed: nothing refers to the state any more. */
@@ -167,6 +205,10 @@ void hub_cluster_stop(struct hub *hub) {
         return;
     }
     hub->cluster = NULL;
+    if (!cl->started) {
+        free(cl); /* a start that failed after the join: the row ages out */
+        return;
+    }
     cl->hub = NULL;
     params[0] = cl->id;
     txn = hub_pg_txn_new(cl->side.pg, leave_done, cl);

@@ -12,8 +12,10 @@
  * a tenant gets the configured rate plus one burst in all.  No request
  * waits on the database for it.
  *
- * While membership changes the split lags by up to one heartbeat: a
- * process that joins admits at rate/N_old... until the others see it
+ * A process joins before it serves (its first heartbeat is part of the
+ * start), so it never admits more than its share.  While membership
+ * changes the split lags by up to one heartbeat: the processes already
+ * there admit at rate/N_old until they see the new one
  * (briefly up to (N+1)/N of the rate); one that stops cleanly deletes its
  * row (the others see N-1 within a heartbeat); one that crashes counts
  * until its row ages out (up to the member timeout, the others admit
@@ -27,13 +29,21 @@
 #ifndef HUB_CLUSTER_H
 #define HUB_CLUSTER_H
 
+#include <libpq-fe.h>
+
 struct hub;
 struct hub_buckets;
 
-/* Starts membership: the first heartbeat at once, then every
- * STREAMING_HUB_CLUSTER_HEARTBEAT, on a connection of its own.  Without
- * memory it logs and leaves hub->cluster NULL (the process then counts as
- * alone: the limits are per process). */
+/* Joins before the process serves: upserts its row and counts the live
+ * processes on `conn` (the start-up connection, blocking), so that the
+ * first request is already charged at the deployment's share.  Returns 0,
+ * or -1 (logged) when the database refuses: the start then fails, as for
+ * any other start-up statement. */
+int hub_cluster_join(struct hub *hub, PGconn *conn);
+
+/* Once the loop's pools exist: the heartbeat every
+ * STREAMING_HUB_CLUSTER_HEARTBEAT on a connection of its own, the first one
+ * period after the join. */
 void hub_cluster_start(struct hub *hub);
 
 /* At shutdown: deletes this process's row (within 2 s, or not at all when

@@ -6,7 +6,7 @@
  *
  *   configuration checks ──► policies compiled ──► the database prepared
  *   before the loop runs (connect, migrate, schema check, partitions, the
- *   midnight keys purged) ──► the pools (API; ingest) ──► the embedded mock
+ *   midnight keys purged, the cluster joined) ──► the pools (API; ingest) ──► the embedded mock
  *   cluster when asked for ──► the consumer (ingest roles) ──► the HTTP
  *   client ──► the dispatcher (delivery roles, with a KEK) ──► the HTTP
  *   listener ──► signals, partition upkeep, the readiness probe
@@ -192,8 +192,8 @@ static char *schema_versions_literal(void) {
     return s;
 }
 
-/* Connects, migrates (when allowed), checks the schema and creates the
- * partitions, all before the loop starts: a hub that cannot reach its
+/* Connects, migrates (when allowed), checks the schema, creates the
+ * partitions and joins the cluster, all before the loop starts: a hub that cannot reach its
  * database at start waits up to a minute, then gives up loudly. */
 static int hub_prepare_database(struct hub *hub) {
     PGconn *conn = NULL;
@@ -242,6 +242,11 @@ static int hub_prepare_database(struct hub *hub) {
                 HUB_LS("error", PQresultErrorMessage(r)));
     }
     PQclear(r);
+    /* the share of the cluster-wide limits is known before the first request */
+    if (hub_cluster_join(hub, conn) != 0) {
+        PQfinish(conn);
+        return -1;
+    }
     PQfinish(conn);
     return 0;
 }
@@ -653,6 +658,7 @@ fail_pg:
     hub_pg_close(hub->pg, NULL, NULL);
     uv_run(hub->loop, UV_RUN_DEFAULT);
 fail_cfg:
+    hub_cluster_stop(hub); /* joined, never started: its row ages out */
     hub_opevents_stop(hub);
     hub_policies_free(hub->policies);
     hub_config_free(&hub->cfg);

@@ -11,7 +11,9 @@
 # configured rate plus one burst, for pulls and for HTTP ingest, while
 # another tenant at a modest rate is never refused; a process that stops
 # cleanly leaves at once, one that is killed ages out within the member
-# timeout, one that starts joins within a heartbeat.
+# timeout, one that starts joins within a heartbeat; a process that starts
+# while the others' rows cannot be written yet charges its share from its
+# first request (it joins before it serves).
 #
 # Run one alone: bash tests/integration/test_cluster_limits.sh pull_rate_holds_across_processes
 set -uo pipefail
@@ -22,6 +24,7 @@ TOPIC=lerian.streaming.cluster
 RATE=20
 BURST=10
 SECONDS_RUN=10
+EXTRA_ENV=()
 
 setup() {
     command -v jq >/dev/null || fatal "jq is required by this test"
@@ -48,7 +51,7 @@ teardown() {
 
 # extra_start NAME ROLE: another `serve` process of the same deployment, log
 # $WORK/hub.NAME.log, URL in $WORK/NAME.url, pid in $WORK/NAME.pid; waits
-# for /readyz.
+# for /readyz.  EXTRA_ENV (an array, optional) adds or overrides variables.
 extra_start() {
     local name=$1 role=$2 addr="" code deadline skip
     mkdir -p "$WORK/hub-$name" "$WORK/policies"
@@ -62,7 +65,7 @@ extra_start() {
         env STREAMING_HUB_HTTP_LISTEN_ADDR=127.0.0.1:0 STREAMING_HUB_DATA_DIR="$WORK/hub-$name" \
             STREAMING_HUB_POLICY_DIR="$WORK/policies" STREAMING_HUB_ADMIN_TOKEN="$ADMIN_TOKEN" \
             STREAMING_HUB_KAFKA_SESSION_TIMEOUT=3s STREAMING_HUB_LOG_LEVEL="${HUB_LOG_LEVEL:-info}" \
-            STREAMING_HUB_ROLE="$role" "${CLUSTER_ENV[@]}" "$HUB_BIN" serve >>"$WORK/hub.$name.log" 2>&1 &
+            STREAMING_HUB_ROLE="$role" "${CLUSTER_ENV[@]}" "${EXTRA_ENV[@]}" "$HUB_BIN" serve >>"$WORK/hub.$name.log" 2>&1 &
         echo $! >"$WORK/$name.pid"
         wait $!
         echo $? >"$WORK/$name.rc"
@@ -214,6 +217,49 @@ scenario_processes_leave_and_join() {
     extra_start x3 delivery
     printf '%s\n' "$(cat "$WORK/urls.2")" "$(cat "$WORK/x3.url")" >"$WORK/urls"
     wait_until 5 all_see\ 3 || fail "the process did not join again"
+}
+
+# A process that starts while the membership table is locked (heartbeats
+# held up) must not count itself alone and admit the whole deployment's
+# burst: it joins before it serves.  Its member timeout is long here, so
+# that the others' rows, not refreshed while the lock lasts, still count.
+scenario_a_process_that_starts_charges_its_share_at_once() {
+    local other_key u seen ok lock
+    own_client
+    other_key=$(own_tenant_key other)
+    wait_until 10 all_see\ 3 || fail "not every process counts 3"
+    extra_stop x3
+    head -n 2 "$WORK/urls" >"$WORK/urls.2"
+    wait_until 3 "URLS=\$WORK/urls.2 all_see_in 2" || fail "after a clean stop the others do not count 2"
+    # rows of processes killed by other scenarios, which the long member
+    # timeout below would count
+    psql_q "DELETE FROM hub_processes WHERE seen_at < now() - interval '2 seconds'" >/dev/null
+    psql -XAtq "$STREAMING_HUB_POSTGRES_DSN" -c "BEGIN; LOCK TABLE hub_processes IN EXCLUSIVE MODE;
+        SELECT pg_sleep(3); COMMIT" >/dev/null 2>&1 &
+    lock=$!
+    track_pid $lock
+    wait_sql 5 1 "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+        WHERE c.relname = 'hub_processes' AND l.mode = 'ExclusiveLock' AND l.granted" ||
+        fail "could not lock hub_processes"
+    EXTRA_ENV=(STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT=60s)
+    extra_start x3 delivery
+    EXTRA_ENV=()
+    u=$(cat "$WORK/x3.url")
+    seen=$(processes "$u")
+    round_robin_config "$WORK/x3-burst.cfg" $((BURST + 5)) GET "/v1/events?limit=1" "$KEY" b- "$u"
+    ok=$(curl -s -K "$WORK/x3-burst.cfg" 2>/dev/null | grep -c '^200$')
+    log "the new process counted $seen at its first request and admitted $ok of $((BURST + 5)) pulls at once (PULL_BURST $BURST over 3)"
+    assert_eq 3 "$seen" "the new process counts 3 from its first request"
+    # its share: a third of the burst, plus what refills while the pulls run
+    assert_le "$ok" $((BURST / 3 + 2)) "… and admits its share of the burst, not the whole"
+    HUB_URL=$u hub_curl GET "/v1/events?limit=1" "" -H "Authorization: Bearer $other_key" >/dev/null
+    assert_eq 200 "$(http_status)" "another tenant's pull on the new process meanwhile is answered"
+    wait "$lock"
+    # as the other scenarios expect it: the member timeout of the others
+    extra_stop x3
+    extra_start x3 delivery
+    printf '%s\n' "$(cat "$WORK/urls.2")" "$(cat "$WORK/x3.url")" >"$WORK/urls"
+    wait_until 5 all_see\ 3 || fail "the three processes do not count 3 again"
 }
 
 # all_see_in N: as all_see, over the URLs of the file $URLS.
