@@ -370,7 +370,7 @@ int hub_breaker_sheds(const struct hub_breakers *b, const char *tenant, const ch
 }
 
 void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *origin, int success,
-                        int64_t now_ms) {
+                        int probe, int64_t now_ms) {
     struct breaker *e;
 
     if (b == NULL || tenant == NULL || origin == NULL) {
@@ -400,6 +400,9 @@ void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *
         }
         break;
     case ST_HALF_OPEN:
+        if (!probe) {
+            break; /* an attempt that started before the trip: the probe decides */
+        }
         if (success) {
             /* a closed period starts afresh: the outcomes that tripped the
              * breaker must not trip it again.  The next trip from closed

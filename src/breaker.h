@@ -103,13 +103,15 @@ int hub_breaker_sheds(const struct hub_breakers *b, const char *tenant, const ch
 
 /*
  * Records the outcome (success non-zero) of an attempt to (tenant, origin)
- * made under ALLOW or PROBE.  Borrowed strings are copied when the pair is
- * new.  While closed this may trip the breaker; while half-open it is taken
- * as the probe's outcome (closes or re-opens); while open (an attempt that
- * started before the trip) it only updates the consecutive-failure count.
+ * made under ALLOW or PROBE (probe non-zero: the attempt PROBE let
+ * through).  Borrowed strings are copied when the pair is new.  While
+ * closed this may trip the breaker; while half-open the probe's outcome
+ * closes or re-opens it; any other report while half-open or open (an
+ * attempt that started before the trip) only updates the consecutive-failure
+ * count.
  */
 void hub_breaker_report(struct hub_breakers *b, const char *tenant, const char *origin, int success,
-                        int64_t now_ms);
+                        int probe, int64_t now_ms);
 
 /*
  * Gives back a PROBE whose attempt never reached the destination (a policy

@@ -305,7 +305,7 @@ void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int su
     int64_t now = dispatch_unix_ms();
 
     if (!dispatch_lease_past(d, j, now)) {
-        hub_breaker_report(d->breakers, j->tenant, j->origin, success, now);
+        hub_breaker_report(d->breakers, j->tenant, j->origin, success, j->breaker_probe, now);
     } else if (j->breaker_probe) {
         hub_breaker_release(d->breakers, j->tenant, j->origin, now);
     }

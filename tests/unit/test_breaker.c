@@ -34,7 +34,7 @@ static enum hub_breaker_verdict check(struct hub_breakers *b, const char *tenant
 
 static void fail_n(struct hub_breakers *b, const char *tenant, int n, int64_t now) {
     for (int i = 0; i < n; i++) {
-        hub_breaker_report(b, tenant, ORIGIN, 0, now);
+        hub_breaker_report(b, tenant, ORIGIN, 0, 0, now);
     }
 }
 
@@ -57,13 +57,13 @@ static void test_consecutive_failures(void **state) {
     /* 4 failures then a success: the streak resets */
     fail_n(b, "acme", 4, T0);
     assert_int_equal(check(b, "acme", T0, NULL), HUB_BREAKER_ALLOW);
-    hub_breaker_report(b, "acme", ORIGIN, 1, T0 + 1);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 0, T0 + 1);
     fail_n(b, "acme", 4, T0 + 2);
     assert_int_equal(check(b, "acme", T0 + 2, NULL), HUB_BREAKER_ALLOW);
     assert_int_equal(hub_breakers_open_count(b, T0 + 2), 0);
 
     /* the 5th in a row trips it */
-    hub_breaker_report(b, "acme", ORIGIN, 0, T0 + 3);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, T0 + 3);
     assert_int_equal(check(b, "acme", T0 + 4, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, T0 + 3 + 30 * SEC);
     assert_int_equal(hub_breakers_open_count(b, T0 + 4), 1);
@@ -74,9 +74,9 @@ static void test_consecutive_failures(void **state) {
  * fail_first chooses the order inside each pair.  Returns the next time. */
 static int64_t interleave(struct hub_breakers *b, int pairs, int fail_first, int64_t t) {
     for (int i = 0; i < pairs; i++) {
-        hub_breaker_report(b, "acme", ORIGIN, !fail_first, t);
+        hub_breaker_report(b, "acme", ORIGIN, !fail_first, 0, t);
         t += SEC;
-        hub_breaker_report(b, "acme", ORIGIN, fail_first, t);
+        hub_breaker_report(b, "acme", ORIGIN, fail_first, 0, t);
         t += SEC;
     }
     return t;
@@ -88,11 +88,11 @@ static void test_ratio_trips_at_min_attempts(void **state) {
         struct hub_breakers *b = new_default();
         /* 19 attempts, 50% failed: below min_attempts, still closed */
         int64_t t = interleave(b, 9, fail_first, T0);
-        hub_breaker_report(b, "acme", ORIGIN, !fail_first, t);
+        hub_breaker_report(b, "acme", ORIGIN, !fail_first, 0, t);
         assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_ALLOW);
         /* the 20th attempt (a success when fail_first) reaches 10/20 = 0.5 */
         t += SEC;
-        hub_breaker_report(b, "acme", ORIGIN, fail_first, t);
+        hub_breaker_report(b, "acme", ORIGIN, fail_first, 0, t);
         assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_SHED);
         hub_breakers_free(b);
     }
@@ -105,15 +105,15 @@ static void test_ratio_threshold(void **state) {
 
     /* 9 failures, 11 successes, never 2 failures in a row: 0.45 */
     for (int i = 0; i < 20; i++, t += SEC) {
-        hub_breaker_report(b, "acme", ORIGIN, i % 2 == 1 || i >= 18, t);
+        hub_breaker_report(b, "acme", ORIGIN, i % 2 == 1 || i >= 18, 0, t);
     }
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_ALLOW);
-    hub_breaker_report(b, "acme", ORIGIN, 0, t); /* 10/21 < 0.5 */
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t); /* 10/21 < 0.5 */
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_ALLOW);
-    hub_breaker_report(b, "acme", ORIGIN, 1, t);
-    hub_breaker_report(b, "acme", ORIGIN, 0, t); /* 11/23 < 0.5 */
+    hub_breaker_report(b, "acme", ORIGIN, 1, 0, t);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t); /* 11/23 < 0.5 */
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_ALLOW);
-    hub_breaker_report(b, "acme", ORIGIN, 0, t); /* 12/24 = 0.5 */
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t); /* 12/24 = 0.5 */
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_SHED);
     hub_breakers_free(b);
 }
@@ -136,7 +136,7 @@ static void test_ratio_window_slides(void **state) {
     b = new_default();
     t = T0;
     for (int i = 0; i < 20; i++, t += 4 * SEC) {
-        hub_breaker_report(b, "acme", ORIGIN, i % 2, t);
+        hub_breaker_report(b, "acme", ORIGIN, i % 2, 0, t);
     }
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_ALLOW);
     hub_breakers_free(b);
@@ -183,7 +183,7 @@ static void test_probe_success_closes(void **state) {
 
     trip_at(b, T0);
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "acme", ORIGIN, 1, t + 200);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 1, t + 200);
     assert_int_equal(check(b, "acme", t + 201, NULL), HUB_BREAKER_ALLOW);
     assert_int_equal(check(b, "acme", t + 202, NULL), HUB_BREAKER_ALLOW);
     assert_int_equal(hub_breakers_open_count(b, t + 202), 0);
@@ -192,7 +192,7 @@ static void test_probe_success_closes(void **state) {
     /* closing starts afresh: 4 failures do not trip, the 5th does, for the base 30 s */
     fail_n(b, "acme", 4, t + 300);
     assert_int_equal(check(b, "acme", t + 300, NULL), HUB_BREAKER_ALLOW);
-    hub_breaker_report(b, "acme", ORIGIN, 0, t + 400);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t + 400);
     assert_int_equal(check(b, "acme", t + 400, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, t + 400 + 30 * SEC);
     hub_breakers_free(b);
@@ -208,9 +208,9 @@ static void test_close_forgets_the_window(void **state) {
     /* the probe succeeds while those 20 attempts are still inside the window */
     t += 30 * SEC;
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "acme", ORIGIN, 1, t);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 1, t);
     /* one failure after closing is 1 of 1, not 11 of 22 */
-    hub_breaker_report(b, "acme", ORIGIN, 0, t + 1);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t + 1);
     assert_int_equal(check(b, "acme", t + 2, NULL), HUB_BREAKER_ALLOW);
     hub_breakers_free(b);
 }
@@ -230,12 +230,12 @@ static void test_probe_failure_doubles_up_to_max(void **state) {
         t += open_s[i] * SEC;
         assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
         t += 500; /* the probe takes 500 ms and fails */
-        hub_breaker_report(b, "acme", ORIGIN, 0, t);
+        hub_breaker_report(b, "acme", ORIGIN, 0, 1, t);
     }
     /* a success resets the open time to 30 s for the next trip */
     t += 600 * SEC;
     assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "acme", ORIGIN, 1, t);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 1, t);
     trip_at(b, t);
     assert_int_equal(check(b, "acme", t, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, t + 30 * SEC);
@@ -269,7 +269,7 @@ static void test_released_probe(void **state) {
     assert_int_equal(hub_breakers_open_count(b, t + 5), 1);
     assert_int_equal(check(b, "acme", t + 6, NULL), HUB_BREAKER_PROBE);
     assert_int_equal(check(b, "acme", t + 7, NULL), HUB_BREAKER_SHED);
-    hub_breaker_report(b, "acme", ORIGIN, 0, t + 8);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 1, t + 8);
     assert_int_equal(check(b, "acme", t + 9, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, t + 8 + 60 * SEC);
     /* releasing a closed, an open or an unknown pair changes nothing */
@@ -288,8 +288,8 @@ static void test_straggler_reports_while_open(void **state) {
 
     trip_at(b, T0);
     /* attempts that started before the trip finish after it: no effect on state */
-    hub_breaker_report(b, "acme", ORIGIN, 1, T0 + SEC);
-    hub_breaker_report(b, "acme", ORIGIN, 0, T0 + 2 * SEC);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 0, T0 + SEC);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, T0 + 2 * SEC);
     assert_int_equal(check(b, "acme", T0 + 3 * SEC, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, T0 + 30 * SEC);
     hub_breakers_free(b);
@@ -308,12 +308,12 @@ static void test_pairs_are_independent(void **state) {
     /* the key is the pair, not the concatenation */
     fail_n(b, "ab", 5, T0);
     assert_int_equal(check(b, "ab", T0, NULL), HUB_BREAKER_SHED);
-    hub_breaker_report(b, "a", "b" ORIGIN, 0, T0);
+    hub_breaker_report(b, "a", "b" ORIGIN, 0, 0, T0);
     assert_int_equal(hub_breaker_check(b, "a", "b" ORIGIN, T0, NULL), HUB_BREAKER_ALLOW);
     /* failures of another pair do not reset this one's streak */
     fail_n(b, "globex", 4, T0);
-    hub_breaker_report(b, "initech", ORIGIN, 1, T0);
-    hub_breaker_report(b, "globex", ORIGIN, 0, T0);
+    hub_breaker_report(b, "initech", ORIGIN, 1, 0, T0);
+    hub_breaker_report(b, "globex", ORIGIN, 0, 0, T0);
     assert_int_equal(check(b, "globex", T0, NULL), HUB_BREAKER_SHED);
     hub_breakers_free(b);
 }
@@ -326,7 +326,7 @@ static void test_many_pairs(void **state) {
     /* enough pairs to grow the table several times */
     for (int i = 0; i < 3000; i++) {
         snprintf(tenant, sizeof(tenant), "tenant-%d", i);
-        hub_breaker_report(b, tenant, ORIGIN, i != 1234, T0);
+        hub_breaker_report(b, tenant, ORIGIN, i != 1234, 0, T0);
     }
     fail_n(b, "tenant-1234", 4, T0);
     for (int i = 0; i < 3000; i++) {
@@ -368,7 +368,7 @@ static void test_listing(void **state) {
     trip_at(b, T0);                   /* acme: open */
     fail_n(b, "globex", 5, T0 + SEC); /* globex: open, then probing */
     assert_int_equal(check(b, "globex", T0 + 31 * SEC, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "initech", ORIGIN, 0, T0); /* initech: closed */
+    hub_breaker_report(b, "initech", ORIGIN, 0, 0, T0); /* initech: closed */
 
     memset(&l, 0, sizeof(l));
     assert_int_equal(hub_breakers_list(b, T0 + 31 * SEC, collect, &l), 2);
@@ -387,10 +387,45 @@ static void test_listing(void **state) {
     assert_int_equal(hub_breakers_open_count(b, T0 + 31 * SEC), 2);
 
     /* the probe succeeds: only acme is left */
-    hub_breaker_report(b, "globex", ORIGIN, 1, T0 + 32 * SEC);
+    hub_breaker_report(b, "globex", ORIGIN, 1, 1, T0 + 32 * SEC);
     memset(&l, 0, sizeof(l));
     assert_int_equal(hub_breakers_list(b, T0 + 32 * SEC, collect, &l), 1);
     assert_string_equal(l.tenant[0], "acme");
+    hub_breakers_free(b);
+}
+
+/* While half-open only the probe's outcome decides: an attempt that started
+ * before the trip and ends while the probe is out (a slow destination, a
+ * delivery timeout longer than the open time) neither closes nor re-opens
+ * the breaker; its report only moves the failure streak. */
+static void test_only_the_probe_decides(void **state) {
+    (void)state;
+    struct hub_breakers *b = new_default();
+    int64_t at = 0, t = T0 + 30 * SEC;
+    struct listed l;
+
+    trip_at(b, T0);
+    assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 0, t + 100); /* a straggler's success */
+    assert_int_equal(check(b, "acme", t + 101, NULL), HUB_BREAKER_SHED);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(hub_breakers_list(b, t + 101, collect, &l), 1);
+    assert_string_equal(l.state[0], "half_open");
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t + 200); /* a straggler's failure */
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(hub_breakers_list(b, t + 201, collect, &l), 1);
+    assert_string_equal(l.state[0], "half_open");
+    assert_int_equal(l.consecutive[0], 1);
+    /* the probe's failure re-opens it for twice the time, from its report */
+    hub_breaker_report(b, "acme", ORIGIN, 0, 1, t + 300);
+    assert_int_equal(check(b, "acme", t + 301, &at), HUB_BREAKER_SHED);
+    assert_int_equal(at, t + 300 + 60 * SEC);
+    /* and the next probe's success closes it, whatever a straggler said */
+    t += 300 + 60 * SEC;
+    assert_int_equal(check(b, "acme", t, NULL), HUB_BREAKER_PROBE);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 0, t + 1);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 1, t + 2);
+    assert_int_equal(check(b, "acme", t + 3, NULL), HUB_BREAKER_ALLOW);
     hub_breakers_free(b);
 }
 
@@ -408,7 +443,7 @@ static void test_forgotten_when_nobody_waits(void **state) {
     /* a closed breaker with a failure streak is kept, however idle */
     fail_n(b, "globex", 4, T0);
     assert_int_equal(hub_breakers_open_count(b, T0 + 3600 * SEC), 0);
-    hub_breaker_report(b, "globex", ORIGIN, 0, T0 + 3600 * SEC);
+    hub_breaker_report(b, "globex", ORIGIN, 0, 0, T0 + 3600 * SEC);
     assert_int_equal(check(b, "globex", T0 + 3600 * SEC, NULL), HUB_BREAKER_SHED);
     hub_breakers_free(b);
 }
@@ -423,7 +458,7 @@ static void test_bounded_table(void **state) {
 
     for (int i = 0; i < 4; i++) {
         snprintf(tenant, sizeof(tenant), "t%d", i);
-        hub_breaker_report(b, tenant, ORIGIN, 0, T0); /* each with a 1-failure streak */
+        hub_breaker_report(b, tenant, ORIGIN, 0, 0, T0); /* each with a 1-failure streak */
     }
     /* full of breakers in use: a 5th pair is not tracked, and so never trips */
     fail_n(b, "new", 5, T0 + SEC);
@@ -466,11 +501,11 @@ static void test_config_validation(void **state) {
     assert_int_equal(check(b, "acme", 1, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, 100);
     assert_int_equal(check(b, "acme", 100, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "acme", ORIGIN, 0, 110);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 1, 110);
     assert_int_equal(check(b, "acme", 111, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, 310);
     assert_int_equal(check(b, "acme", 310, NULL), HUB_BREAKER_PROBE);
-    hub_breaker_report(b, "acme", ORIGIN, 0, 320);
+    hub_breaker_report(b, "acme", ORIGIN, 0, 1, 320);
     assert_int_equal(check(b, "acme", 321, &at), HUB_BREAKER_SHED);
     assert_int_equal(at, 570); /* 400 capped at 250 */
     hub_breakers_free(b);
@@ -492,7 +527,7 @@ static void test_sheds_is_a_question(void **state) {
     assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 30 * SEC), 0);
     assert_int_equal(check(b, "acme", T0 + 30 * SEC, NULL), HUB_BREAKER_PROBE);
     assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 31 * SEC), 1);
-    hub_breaker_report(b, "acme", ORIGIN, 1, T0 + 32 * SEC);
+    hub_breaker_report(b, "acme", ORIGIN, 1, 1, T0 + 32 * SEC);
     assert_int_equal(hub_breaker_sheds(b, "acme", ORIGIN, T0 + 33 * SEC), 0);
     hub_breakers_free(b);
 }
@@ -512,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_lost_probe_is_replaced),
         cmocka_unit_test(test_released_probe),
         cmocka_unit_test(test_straggler_reports_while_open),
+        cmocka_unit_test(test_only_the_probe_decides),
         cmocka_unit_test(test_pairs_are_independent),
         cmocka_unit_test(test_many_pairs),
         cmocka_unit_test(test_listing),
