@@ -343,14 +343,6 @@ static void flush_retry_later(struct hub_dispatch *d, struct flush *f) {
     uv_timer_start(&d->flush_timer, flush_timer_cb, DISPATCH_FLUSH_RETRY_MS, 0);
 }
 
-/* 1 for a statement error that says nothing about the rows: a deadlock, a
- * serialization failure, a lock or statement timeout, resources or the
- * connection running out, an operator's cancel.  Retried as they are. */
-static int sqlstate_transient(const char *s) {
-    return strncmp(s, "40", 2) == 0 || strncmp(s, "53", 2) == 0 || strncmp(s, "08", 2) == 0 ||
-           strncmp(s, "57", 2) == 0 || strcmp(s, "55P03") == 0 || s[0] == '\0';
-}
-
 /* The first result of a transaction that committed, when it has ncols
  * columns, and its rows into *rows; NULL and 0 otherwise (the transaction
  * failed, or the result has another shape). */
@@ -375,7 +367,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     int rows;
 
     d->flushing--;
-    if (out->status == HUB_PG_ESTMT && f->n == 1 && !sqlstate_transient(out->sqlstate) &&
+    if (out->status == HUB_PG_ESTMT && f->n == 1 && !hub_pg_sqlstate_transient(out->sqlstate) &&
         !(strcmp(out->sqlstate, "23505") == 0 && !d->outcomes_checked)) {
         /* The one outcome the statement refuses: dropped, or it would be
          * retried forever with every outcome queued behind it.  Its job
@@ -402,7 +394,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
             d->outcomes_checked = 1;
             hub_log(HUB_WARN, "an attempt was already recorded under its number (was a job's "
                               "attempt_count lowered by hand?); outcomes now probe for it first");
-        } else if (out->status == HUB_PG_ESTMT && !sqlstate_transient(out->sqlstate)) {
+        } else if (out->status == HUB_PG_ESTMT && !hub_pg_sqlstate_transient(out->sqlstate)) {
             /* one of them (or its subscription) makes the statement fail:
              * write them one at a time, so that only that one is held back */
             d->flush_single = d->flush_single > f->n ? d->flush_single : f->n;

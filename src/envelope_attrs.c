@@ -719,6 +719,15 @@ int env_validate_attributes(struct parse_ctx *ctx, const char *topic, struct hub
     if (check_optional(ctx, A_EVENTTYPE, 0) != 0) {
         REFUSED();
     }
+    /* the event type they derive is a name subscriptions match, bounded as
+     * a ce-type is (and as subscriptions' event_types entries are) */
+    if (v[A_RESOURCETYPE].p != NULL && v[A_EVENTTYPE].p != NULL &&
+        v[A_RESOURCETYPE].n + 1 + v[A_EVENTTYPE].n > MAX_TYPE_BYTES) {
+        env_fail_attr(ctx, A_EVENTTYPE,
+                      "the event type resourcetype.eventtype must be at most %d bytes (got %zu)",
+                      MAX_TYPE_BYTES, v[A_RESOURCETYPE].n + 1 + v[A_EVENTTYPE].n);
+        REFUSED();
+    }
     if (ctx->refused) {
         *ctx->err = ctx->first_err;
         return -1;

@@ -68,6 +68,12 @@ struct hub_pg_outcome {
     const char *constraint;
 };
 
+/* 1 when a statement error (the outcome's sqlstate) says nothing about the
+ * rows, so the same transaction may succeed when sent again: a deadlock, a
+ * serialization failure, a lock or statement timeout, resources or the
+ * connection running out, an operator's cancel (and "": no SQLSTATE). */
+int hub_pg_sqlstate_transient(const char *sqlstate);
+
 /* Called once per transaction on the loop thread.  The results belong to the
  * pool and are cleared when the callback returns. */
 typedef void (*hub_pg_cb)(void *arg, const struct hub_pg_outcome *out);

@@ -369,9 +369,12 @@ static void flush_free(struct flush *f) {
 static int flush_send(struct hub_stats *s);
 static void stop_deadline_cb(uv_timer_t *t);
 
-/* A write ended.  Committed: done.  Not committed for sure (a statement
- * error, never sent): its counts go back for the next write.  Unknown (the
- * connection dropped after sending): dropped, so nothing counts twice. */
+/* A write ended.  Committed: done.  Not committed for sure and worth
+ * another try (a transient statement error, never sent): its counts go back
+ * for the next write.  Unknown (the connection dropped after sending):
+ * dropped, so nothing counts twice.  Refused for what it holds (any other
+ * statement error): dropped too, or the same rows would fail every write
+ * from then on and no tenant's figures would be written again. */
 static void flush_done(void *arg, const struct hub_pg_outcome *out) {
     struct flush *f = arg;
     struct hub_stats *s = f->s;
@@ -381,23 +384,23 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
         s->metrics->stats_flushes++;
     } else {
         s->metrics->stats_flush_errors++;
-        if (out->status == HUB_PG_ECONN) {
+        int refused = out->status == HUB_PG_ESTMT && !hub_pg_sqlstate_transient(out->sqlstate);
+        if (out->status == HUB_PG_ECONN || refused || s->stopping) {
             for (size_t i = 0; i < f->n; i++) {
                 for (int k = 0; k < HUB_STAT__COUNT; k++) {
                     s->metrics->stats_counts_lost += (uint64_t)f->rows[i].c[k];
                 }
             }
+        }
+        if (out->status == HUB_PG_ECONN) {
             hub_log(HUB_WARN,
                     "per-tenant counts lost: the database connection dropped while "
                     "they were written (they are never written twice)",
                     HUB_LI("rows", (int64_t)f->n));
-        } else if (s->stopping) {
-            for (size_t i = 0; i < f->n; i++) {
-                for (int k = 0; k < HUB_STAT__COUNT; k++) {
-                    s->metrics->stats_counts_lost += (uint64_t)f->rows[i].c[k];
-                }
-            }
-        } else {
+        } else if (refused) {
+            hub_log(HUB_ERROR, "per-tenant counts lost: the database refused them",
+                    HUB_LI("rows", (int64_t)f->n), HUB_LS("error", out->error));
+        } else if (!s->stopping) {
             for (size_t i = 0; i < f->n; i++) {
                 const struct flush_row *r = &f->rows[i];
                 for (int k = 0; k < HUB_STAT__COUNT; k++) {

@@ -13,7 +13,8 @@
 # naming the field (counted); counts written at a clean stop, never twice;
 # the hours past STATS_RETENTION purged; a tenant's sources capped per hour
 # ("(other)"); and the answer time for a tenant with 1,000,000 events
-# (rollups seeded in SQL) within 50 ms.
+# (rollups seeded in SQL) within 50 ms; an event type too long for a
+# stats key refused at ingest, other tenants' figures unaffected.
 #
 # Run one alone: bash tests/integration/test_stats.sh bad_input_is_400_naming_the_field
 set -uo pipefail
@@ -264,6 +265,34 @@ scenario_bad_input_is_400_naming_the_field() {
     assert_eq "405|GET, HEAD" "$(http_status)|$(last_header allow)" "POST /v1/stats → 405"
     hub_curl GET /v1/stats/more "" -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 404 "$(http_status)" "/v1/stats/more → 404"
+}
+
+# An event type as long as the attributes allowed (resourcetype.eventtype
+# had no bound) was a 202, and its stats key one the database refuses (a
+# btree row is at most 2,704 bytes): the flush put the counts back and
+# failed again at every turn, so no tenant's figures were written again.
+# The derived event type is bounded as a ce-type is; another tenant's
+# figures keep coming.
+scenario_a_long_event_type_stops_no_figures() {
+    local long other_key now
+    own_client
+    now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+    other_key=$(own_tenant_key other)
+    long=$(head -c 9000 /dev/urandom | base64 -w0 | tr -d '+/=' | head -c 8000)
+    post_event long-1 /long thing.made '{"n":1}' -H "ce-resourcetype: $long" -H 'ce-eventtype: made' \
+        -H "ce-time: $now"
+    assert_eq 400 "$(http_status)" "an event whose resourcetype.eventtype is 8,005 bytes → 400"
+    assert_contains "$(last_body)" "must be at most 256 bytes" "… saying the event type's bound"
+    post_event long-2 /long thing.made '{"n":1}' -H "ce-resourcetype: ${long:0:200}" -H "ce-eventtype: ${long:0:55}" \
+        -H "ce-time: $now"
+    assert_eq 202 "$(http_status)" "one of exactly 256 bytes → 202"
+    KEY=$other_key post_event other-1 /other thing.done '{"n":1}' -H "ce-time: $now"
+    assert_eq 202 "$(http_status)" "another tenant's event → 202"
+    KEY=$other_key wait_stats "" '.accepted == 1' 10 ||
+        fail "the other tenant's figures were not written: $(last_body)"
+    wait_stats "group_by=event_type" '.accepted == 1' 10 ||
+        fail "the 256-byte event type's figures were not written: $(last_body)"
+    pass "both tenants' figures are written"
 }
 
 # 1,200 sources in one hour: a process keeps 1,000 apart, the rest are
