@@ -96,6 +96,25 @@ static json_t *error_one(const char *pointer, const char *keyword, const char *m
 
 /* ------------------------------------------------------ the thread part -- */
 
+/*
+ * The payload as the validator sees it.  Everything PostgreSQL's json
+ * grammar takes parses: "\u0000" in strings, and integers beyond 64 bits
+ * (read again as reals: the validator compares numbers by value, and the
+ * stored bytes are the text).  Repeated member names are refused (jansson's
+ * json_error_duplicate_key): the validator would see the last and a
+ * consumer may read the first.
+ */
+static json_t *payload_load(const struct hub_event *ev, json_error_t *jerr) {
+    const size_t flags = JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
+    json_t *doc = json_loadb((const char *)ev->payload, ev->payload_len, flags, jerr);
+
+    if (doc == NULL && json_error_code(jerr) == json_error_numeric_overflow) {
+        doc = json_loadb((const char *)ev->payload, ev->payload_len,
+                         flags | JSON_DECODE_INT_AS_REAL, jerr);
+    }
+    return doc;
+}
+
 /* Checks one record (a threadpool thread). */
 static void check_one(struct check_item *it) {
     struct hub_ingest_rec *r = it->r;
@@ -106,8 +125,8 @@ static void check_one(struct check_item *it) {
     json_t *errors;
     int rc;
 
-    doc = json_loadb((const char *)ev->payload, ev->payload_len, JSON_DECODE_ANY, &jerr);
-    if (doc == NULL && ev->json_unchecked) {
+    doc = payload_load(ev, &jerr);
+    if (doc == NULL && ev->json_unchecked && json_error_code(&jerr) != json_error_duplicate_key) {
         /* under a JSON content type a payload that is not JSON keeps the
          * verdict it has without schemas: an invalid envelope (field data) */
         r->verdict = HUB_V_QUARANTINED_INVALID;
@@ -120,11 +139,13 @@ static void check_one(struct check_item *it) {
     }
     if (doc == NULL) {
         char msg[192];
-        snprintf(msg, sizeof(msg), "payload is not JSON: %s", jerr.text);
+        int repeats = json_error_code(&jerr) == json_error_duplicate_key;
+        snprintf(msg, sizeof(msg), "%s: %s",
+                 repeats ? "payload repeats a member name" : "payload is not JSON", jerr.text);
         errors = json_array();
         json_array_append_new(errors, error_one("", "json", msg));
         evidence_set(r, it->e, errors, 1);
-        it->result = HUB_SCHEMA_CHECK_NOT_JSON;
+        it->result = repeats ? HUB_SCHEMA_CHECK_INVALID : HUB_SCHEMA_CHECK_NOT_JSON;
         return;
     }
     rc = hub_jschema_validate(it->e->compiled, doc, &res);

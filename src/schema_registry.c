@@ -217,6 +217,20 @@ static struct schema_group *group_get(struct hub_schema_set *set, size_t max_gro
 }
 
 /* Among group g's versions of `major`: the exact version, else the highest. */
+/* An event's schemaversion names a stored version when they are equal once
+ * the event's spelling drops a leading v and build metadata: v1.2.0 and
+ * 1.2.0+b7 name 1.2.0 (SPEC §3.1 allows the v; build metadata does not
+ * change precedence, and stored versions have none). */
+static int version_names(const char *stored, const char *asked) {
+    size_t n;
+
+    if (*asked == 'v' || *asked == 'V') {
+        asked++;
+    }
+    n = strcspn(asked, "+");
+    return strlen(stored) == n && memcmp(stored, asked, n) == 0;
+}
+
 static const struct hub_schema_entry *group_pick(const struct hub_schema_set *set,
                                                  const struct schema_group *g, const char *version,
                                                  int major) {
@@ -227,7 +241,7 @@ static const struct hub_schema_entry *group_pick(const struct hub_schema_set *se
         if (e->major != major) {
             continue;
         }
-        if (version != NULL && strcmp(e->version, version) == 0) {
+        if (version != NULL && version_names(e->version, version)) {
             return e;
         }
         best = e; /* ascending: the last one seen is the highest */

@@ -199,6 +199,38 @@ scenario_http_validation() {
     assert_contains "$body" '"status":202' "the good one stored"
 }
 
+# The validator reads a payload as PostgreSQL's json grammar does (integers
+# beyond 64 bits, "\u0000" in strings), refuses repeated member names (it
+# would check the last, a consumer may read the first), and an event's
+# schemaversion spelled v1.0.0 or 1.0.0+build names 1.0.0 exactly.
+scenario_payloads_and_versions_read_as_sent() {
+    local body
+    own_client
+    tput "$KEY" "$TYPE" 1.0.0 '{"type":"object","required":["a"],"properties":{"amount":{"type":"integer","minimum":0}}}' >/dev/null
+    assert_eq 201 "$(http_status)" "1.0.0 requires a"
+    tput "$KEY" "$TYPE" 1.1.0 '{"type":"object","properties":{"amount":{"type":"integer","minimum":0}}}' >/dev/null
+    assert_eq 201 "$(http_status)" "1.1.0 does not"
+    body=$(ev_schema "$KEY" v-1 '{"amount":1}' v1.0.0)
+    assert_eq 422 "$(http_status)" "schemaversion v1.0.0 is checked against 1.0.0: $body"
+    body=$(ev_schema "$KEY" v-2 '{"amount":1}' 1.0.0+b7)
+    assert_eq 422 "$(http_status)" "… and 1.0.0+b7 too: $body"
+    ev_schema "$KEY" v-3 '{"amount":1}' V1.1.0 >/dev/null
+    assert_eq 202 "$(http_status)" "V1.1.0 against 1.1.0"
+    assert_eq 1.1.0 "$(psql_q "SELECT schema_version FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'v-3'")" \
+        "… recorded as 1.1.0"
+    body=$(ev_schema "$KEY" big-1 '{"amount":123456789012345678901234567890}' 1.1.0)
+    assert_eq 202 "$(http_status)" "an integer beyond 64 bits is JSON: $body"
+    body=$(ev_schema "$KEY" big-2 '{"amount":-123456789012345678901234567890}' 1.1.0)
+    assert_eq 422 "$(http_status)" "… and is checked by value (minimum 0): $body"
+    body=$(ev_schema "$KEY" nul-1 '{"amount":1,"note":"a\u0000b"}' 1.1.0)
+    assert_eq 202 "$(http_status)" "a string holding \\u0000 is JSON: $body"
+    body=$(ev_schema "$KEY" dup-1 '{"amount":"DROP","amount":5}' 1.1.0)
+    assert_eq 422 "$(http_status)" "a payload repeating a member: $body"
+    assert_contains "$body" "repeats a member name" "… says so"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'dup-1'")" \
+        "… and is not stored"
+}
+
 scenario_unknown_major() {
     local a0 q0 body
     own_client
