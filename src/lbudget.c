@@ -5,6 +5,7 @@
 #include "lbudget.h"
 
 #include <lauxlib.h>
+#include <stdint.h>
 
 #define LBUF_MT "hub.lbuf"
 #define LBUF_MIN_HEAP 4096
@@ -29,6 +30,16 @@ void hub_lmeter_need(struct hub_lmeter *m, size_t bytes) {
                      : (int64_t)bytes * HUB_LBUDGET_NS_PER_BYTE;
     if (m->budget != NULL && m->budget->expired(m->budget->ud, ns)) {
         luaL_error(m->L, "%s: deadline exceeded", m->what);
+    }
+}
+
+void hub_lbudget_nest(const struct hub_lbudget *budget, lua_State *L, const char *what) {
+    /* frame addresses, not a local's: a sanitizer may keep locals apart */
+    const char *here = __builtin_frame_address(0);
+
+    if (budget != NULL && budget->stack_top != NULL &&
+        (intptr_t)budget->stack_top - (intptr_t)here > HUB_LBUDGET_CSTACK_MAX) {
+        luaL_error(L, "%s: calls nested too deep", what);
     }
 }
 

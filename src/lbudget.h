@@ -40,6 +40,14 @@
  * needs this much time left per byte. */
 #define HUB_LBUDGET_NS_PER_BYTE 1
 
+/* C stack a call may use below the frame that armed it before library
+ * functions that call back into Lua (a gsub replacement function or
+ * table, pcall) refuse to nest deeper.  LuaJIT bounds Lua's stack, not
+ * C's: a gsub whose replacement calls gsub costs ~1.5 KB of C stack per
+ * level and only a few Lua slots, and 8 MiB of thread stack ran out before
+ * Lua's own limit (a SIGSEGV of the whole process). */
+#define HUB_LBUDGET_CSTACK_MAX (1 << 20)
+
 struct hub_lbudget {
     /*
      * Nonzero when the running call has less than need_ns nanoseconds left
@@ -50,6 +58,8 @@ struct hub_lbudget {
      */
     int (*expired)(void *ud, int64_t need_ns);
     void *ud;
+    /* the C stack where the running call was armed; NULL: not checked */
+    const char *stack_top;
 };
 
 /* The step counter of one library call. */
@@ -71,6 +81,11 @@ void hub_lmeter_check(struct hub_lmeter *m);
 /* Raises "<what>: deadline exceeded" unless the time left covers work over
  * `bytes` bytes at HUB_LBUDGET_NS_PER_BYTE: for work done in one piece. */
 void hub_lmeter_need(struct hub_lmeter *m, size_t bytes);
+
+/* Before a library function calls back into Lua: raises "<what>: calls
+ * nested too deep" once the running call has used HUB_LBUDGET_CSTACK_MAX of
+ * C stack (budget NULL: never). */
+void hub_lbudget_nest(const struct hub_lbudget *budget, lua_State *L, const char *what);
 
 /* Spends n steps (n >= 1). */
 static inline void hub_lmeter_spend(struct hub_lmeter *m, int32_t n) {

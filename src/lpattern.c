@@ -817,6 +817,8 @@ static void lp_add_value(struct lp *ms, struct hub_lbuf *b, int tr, const char *
     size_t len;
     const char *r;
 
+    /* both may run Lua (a function, an __index), which may call gsub again */
+    hub_lbudget_nest(ms->m.budget, L, ms->m.what);
     if (tr == LUA_TFUNCTION) {
         int n;
         lua_pushvalue(L, 3);

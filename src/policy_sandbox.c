@@ -83,10 +83,13 @@ static uint64_t thread_cpu_ns(void) {
 void policy_deadline_arm(struct policy_state *s) {
     s->start_ns = hub_now_ns();
     s->checked = 0;
+    /* the caller's frame is above this one: the call runs below it */
+    s->budget.stack_top = __builtin_frame_address(0);
 }
 
 void policy_deadline_disarm(struct policy_state *s) {
     s->start_ns = 0;
+    s->budget.stack_top = NULL;
 }
 
 int64_t policy_cpu_spent_ns(const struct policy_state *s) {
@@ -306,6 +309,7 @@ static int sandbox_pcall(lua_State *L) {
     int status;
 
     luaL_checkany(L, 1);
+    hub_lbudget_nest(&s->budget, L, "pcall");
     status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
     if (s->condemned != POLICY_ALIVE) {
         return lua_error(L);
@@ -335,6 +339,7 @@ static int sandbox_xpcall(lua_State *L) {
     int status;
 
     luaL_checktype(L, 2, LUA_TFUNCTION);
+    hub_lbudget_nest(&s->budget, L, "xpcall");
     lua_settop(L, 2);
     lua_pushcclosure(L, xpcall_handler, 1); /* f, wrapped handler */
     lua_insert(L, 1);                       /* wrapped handler, f */

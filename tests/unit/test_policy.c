@@ -1458,6 +1458,58 @@ static void test_deadline_pattern_backtracking(void **state) {
                             "string.find with a backtracking pattern");
 }
 
+/* A gsub whose replacement (a function, or a table's __index) calls gsub
+ * again recursed in C, ~1.5 KB of stack a level for a few Lua slots, until
+ * the thread's stack ran out: a SIGSEGV of the whole process, at the top
+ * level (a reload, the dry-run) or in a call.  Nesting is now an error. */
+static int gsub_recursion_child(void) {
+    char err[512] = "";
+    int matched = -1;
+    static const char top_src[] =
+        "local function f() return string.gsub('x', 'x', f) end\nf()\nreturn {}";
+    struct hub_policy *top =
+        hub_policy_compile("gsubtop", top_src, strlen(top_src), &LIM, err, sizeof(err));
+    if (top != NULL || strstr(err, "nested too deep") == NULL) {
+        return 10;
+    }
+    static const char src[] =
+        "local function f() return string.gsub('x', 'x', f) end\n"
+        "local t\n"
+        "t = setmetatable({}, {__index = function() return (string.gsub('x', 'x', t)) end})\n"
+        "return { match = function(ev)\n"
+        "  if ev.id == 'function' then f() elseif ev.id == 'table' then string.gsub('x', 'x', t) "
+        "end\n"
+        "  return true\n"
+        "end }";
+    struct hub_policy *p = hub_policy_compile("gsubcall", src, strlen(src), &LIM, err, sizeof(err));
+    if (p == NULL) {
+        return 11;
+    }
+    for (int i = 0; i < 2; i++) {
+        err[0] = '\0';
+        if (match_id(p, i == 0 ? "function" : "table", &matched, err, sizeof(err)) !=
+                HUB_POLICY_ERROR ||
+            strstr(err, "nested too deep") == NULL) {
+            return 12 + i;
+        }
+    }
+    /* the states those errors unwound are still good */
+    if (match_id(p, "healthy", &matched, err, sizeof(err)) != HUB_POLICY_OK || matched != 1) {
+        return 14;
+    }
+    hub_policy_unref(p);
+    return 0;
+}
+
+static void test_gsub_recursion_is_an_error(void **state) {
+    (void)state;
+    int sig = 0;
+    int rc = in_child(gsub_recursion_child, &sig);
+    if (sig != 0 || rc != 0) {
+        fail_msg("gsub recursion: child exit %d, signal %d", rc, sig);
+    }
+}
+
 /* json.encode of a small DAG (22 levels of t = {t, t}) writes millions of
  * nodes in C, outside the state's allocator. */
 static void test_json_encode_bounded(void **state) {
@@ -1806,6 +1858,7 @@ int main(void) {
         T(test_deadline_xpcall_handler_after_timeout),
         T(test_deadline_pattern_backtracking),
         T(test_json_encode_bounded),
+        T(test_gsub_recursion_is_an_error),
         T(test_bounded_patterns),
         T(test_bounded_bulk),
         T(test_bounded_json),
