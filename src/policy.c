@@ -448,13 +448,24 @@ static void log_scan_errors(const struct hub_policy_gen *g, const char *dir_erro
 static void trip_clear(struct hub_policy *p);
 
 /* Publishes the scan as the next generation, and clears the trips of every
- * policy in it (a reload of its file).  Loop thread. */
+ * policy in it (a reload of its file).  A reload that could not read the
+ * directory (gone while it is replaced, out of descriptors) publishes
+ * nothing: the generation before stays, as a file that fails to compile
+ * keeps its previous version.  At start there is none to keep, and a
+ * directory that cannot be read is no policies.  Loop thread. */
 static void publish(struct hub_policies *ps, struct scan *s) {
-    struct hub_policy_gen *g = gen_from_scan(s, ps->next_number, ps->pool);
+    struct hub_policy_gen *g;
     int failed = s->dir_error != NULL;
     size_t loaded = 0;
 
     ps->last_reload_seconds = (double)(hub_now_ns() - s->started_ns) / 1e9;
+    if (s->dir_error != NULL && ps->current != NULL) {
+        ps->reloads[1]++;
+        hub_log(HUB_ERROR, "policy reload failed; the loaded policies stay",
+                HUB_LS("error", s->dir_error), HUB_LI("generation", ps->current->number));
+        return;
+    }
+    g = gen_from_scan(s, ps->next_number, ps->pool);
     if (g == NULL) {
         ps->reloads[1]++;
         hub_log(HUB_ERROR, "policy reload failed: out of memory");
@@ -1013,8 +1024,9 @@ void hub_policies_metrics_render(const struct hub_policies *ps, FILE *out) {
         }
     }
     fprintf(out,
-            "# HELP streaming_hub_policy_reloads_total Policy generations built, by result "
-            "(error: some file failed and kept its previous version).\n"
+            "# HELP streaming_hub_policy_reloads_total Policy reloads, by result (error: some "
+            "file failed and kept its previous version, or the directory could not be read "
+            "and every policy did).\n"
             "# TYPE streaming_hub_policy_reloads_total counter\n"
             "streaming_hub_policy_reloads_total{result=\"ok\"} %llu\n"
             "streaming_hub_policy_reloads_total{result=\"error\"} %llu\n"

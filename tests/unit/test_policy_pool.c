@@ -693,6 +693,30 @@ static void test_deadline_wall_backstop(void **state) {
     hub_policy_unref(p);
 }
 
+/* A reload that cannot read the directory (moved away while it is
+ * replaced) keeps the loaded policies: it published an empty generation,
+ * and every subscription naming a policy failed its attempts. */
+static void test_unreadable_directory_keeps_the_policies(void **state) {
+    (void)state;
+    struct hub_policy_limits lim = {.timeout_ms = 50, .memory_bytes = 16 * MIB, .threads = 1};
+    struct fixture f;
+    char moved[80];
+    char *m;
+
+    fixture_start(&f, &lim);
+    snprintf(moved, sizeof(moved), "%s.moved", f.dir);
+    assert_int_equal(rename(f.dir, moved), 0);
+    reload_and_wait(&f);
+    assert_non_null(hub_policy_gen_find(f.gen, "quick"));
+    m = metrics_text(f.ps);
+    assert_contains(m, "streaming_hub_policy_reloads_total{result=\"error\"} 1");
+    free(m);
+    assert_int_equal(rename(moved, f.dir), 0);
+    reload_and_wait(&f);
+    assert_non_null(hub_policy_gen_find(f.gen, "quick"));
+    fixture_stop(&f);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, watchdog_arm, watchdog_disarm)
 
 int main(void) {
@@ -705,6 +729,7 @@ int main(void) {
         T(test_calls_keep_their_generation),
         T(test_deadline_counts_cpu_time),
         T(test_deadline_wall_backstop),
+        T(test_unreadable_directory_keeps_the_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
