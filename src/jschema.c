@@ -1119,6 +1119,8 @@ static int compile_doc(const json_t *schema, const struct hub_jschema_limits *li
     pcre2_set_match_limit(s->mctx, l.regex_match_limit);
     pcre2_set_depth_limit(s->mctx, l.regex_depth_limit);
     pcre2_set_match_limit(s->mctx_first, JS_REGEX_FIRST_LIMIT);
+    js_regex_context_init(s->mctx);
+    js_regex_context_init(s->mctx_first);
     pcre2_set_depth_limit(s->mctx_first, l.regex_depth_limit);
     /* the interpreter keeps backtracking frames on the heap: 4 MiB each search */
     pcre2_set_heap_limit(s->mctx, 4096);

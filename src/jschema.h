@@ -17,14 +17,17 @@
  * Validate walks the instance with per-call state only: one compiled schema
  * may be validated from any number of threads at once.  Its work is bounded
  * by the instance depth and a step budget: a keyword evaluated at one
- * instance location, a value compared, costs a step; a regex search costs
- * 8 steps plus one per 256 bytes of subject, under a PCRE2 match limit of
- * 100; a search that needs more is re-run once under regex_match_limit and
- * charged regex_match_limit / 10 steps more.  PCRE2 cannot report how much
- * of a limit a search used, so the charge is its worst case: a step stands
- * for about 100 ns, and the default budget for about 0.1-0.3 s of CPU
- * however hostile the schema and payload (docs/schemas.md has figures).  A
- * run that reaches a bound stops with HUB_ERANGE and a result saying which.
+ * instance location, a value compared, costs a step, and work over a
+ * string costs by its length (lengths, formats, string equality); a regex
+ * search costs 8 steps plus one per 256 bytes of subject, under a PCRE2
+ * match limit of 100; a search that needs more is re-run once under
+ * regex_match_limit and charged regex_match_limit / 10 steps more.  Those
+ * limits count per start position, so a search is also charged what it
+ * did (its callouts, and for a long subject or a re-run its CPU time) and
+ * ends when the time the steps left stand for is up.  A step stands for
+ * about 100 ns, and the default budget for about 0.1-0.3 s of CPU however
+ * hostile the schema and payload (docs/schemas.md has figures).  A run
+ * that reaches a bound stops with HUB_ERANGE and a result saying which.
  *
  * Formats `date-time` (RFC 3339), `uri` (RFC 3986 absolute URI) and `email`
  * (RFC 5321 mailbox, dot-atom or quoted local part) are assertions; other

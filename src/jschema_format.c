@@ -12,9 +12,19 @@
  * ECMAScript without the `u` flag; \s stays ASCII where ECMAScript's is
  * Unicode (the optional ecmascript-regex cases list the difference).
  * Patterns are searched, not anchored, as the spec says.
+ *
+ * A search's cost is not bounded by PCRE2's match limit: the limit counts
+ * per start position, and a pattern whose every attempt reads to the end of
+ * the subject (`(?=a*[bc])` over a run of `a`) fails quickly at each
+ * position after reading the rest, O(length^2) in all, with no limit ever
+ * met: seconds for 200 KB, minutes for 1 MiB.  Patterns are therefore
+ * compiled with automatic callouts (one before each item, which costs
+ * little: the first-character scans and JIT stay), and the callout ends a
+ * search whose thread has run past the deadline its caller set.
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "jschema_int.h"
 #include "util.h"
@@ -33,7 +43,7 @@ pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap)
     int code;
     PCRE2_SIZE off;
     uint32_t opts = PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_MATCH_UNSET_BACKREF | PCRE2_ALT_BSUX |
-                    PCRE2_NEVER_BACKSLASH_C;
+                    PCRE2_NEVER_BACKSLASH_C | PCRE2_AUTO_CALLOUT;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, len, opts, &code, &off, cctx);
     pcre2_compile_context_free(cctx);
     if (!re) {
@@ -47,17 +57,57 @@ pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap)
     return re;
 }
 
+/* The search running on this thread: its deadline on the thread's CPU
+ * clock (0: none), and its callouts. */
+static __thread uint64_t search_deadline_ns;
+static __thread unsigned search_callouts;
+
+/* What a callout answers to end a search past its deadline (any negative
+ * value ends it, and pcre2_match returns it). */
+#define JS_REGEX_OVERTIME (-1000)
+
+uint64_t js_thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Every 32nd callout reads the clock (a system call): a few attempts of a
+ * costly pattern, a fraction of a microsecond spread over cheap ones. */
+static int search_callout(pcre2_callout_block *block, void *data) {
+    (void)block;
+    (void)data;
+    if ((++search_callouts & 31) == 0 && search_deadline_ns != 0 &&
+        js_thread_cpu_ns() > search_deadline_ns) {
+        return JS_REGEX_OVERTIME;
+    }
+    return 0;
+}
+
+void js_regex_context_init(pcre2_match_context *mctx) {
+    pcre2_set_callout(mctx, search_callout, NULL);
+}
+
 /* Every limit error maps to -1 so that the caller can retry a first try
- * under the larger limit, and stop at a bound after that. */
+ * under the larger limit, and stop at a bound after that.  Strings come
+ * from jansson, which holds them as valid UTF-8: no check per search. */
 int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2_match_data *md,
-                    pcre2_match_context *mctx) {
-    int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, 0, 0, md, mctx);
+                    pcre2_match_context *mctx, uint64_t deadline_ns, uint64_t *callouts) {
+    int rc;
+
+    search_deadline_ns = deadline_ns;
+    search_callouts = 0;
+    rc = pcre2_match(re, (PCRE2_SPTR)subject, len, 0, PCRE2_NO_UTF_CHECK, md, mctx);
+    search_deadline_ns = 0;
+    *callouts += search_callouts;
     if (rc >= 0) {
         return 1;
     }
     switch (rc) {
     case PCRE2_ERROR_NOMATCH:
         return 0;
+    case JS_REGEX_OVERTIME:
+        return -3;
     case PCRE2_ERROR_MATCHLIMIT:
     case PCRE2_ERROR_DEPTHLIMIT:
     case PCRE2_ERROR_HEAPLIMIT:

@@ -111,6 +111,14 @@ struct hub_jschema {
     pcre2_match_context *mctx_first; /* JS_REGEX_FIRST_LIMIT: the cheap first try */
 };
 
+/* The time a step of the validation budget stands for (jschema.h). */
+#define JS_NS_PER_STEP 100
+
+/* Subjects up to this long are searched without reading the thread's CPU
+ * clock (a system call, about as dear as a short search): an item tried
+ * reads at most this much, so such a search is charged by its callouts. */
+#define JS_REGEX_UNTIMED_BYTES 256
+
 /* The PCRE2 match limit of a first search; normal patterns need under 30
  * (measured: anchored ids, e-mail shapes, searches in 10 KB subjects). */
 #define JS_REGEX_FIRST_LIMIT 100
@@ -122,13 +130,23 @@ struct hub_jschema {
  */
 pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap);
 
+/* Sets the callout that ends searches past their deadline (see
+ * js_regex_search) on a match context, once, before it is shared. */
+void js_regex_context_init(pcre2_match_context *mctx);
+
+/* The calling thread's CPU clock, in nanoseconds. */
+uint64_t js_thread_cpu_ns(void);
+
 /*
- * Searches subject for re with match data md (the caller's, one per thread)
- * under mctx's limits.  Returns 1 match, 0 no match, -1 a limit was hit,
- * -2 another PCRE2 error.
+ * Searches subject (valid UTF-8: a jansson string) for re with match data
+ * md (the caller's, one per thread) under mctx's limits, until the thread's
+ * CPU clock (js_thread_cpu_ns) passes deadline_ns (0: no deadline), and
+ * adds its callouts (one before each pattern item tried) to *callouts.
+ * Returns 1 match, 0 no match, -1 a limit was hit, -2 another PCRE2 error,
+ * -3 the deadline passed.
  */
 int js_regex_search(const pcre2_code *re, const char *subject, size_t len, pcre2_match_data *md,
-                    pcre2_match_context *mctx);
+                    pcre2_match_context *mctx, uint64_t deadline_ns, uint64_t *callouts);
 
 /* 1 when s (len bytes) is valid under format f, else 0; JS_FMT_NONE is 1. */
 int js_format_check(enum js_format f, const char *s, size_t len);

@@ -201,9 +201,18 @@ static int equal_bounded(const json_t *a, const json_t *b, uint64_t *budget) {
         return 0;
     }
     switch (json_typeof(a)) {
-    case JSON_STRING:
-        return json_string_length(a) == json_string_length(b) &&
-               memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) == 0;
+    case JSON_STRING: {
+        /* equal lengths compare every byte: a step per 256 of them */
+        size_t cost = json_string_length(a) / 256;
+        if (json_string_length(a) != json_string_length(b)) {
+            return 0;
+        }
+        if (cost > *budget) {
+            return -1;
+        }
+        *budget -= cost;
+        return memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) == 0;
+    }
     case JSON_ARRAY:
         if (json_array_size(a) != json_array_size(b)) {
             return 0;
@@ -403,26 +412,49 @@ static int v_number(struct js_vctx *c, const struct js_node *n, const json_t *x)
     return ok;
 }
 
+/* Nanoseconds the steps left stand for. */
+static uint64_t left_ns(const struct js_vctx *c) {
+    return (c->l->max_steps - c->res->steps) * JS_NS_PER_STEP;
+}
+
 /*
  * Searches s for re.  The first try runs under JS_REGEX_FIRST_LIMIT and
  * costs 8 steps plus one per 256 bytes; only a search that needs more is
- * re-run under regex_match_limit, charged its worst case, limit / 10 steps
- * (a step is ~100 ns of keyword work; a match-limit unit ~1-13 ns of
- * matching, measured on a loaded 2-core machine).
+ * re-run under regex_match_limit, charged limit / 10 steps more (a step is
+ * ~100 ns of keyword work; a match-limit unit ~1-13 ns of matching,
+ * measured on a loaded 2-core machine).  Both limits count per start
+ * position, not per search (jschema_format.c), so the work is also charged
+ * as it was: a step per two callouts (an item tried, which reads at most
+ * JS_REGEX_UNTIMED_BYTES of a short subject), and for a longer subject or
+ * a re-run the CPU time it took, under a deadline of the time the steps
+ * left stand for.  Many searches meet the budget as one long one does.
  */
 static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, size_t len) {
+    uint64_t t0 = 0, callouts = 0, spent;
+    int r;
+
     if (charge(c, 8 + len / 256) < 0) {
         return -1;
     }
     if (!c->md && !(c->md = pcre2_match_data_create(1, NULL))) {
         return stop(c, HUB_ENOMEM, HUB_JSCHEMA_LIMIT_NONE);
     }
-    int r = js_regex_search(re, s, len, c->md, c->mctx_first);
+    if (len > JS_REGEX_UNTIMED_BYTES) {
+        t0 = js_thread_cpu_ns();
+    }
+    r = js_regex_search(re, s, len, c->md, c->mctx_first, t0 != 0 ? t0 + left_ns(c) : 0, &callouts);
     if (r == -1) {
         if (charge(c, c->l->regex_match_limit / 10) < 0) {
             return -1;
         }
-        r = js_regex_search(re, s, len, c->md, c->mctx);
+        if (t0 == 0) {
+            t0 = js_thread_cpu_ns();
+        }
+        r = js_regex_search(re, s, len, c->md, c->mctx, t0 + left_ns(c), &callouts);
+    }
+    spent = callouts / 2 + (t0 != 0 ? (js_thread_cpu_ns() - t0) / JS_NS_PER_STEP : 0);
+    if (charge(c, spent) < 0 || r == -3) {
+        return stop(c, HUB_ERANGE, HUB_JSCHEMA_LIMIT_STEPS);
     }
     if (r < 0) {
         return stop(c, HUB_ERANGE, HUB_JSCHEMA_LIMIT_REGEX);
@@ -461,6 +493,16 @@ static int v_string(struct js_vctx *c, const struct js_node *n, const json_t *x)
     int ok = 1;
     const char *s = json_string_value(x);
     size_t len = json_string_length(x);
+    /* a length counts code points and a format scans the string: a step
+     * per 64 bytes for the one (~0.8 ns a byte), per 32 for the other
+     * (~3.6 ns a byte for uri), so a schema naming them many times over
+     * meets the budget */
+    if ((n->max_length >= 0 || n->min_length >= 0) && charge(c, len / 64) < 0) {
+        return -1;
+    }
+    if (n->format != JS_FMT_NONE && charge(c, len / 32) < 0) {
+        return -1;
+    }
     if ((n->max_length >= 0 || n->min_length >= 0) &&
         !v_counts(c, n, js_utf8_length(s, len), n->max_length, n->min_length, "Length",
                   "characters") &&

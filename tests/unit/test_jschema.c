@@ -297,6 +297,83 @@ static void test_bounds_stop_hostile_work(void **state) {
     hub_jschema_free(s);
 }
 
+/* A string of n bytes: prefix, then fill up to n. */
+static json_t *long_string(const char *prefix, char fill, size_t n) {
+    char *buf = malloc(n + 1);
+    json_t *str;
+    assert_non_null(buf);
+    memset(buf, fill, n);
+    memcpy(buf, prefix, strlen(prefix));
+    buf[n] = '\0';
+    str = json_string(buf);
+    free(buf);
+    assert_non_null(str);
+    return str;
+}
+
+/* allOf of n copies of the subschema sub, compiled. */
+static struct hub_jschema *all_of(size_t n, const char *sub) {
+    json_t *arr = json_array(), *one = parse(sub);
+    struct hub_jschema *s = NULL;
+    struct hub_jschema_error err;
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(arr, json_deep_copy(one));
+    }
+    json_t *doc = json_pack("{s:o}", "allOf", arr);
+    assert_int_equal(hub_jschema_compile(doc, NULL, &s, &err), 0);
+    json_decref(one);
+    json_decref(doc);
+    return s;
+}
+
+/* Work that grows with a long string is bounded too (a tenant's schema and
+ * event must not hold a threadpool thread for seconds): a pattern whose
+ * every attempt reads to the end (PCRE2's match limit counts per start
+ * position: 13 s over 200 KB before the searches ran under a deadline),
+ * and many formats or lengths over a 1 MB string (each a scan, once
+ * charged one step).  Searches that are cheap on long strings still pass. */
+static void test_bounds_stop_long_subjects(void **state) {
+    (void)state;
+    struct hub_jschema_result r;
+    struct hub_jschema *s = compile_ok("{\"pattern\": \"(?=a*[bc])\"}");
+    json_t *str = long_string("", 'a', 200000);
+    double t0 = now_ms();
+    assert_int_equal(hub_jschema_validate(s, str, &r), HUB_ERANGE);
+    double took = now_ms() - t0;
+    printf("(?=a*[bc]) over 200,000 a's stopped after %.1f ms\n", took);
+    assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
+    assert_true(took < 3000);
+    json_decref(str);
+    hub_jschema_free(s);
+
+    static const char *const subs[] = {"{\"format\": \"uri\"}", "{\"minLength\": 0}"};
+    str = long_string("a:", '/', 1000000);
+    for (size_t i = 0; i < 2; i++) {
+        s = all_of(9000, subs[i]);
+        t0 = now_ms();
+        assert_int_equal(hub_jschema_validate(s, str, &r), HUB_ERANGE);
+        took = now_ms() - t0;
+        printf("9,000 x %s over 1 MB stopped after %.1f ms\n", subs[i], took);
+        assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_STEPS);
+        assert_true(took < 3000);
+        hub_jschema_free(s);
+    }
+    json_decref(str);
+
+    s = compile_ok("{\"pattern\": \"y\"}");
+    str = long_string("", 'x', 1 << 20);
+    assert_int_equal(hub_jschema_validate(s, str, &r), 0);
+    assert_false(r.valid); /* no y: searched to the end, within the budget */
+    json_decref(str);
+    hub_jschema_free(s);
+    s = compile_ok("{\"pattern\": \"^[a-z]+$\", \"minLength\": 1, \"format\": \"email\"}");
+    str = long_string("", 'a', 200000);
+    assert_int_equal(hub_jschema_validate(s, str, &r), 0);
+    assert_int_equal(r.limit, HUB_JSCHEMA_LIMIT_NONE);
+    json_decref(str);
+    hub_jschema_free(s);
+}
+
 /* An object schema of n properties p0..p<n-1>, each with pattern re
  * (returns owned). */
 static json_t *many_patterns(size_t n, const char *re) {
@@ -701,6 +778,7 @@ int main(void) {
         cmocka_unit_test(test_compile_errors_name_the_pointer),
         cmocka_unit_test(test_errors_name_pointer_keyword_and_schema),
         cmocka_unit_test(test_bounds_stop_hostile_work),
+        cmocka_unit_test(test_bounds_stop_long_subjects),
         cmocka_unit_test(test_compile_bounds_hostile_patterns),
         cmocka_unit_test(test_pattern_dialect),
         cmocka_unit_test(test_formats),
