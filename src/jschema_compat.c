@@ -68,6 +68,7 @@
 
 #include "error.h"
 #include "jschema_int.h"
+#include "util.h"
 
 /* Nested comparisons at most (the compiler's own bound is 8 x 64). */
 #define COMPAT_MAX_DEPTH 512
@@ -329,6 +330,83 @@ static void compare_bounds(struct compat *c, const json_t *o, const json_t *n, c
     }
 }
 
+/* A hash of v that values js_equal calls equal share: numbers by their
+ * value (1 and 1.0 alike), objects whatever the order of their members. */
+static uint64_t value_hash(const json_t *v) {
+    uint64_t h = HUB_FNV1A_BASIS;
+    const char *k;
+    json_t *e;
+    size_t i;
+
+    switch (json_typeof(v)) {
+    case JSON_INTEGER:
+    case JSON_REAL: {
+        double d = json_number_value(v);
+        d = d == 0 ? 0 : d; /* -0 is 0 */
+        return hub_fnv1a(h ^ 'n', &d, sizeof d);
+    }
+    case JSON_STRING:
+        return hub_fnv1a(h ^ 's', json_string_value(v), json_string_length(v));
+    case JSON_ARRAY:
+        h ^= 'a';
+        json_array_foreach(v, i, e) {
+            uint64_t x = value_hash(e);
+            h = hub_fnv1a(h, &x, sizeof x);
+        }
+        return h;
+    case JSON_OBJECT: {
+        uint64_t sum = 0;
+        json_object_foreach((json_t *)v, k, e) {
+            uint64_t x = value_hash(e);
+            sum += hub_fnv1a(hub_fnv1a_str(k), &x, sizeof x); /* a sum: any order */
+        }
+        return hub_fnv1a(h ^ 'o', &sum, sizeof sum);
+    }
+    default:
+        return h ^ (uint64_t)json_typeof(v); /* true, false, null */
+    }
+}
+
+/* 1 when every value of the array old is among the values of the array new
+ * (js_equal).  The new values go in a hash table first: comparing every
+ * pair of two enums of 100,000 values took a minute, with every other
+ * registration of the process waiting behind it. */
+static int enum_kept(const json_t *old, const json_t *new) {
+    size_t n = json_array_size(new), cap = 16;
+    int kept = 1;
+
+    while (cap < 2 * n) {
+        cap *= 2;
+    }
+    struct slot {
+        uint64_t h;
+        const json_t *v; /* NULL: empty */
+    } *t = calloc(cap, sizeof *t);
+    if (t == NULL) {
+        return 0; /* out of memory: reported as narrowed, which only refuses */
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(new, i);
+        uint64_t h = value_hash(v);
+        size_t at = h & (cap - 1);
+        while (t[at].v != NULL) {
+            at = (at + 1) & (cap - 1);
+        }
+        t[at] = (struct slot){h, v};
+    }
+    for (size_t i = 0; kept && i < json_array_size(old); i++) {
+        const json_t *v = json_array_get(old, i);
+        uint64_t h = value_hash(v);
+        size_t at = h & (cap - 1);
+        kept = 0;
+        for (; !kept && t[at].v != NULL; at = (at + 1) & (cap - 1)) {
+            kept = t[at].h == h && js_equal(v, t[at].v);
+        }
+    }
+    free(t);
+    return kept;
+}
+
 /* type, enum, const, pattern, format. */
 static void compare_values(struct compat *c, const json_t *o, const json_t *n, const char *ptr) {
     unsigned ot = types_of(o), nt = types_of(n);
@@ -337,15 +415,7 @@ static void compare_values(struct compat *c, const json_t *o, const json_t *n, c
     }
     const json_t *oe = json_object_get(o, "enum"), *ne = json_object_get(n, "enum");
     if (json_is_array(ne)) {
-        int lost = !json_is_array(oe);
-        for (size_t i = 0; !lost && i < json_array_size(oe); i++) {
-            int found = 0;
-            for (size_t k = 0; !found && k < json_array_size(ne); k++) {
-                found = js_equal(json_array_get(oe, i), json_array_get(ne, k));
-            }
-            lost = !found;
-        }
-        if (lost) {
+        if (!json_is_array(oe) || !enum_kept(oe, ne)) {
             report_kw(c, ptr, "enum", "enum-narrowed",
                       json_is_array(oe) ? "enum lost a value it had" : "enum added");
         }
