@@ -74,6 +74,15 @@ static inline void lp_step(struct lp *ms) {
     hub_lmeter_spend(&ms->m, 1);
 }
 
+/* Steps for work of `units` 64-byte pieces, each as dear as item [p, ep)
+ * makes it: matching a byte against a set reads the set (lp_inset), so a
+ * set of 100,000 bytes costs that much per subject byte, and finding its
+ * end (lp_item_end) as much again.  Short items cost nothing more. */
+static inline void lp_spend_items(struct lp *ms, int64_t units, const char *p, const char *ep) {
+    int64_t n = units * (1 + (ep - p) / 32);
+    hub_lmeter_spend(&ms->m, n > INT32_MAX ? INT32_MAX : (int32_t)n);
+}
+
 /* ------------------------------------------------------------ classes -- */
 
 static inline int lp_isalpha(int c) {
@@ -340,12 +349,15 @@ static const char *lp_greedy(struct lp *ms, const char *s, const char *p, const 
         q = ms->se;
         hub_lmeter_spend(&ms->m, (int32_t)((ms->se - s) / 64) + 1);
     } else {
+        /* pieces as dear as LP_CHUNK bytes of a short item */
+        ptrdiff_t chunk = LP_CHUNK / (1 + (ep - p) / 32);
+        chunk = chunk < 1 ? 1 : chunk;
         for (;;) {
-            const char *from = q, *lim = ms->se - q > LP_CHUNK ? q + LP_CHUNK : ms->se;
+            const char *from = q, *lim = ms->se - q > chunk ? q + chunk : ms->se;
             while (q < lim && lp_single((unsigned char)*q, p, ep)) {
                 q++;
             }
-            hub_lmeter_spend(&ms->m, (int32_t)((q - from) / 64) + 1);
+            lp_spend_items(ms, (q - from) / 64 + 1, p, ep);
             if (q < lim || q == ms->se) {
                 break;
             }
@@ -369,6 +381,9 @@ static const char *lp_lazy(struct lp *ms, const char *s, const char *p, const ch
         const char *r = lp_do(ms, s, ep + 1);
         if (r != NULL) {
             return r;
+        }
+        if (ep - p > 32) {
+            lp_spend_items(ms, 1, p, ep);
         }
         if (s < ms->se && lp_single((unsigned char)*s, p, ep)) {
             s++;
@@ -430,6 +445,9 @@ static const char *lp_do(struct lp *ms, const char *s, const char *p) {
                     luaL_error(ms->L, "missing '[' after '%%f' in pattern");
                 }
                 ep = lp_item_end(ms->L, p);
+                if (ep - p > 32) {
+                    lp_spend_items(ms, 1, p, ep);
+                }
                 prev = s == ms->s0 ? '\0' : (unsigned char)s[-1];
                 cur = (unsigned char)*s; /* '\0' at the end of the subject */
                 if (lp_inset(prev, p, ep - 1) || !lp_inset(cur, p, ep - 1)) {
@@ -452,6 +470,9 @@ static const char *lp_do(struct lp *ms, const char *s, const char *p) {
         }
         /* a single-character item, perhaps with a quantifier */
         ep = lp_item_end(ms->L, p);
+        if (ep - p > 32) {
+            lp_spend_items(ms, 1, p, ep);
+        }
         m = s < ms->se && lp_single((unsigned char)*s, p, ep);
         switch (*ep) {
         case '?':
@@ -560,7 +581,8 @@ static void lp_first(const char *p, size_t len, struct lp_first *f) {
         f->c = (unsigned char)*p;
         return;
     }
-    if (len < LP_MAP_MIN) {
+    /* a map reads the set 256 times: not for a long one */
+    if (len < LP_MAP_MIN || ep - p > 64) {
         return;
     }
     memset(f->map, 0, sizeof(f->map));
@@ -660,6 +682,8 @@ static int lp_find_aux(lua_State *L, int find) {
     init = init < 0 ? 0 : init > (int64_t)ls ? (int64_t)ls : init;
     lp_init(&ms, L, s, ls, 1, find ? "string.find" : "string.match");
     src = s + init;
+    /* the pattern is read whole (lp_has_specials) */
+    hub_lmeter_spend(&ms.m, (int32_t)(lpat / 64) + 1);
     if (find && (lua_toboolean(L, 4) || !lp_has_specials(p, lpat))) {
         const char *q = lp_memfind(&ms, src, ls - (size_t)init, p, lpat);
         if (q == NULL) {

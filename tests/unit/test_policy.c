@@ -1510,6 +1510,27 @@ static void test_gsub_recursion_is_an_error(void **state) {
     }
 }
 
+/* A long character class made each subject byte cost a scan of the whole
+ * set for a sixty-fourth of a step: one find over 64 KiB with a 100,000-byte
+ * set ran for seconds and returned OK.  Sets are charged by their length. */
+static void test_deadline_long_set(void **state) {
+    (void)state;
+    struct hub_policy *p = compile_ok(
+        "longset", "local set = '[' .. ('a'):rep(100000) .. 'b]'\n"
+                   "local subj = ('b'):rep(65536)\n"
+                   "return { match = function(ev)\n"
+                   "  if ev.id == 'greedy' then return subj:find(set .. '+') ~= nil end\n"
+                   "  if ev.id == 'lazy' then return subj:find(set .. '-$') ~= nil end\n"
+                   "  if ev.id == 'single' then return subj:find(set .. 'c') ~= nil end\n"
+                   "  return subj:find('[ab]+') ~= nil\n"
+                   "end }");
+    expect_stopped_in_time(p, "greedy");
+    expect_stopped_in_time(p, "lazy");
+    expect_stopped_in_time(p, "single");
+    expect_match(p, "short", HUB_POLICY_OK, 1);
+    hub_policy_unref(p);
+}
+
 /* json.encode of a small DAG (22 levels of t = {t, t}) writes millions of
  * nodes in C, outside the state's allocator. */
 static void test_json_encode_bounded(void **state) {
@@ -1859,6 +1880,7 @@ int main(void) {
         T(test_deadline_pattern_backtracking),
         T(test_json_encode_bounded),
         T(test_gsub_recursion_is_an_error),
+        T(test_deadline_long_set),
         T(test_bounded_patterns),
         T(test_bounded_bulk),
         T(test_bounded_json),
