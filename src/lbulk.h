@@ -1,6 +1,6 @@
 /*
- * lbulk — string.rep, table.concat and table.insert whose work the
- * deadline of a policy call can stop.
+ * lbulk — string.rep, table.concat, table.insert and table.sort whose work
+ * the deadline of a policy call can stop.
  *
  * LuaJIT implements the three in C with a loop as long as their result
  * (rep, concat) or the table (insert at a position shifts every element
@@ -13,6 +13,7 @@
  * buffer (so the memory cap applies while they are built, and the policy's
  * allocator refuses a block that cannot be filled in the time left), and
  * spend a step of the budget (lbudget.h) per element or 64 bytes copied.
+ * table.sort is a heapsort (see lb_sort) with a step per comparison.
  */
 #ifndef HUB_LBULK_H
 #define HUB_LBULK_H
@@ -21,8 +22,8 @@
 
 #include "lbudget.h"
 
-/* Sets rep in the string table at index st and concat and insert in the
- * table library at index tt, bounded by budget (borrowed; NULL:
+/* Sets rep in the string table at index st and concat, insert and sort in
+ * the table library at index tt, bounded by budget (borrowed; NULL:
  * unbounded). */
 void hub_lbulk_register(lua_State *L, int st, int tt, const struct hub_lbudget *budget);
 

@@ -1,5 +1,6 @@
 /*
- * Unit tests of src/lbulk.c: string.rep, table.concat and table.insert give
+ * Unit tests of src/lbulk.c: string.rep, table.concat, table.insert and
+ * table.sort give
  * what LuaJIT's give (values, the tables they change, error messages), and
  * the budget stops them on large inputs.
  */
@@ -18,39 +19,45 @@
 #include "lbulk.h"
 #include "lua_compare.h"
 
-/* Builds the library table from rep, concat and insert on the stack;
- * `insert` is compared through a copy of its table: its results are the
- * table after the call and how many values it returned. */
-static const char BUILD_LIB[] = "local rep, concat, insert = ...\n"
-                                "return {rep = rep, concat = concat, insert = function(t, ...)\n"
-                                "  if type(t) ~= 'table' then return insert(t, ...) end\n"
-                                "  local c = {}\n"
-                                "  for k, v in pairs(t) do c[k] = v end\n"
-                                "  local r = {insert(c, ...)}\n"
-                                "  return c, #r\n"
-                                "end}\n";
+/* Builds the library table from rep, concat, insert and sort on the stack;
+ * `insert` and `sort` are compared through a copy of their table: their
+ * results are the table after the call and how many values it returned. */
+static const char BUILD_LIB[] = "local rep, concat, insert, sort = ...\n"
+                                "local function on_copy(f)\n"
+                                "  return function(t, ...)\n"
+                                "    if type(t) ~= 'table' then return f(t, ...) end\n"
+                                "    local c = {}\n"
+                                "    for k, v in pairs(t) do c[k] = v end\n"
+                                "    local r = {f(c, ...)}\n"
+                                "    return c, #r\n"
+                                "  end\n"
+                                "end\n"
+                                "return {rep = rep, concat = concat, insert = on_copy(insert),\n"
+                                "        sort = on_copy(sort)}\n";
 
-/* Replaces rep, concat, insert (the top three values) with the table. */
+/* Replaces rep, concat, insert, sort (the top four values) with the table. */
 static void build_lib(lua_State *L) {
     if (luaL_loadstring(L, BUILD_LIB) != 0) {
         fail_msg("%s", lua_tostring(L, -1));
     }
-    lua_insert(L, -4);
-    lua_call(L, 3, 1);
+    lua_insert(L, -5);
+    lua_call(L, 4, 1);
 }
 
 static void push_ref(lua_State *L) {
     lua_getglobal(L, "string");
     lua_getfield(L, -1, "rep");
+    lua_remove(L, -2);
     lua_getglobal(L, "table");
     lua_getfield(L, -1, "concat");
     lua_getfield(L, -2, "insert");
-    lua_remove(L, -3);
+    lua_getfield(L, -3, "sort");
     lua_remove(L, -4);
     build_lib(L);
 }
 
-/* The hub's functions as they are registered into a policy state. */
+/* The hub's functions as they are registered into a policy state: rep,
+ * concat, insert and sort on the stack. */
 static void push_registered(lua_State *L, const struct hub_lbudget *b) {
     lua_newtable(L); /* string */
     lua_newtable(L); /* table */
@@ -58,8 +65,9 @@ static void push_registered(lua_State *L, const struct hub_lbudget *b) {
     lua_getfield(L, -2, "rep");
     lua_getfield(L, -2, "concat");
     lua_getfield(L, -3, "insert");
-    lua_remove(L, -4);
-    lua_remove(L, -4);
+    lua_getfield(L, -4, "sort");
+    lua_remove(L, -5);
+    lua_remove(L, -5);
 }
 
 static void push_mine(lua_State *L, const struct hub_lbudget *b) {
@@ -122,6 +130,36 @@ static void test_insert(void **state) {
     lua_close(L);
 }
 
+/* table.sort sorts as LuaJIT's does (distinct keys: a heapsort and a
+ * quicksort agree on them), with its errors (comparing a number with a
+ * string names the two in the order it met them, which differs). */
+static void test_sort(void **state) {
+    (void)state;
+    lua_State *L = compare_state(push_ref, push_mine, NULL);
+    run(L, "=sort",
+        "local r, s = {}, {}\n"
+        "for i = 1, 500 do r[i] = (i * 7919) % 1009 + i / 10000 end\n"
+        "for i = 1, 300 do s[i] = ('k' .. (i * 37) % 301) end\n"
+        "local lt = setmetatable({}, {__lt = function(a, b) return a.v < b.v end})\n"
+        "local function o(v) return setmetatable({v = v}, getmetatable(lt)) end\n"
+        "local cases = {\n"
+        "  {{5, 3, 9, 1, 8, 2, 7}}, {{'b', 'a', 'c', 'aa', ''}}, {{3, 1, 2}, function(a, b) return "
+        "a > b end},\n"
+        "  {{}}, {{1}}, {{2, 1}}, {r}, {s}, {r, function(a, b) return a > b end},\n"
+        "  {{{}, {}}}, {{1, 2}, 3}, {'x'}, {{3, 2, 1}, nil}, {},\n"
+        "  {{3, 1, 2}, function(a, b) error('no') end},\n"
+        "}\n"
+        "for i, c in ipairs(cases) do compare('sort ' .. i, 'sort', unpack(c, 1, table.maxn(c))) "
+        "end\n"
+        "-- which pair is compared first differs, so the message names the types\n"
+        "-- in either order\n"
+        "local ok, e = pcall(mine.sort, {1, 'x'})\n"
+        "assert(not ok and e:find('attempt to compare'), 'mixed types')\n"
+        "local t = mine.sort({o(3), o(1), o(2)}) -- the sorted copy\n"
+        "assert(t[1].v == 1 and t[2].v == 2 and t[3].v == 3, '__lt')\n");
+    lua_close(L);
+}
+
 /* Large work is stopped by the budget, naming the function. */
 static void test_budget_stops(void **state) {
     (void)state;
@@ -133,13 +171,17 @@ static void test_budget_stops(void **state) {
         "local t = {} for i = 1, 1e5 do t[i] = 'abc' end mine.concat(t, ',')",
         "local t = {} for i = 1, 1e5 do t[i] = 'abc' end "
         "for i = 1, 10 do mine.insert(t, 1, 'x') end",
+        "local t = {} for i = 1, 1e5 do t[i] = (i * 7919) % 100003 end mine.sort(t)",
+        "local t = {} for i = 1, 1e5 do t[i] = i end mine.sort(t, function(a, b) return a > b end)",
     };
 
     sb.b.ud = &sb;
     L = compare_state(push_ref, push_mine, &sb.b);
-    /* the insert wrapper copies its table: the real one is wanted here */
+    /* the insert and sort wrappers copy their table: the real ones are
+     * wanted here */
     lua_getglobal(L, "mine");
     push_registered(L, &sb.b);
+    lua_setfield(L, -5, "sort");
     lua_setfield(L, -4, "insert");
     lua_settop(L, 0);
     expect_stopped(L, &sb, chunks, sizeof(chunks) / sizeof(chunks[0]), "deadline");
@@ -180,9 +222,9 @@ static void test_speed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rep),    cmocka_unit_test(test_concat),
-        cmocka_unit_test(test_insert), cmocka_unit_test(test_budget_stops),
-        cmocka_unit_test(test_speed),
+        cmocka_unit_test(test_rep),          cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_insert),       cmocka_unit_test(test_sort),
+        cmocka_unit_test(test_budget_stops), cmocka_unit_test(test_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1531,6 +1531,27 @@ static void test_deadline_long_set(void **state) {
     hub_policy_unref(p);
 }
 
+/* table.sort ran in C, one instruction for the hook whatever its work
+ * (LuaJIT's quicksort, quadratic on an adversary's order): a loop of sorts
+ * of 100,000 numbers ran for seconds before the hook stopped it. */
+static void test_deadline_sort(void **state) {
+    (void)state;
+    struct hub_policy *p = compile_ok(
+        "sorts", "local t = {}\n"
+                 "for i = 1, 1e5 do t[i] = i end\n"
+                 "return { match = function(ev)\n"
+                 "  if ev.id == 'loop' then for _ = 1, 1000 do table.sort(t) end end\n"
+                 "  if ev.id == 'comp' then table.sort(t, function(a, b) return a > b end) end\n"
+                 "  local s = {3, 1, 2}\n"
+                 "  table.sort(s)\n"
+                 "  return s[1] == 1 and s[3] == 3\n"
+                 "end }");
+    expect_stopped_in_time(p, "loop");
+    expect_stopped_in_time(p, "comp");
+    expect_match(p, "small", HUB_POLICY_OK, 1);
+    hub_policy_unref(p);
+}
+
 /* json.encode of a small DAG (22 levels of t = {t, t}) writes millions of
  * nodes in C, outside the state's allocator. */
 static void test_json_encode_bounded(void **state) {
@@ -1881,6 +1902,7 @@ int main(void) {
         T(test_json_encode_bounded),
         T(test_gsub_recursion_is_an_error),
         T(test_deadline_long_set),
+        T(test_deadline_sort),
         T(test_bounded_patterns),
         T(test_bounded_bulk),
         T(test_bounded_json),
