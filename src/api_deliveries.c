@@ -269,8 +269,8 @@ void hub_subs_redeliver(struct subs_call *c) {
  * or 202 with the answer the statement made (and stored with a key). */
 static void replay_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    int first = hub_api_idem_first(call);
-    PGresult *r = out->n_results > first ? out->results[first] : NULL;
+    int at = hub_api_idem_first(call) + 1; /* after the lock */
+    PGresult *r = out->n_results > at ? out->results[at] : NULL;
 
     if (out->status != HUB_PG_OK || r == NULL || PQntuples(r) != 1) {
         if (!hub_api_idem_collided(call, out)) {
@@ -316,6 +316,7 @@ static void replay_proceed(struct hub_api_call *call) {
     }
     snprintf(interval, sizeof(interval), "%d", REPLAY_INTERVAL_MS);
     snprintf(max, sizeof(max), "%d", REPLAY_MAX_EVENTS);
+    hub_pg_txn_add(txn, &hub_sql_subs_replay_lock, 1, (const char *[]){c->object_id}, NULL, NULL);
     hub_pg_txn_add(txn, &hub_sql_subs_replay, 10,
                    (const char *[]){c->tenant_id, c->object_id, c->since, c->until,
                                     c->in.event_types, interval, max, c->idem.scope, c->idem.key,
@@ -349,7 +350,8 @@ static int replay_time(const json_t *v, int64_t *us) {
  * subscription per REPLAY_INTERVAL_MS (429 + Retry-After), audited.
  * "until" defaults to now (a retry under the same Idempotency-Key gets the
  * first answer, with its "until").  The whole replay is one statement
- * (hub_sql_subs_replay), so its jobs, its audit row, its rate limit and its
+ * (hub_sql_subs_replay, after a lock that serialises the replays of the
+ * subscription), so its jobs, its audit row, its rate limit and its
  * idempotency record commit together.  409 on a subscription that is not
  * verified.
  */

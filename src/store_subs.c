@@ -386,6 +386,16 @@ const struct hub_sql hub_sql_delivery_redeliver = {
     " 'next_since', CASE WHEN (SELECT count(*) FROM ev) >= $7::int THEN"                           \
     "     (SELECT " SUBS_TS("max(received_at)") " FROM ev) END" extra ")::text"
 
+/* Serialises the replays of one subscription: the replay statement after
+ * it takes its snapshot once the lock is held, so it sees the audit row of
+ * a replay that just committed, and two sent at once (on one process or
+ * several) cannot both pass the rate limit. */
+const struct hub_sql hub_sql_subs_replay_lock = {
+    "subs_replay_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended('subscription_replay:' || $1::text, 0))",
+    0,
+};
+
 const struct hub_sql hub_sql_subs_replay = {
     "subs_replay",
     "WITH s AS ("

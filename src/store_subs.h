@@ -207,4 +207,9 @@ enum hub_subs_replay_col {
 };
 extern const struct hub_sql hub_sql_subs_replay;
 
+/* Before hub_sql_subs_replay in its transaction: $1 subscription id.  Waits
+ * for another replay of that subscription to end, so that the rate limit
+ * holds when two are sent at once. */
+extern const struct hub_sql hub_sql_subs_replay_lock;
+
 #endif

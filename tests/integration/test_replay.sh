@@ -149,6 +149,32 @@ scenario_a_replay_is_rate_limited_and_rearms_finished_jobs() {
         "the audit entry counts the events"
 }
 
+# the rate limit holds for replays sent at once: the audit row that is the
+# limit became visible only at commit, so ten concurrent replays all passed
+# it (ten 202s, ten audit rows, ten scans); they now wait for each other
+prepare_concurrent_replays_pass_the_limit_once() {
+    stored_window
+}
+
+scenario_concurrent_replays_pass_the_limit_once() {
+    local i ok limited
+    for i in $(seq 1 10); do
+        curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Authorization: Bearer $KEY" \
+            -H 'Content-Type: application/json' -d "{$(window)}" \
+            "$HUB_URL/v1/subscriptions/$SUB/replay" >"$WORK/concurrent.$i" &
+    done
+    wait
+    ok=$(cat "$WORK"/concurrent.* | grep -c '^202$')
+    limited=$(cat "$WORK"/concurrent.* | grep -c '^429$')
+    log "ten replays at once: $ok answered 202, $limited 429"
+    assert_eq "1 9" "$ok $limited" "one replay runs, nine are rate-limited"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscription.replay' AND object_id = '$SUB'")" \
+        "one audit row"
+    wait_until 30 '(( $(delivered) >= 11 ))' || fail "the replayed events were not delivered"
+    sleep 1
+    assert_eq 11 "$(delivered)" "the live event and the ten replayed ones, once each"
+}
+
 # a replay narrows what the subscription receives, never widens it: back to
 # transaction.* only, a replay asking for every type takes the six
 # transaction events of the window and not the four balance ones
