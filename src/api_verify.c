@@ -70,12 +70,68 @@ struct subs_probe {
     int ok;
     long status; /* 0: no response */
     char *error;
+    /* hub->probes, the probes in flight, from the request's start */
+    struct subs_probe *prev, *next;
+    int listed;
 };
+
+/* Probes in flight per tenant, and per process: a probe holds a connection
+ * and a 64 KiB excerpt for up to DELIVERY_TIMEOUT, and nothing else bounds
+ * how many a tenant starts (each PATCH of a URL, each create), at a
+ * destination that never answers or at someone else's. */
+#define PROBE_TENANT_MAX 8
+#define PROBE_PROCESS_MAX 256
 
 /* ============================================================= probes ====== */
 
+/* 1 when tenant may start another probe (PROBE_TENANT_MAX,
+ * PROBE_PROCESS_MAX); the list is at most PROBE_PROCESS_MAX long. */
+static int probe_room(const struct hub *hub, const char *tenant) {
+    size_t n = 0;
+
+    if (hub->n_probes >= PROBE_PROCESS_MAX) {
+        return 0;
+    }
+    for (const struct subs_probe *q = hub->probes; q != NULL; q = q->next) {
+        n += strcmp(q->tenant_id, tenant) == 0;
+    }
+    return n < PROBE_TENANT_MAX;
+}
+
+static void probe_list(struct subs_probe *p) {
+    struct hub *hub = p->hub;
+
+    p->prev = NULL;
+    p->next = hub->probes;
+    if (hub->probes != NULL) {
+        hub->probes->prev = p;
+    }
+    hub->probes = p;
+    hub->n_probes++;
+    p->listed = 1;
+}
+
+static void probe_unlist(struct subs_probe *p) {
+    struct hub *hub = p->hub;
+
+    if (!p->listed) {
+        return;
+    }
+    if (p->prev != NULL) {
+        p->prev->next = p->next;
+    } else {
+        hub->probes = p->next;
+    }
+    if (p->next != NULL) {
+        p->next->prev = p->prev;
+    }
+    hub->n_probes--;
+    p->listed = 0;
+}
+
 /* Frees a probe and what it owns; its owner's link must be gone already. */
 static void probe_free(struct subs_probe *p) {
+    probe_unlist(p);
     free(p->tenant_id);
     free(p->url);
     free(p->idem_scope);
@@ -296,12 +352,30 @@ struct probe_args {
  * or -1 after answering 500 (out of memory; nothing started).
  */
 static int probe_start(struct hub *hub, const struct probe_args *a) {
-    struct subs_probe *p = calloc(1, sizeof(*p));
+    struct subs_probe *p;
     struct hub_webhook_probe wp = {0};
     struct hub_webhook_target t;
     struct hub_httpc_request hr;
     int oom = 0, rc;
 
+    if (!probe_room(hub, a->tenant_id)) {
+        hub->metrics.verify_probes_refused++;
+        if (a->mode == PROBE_VERIFY && a->owner != NULL && a->owner->call.req != NULL) {
+            hub_api_add_header(a->owner->call.req, "Retry-After", "1");
+            hub_api_send_problem(a->owner->call.req, 429,
+                                 "this tenant's verification probes in flight are at their limit "
+                                 "(their destinations are slow to answer); retry later",
+                                 NULL);
+        } else {
+            hub_log(
+                HUB_INFO,
+                "verification probe not sent: the tenant's probes in flight are at their "
+                "limit; the subscription stays pending until POST /v1/subscriptions/{id}/verify",
+                HUB_LS("tenant", a->tenant_id), HUB_LS("subscription", a->sub_id));
+        }
+        return 0;
+    }
+    p = calloc(1, sizeof(*p));
     if (p == NULL) {
         goto fail;
     }
@@ -345,6 +419,8 @@ static int probe_start(struct hub *hub, const struct probe_args *a) {
         p->owner = a->owner;
         a->owner->probe = p;
     }
+    /* in flight from here: unlisted when freed (probe_abandon if it cannot start) */
+    probe_list(p);
     /* the module copies the request: the lines (credentials) go at once */
     rc = hub_httpc_post(hub->httpc, &hr, probe_http_done, p);
     hub_webhook_probe_free(&wp);

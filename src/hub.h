@@ -25,6 +25,7 @@ struct hub_pull_horizon;
 struct hub_stats;
 struct hub_cluster;
 struct hub_schemas;
+struct subs_probe;
 
 struct hub {
     uv_loop_t *loop;
@@ -48,6 +49,8 @@ struct hub {
     struct hub_cluster *cluster;           /* process membership (cluster.c) */
     struct hub_schemas *schemas;           /* the schema registry (schema_registry.c) */
     struct hub_opevents *opevents;         /* operational events (opevents.c), or NULL */
+    struct subs_probe *probes;             /* verification probes in flight (api_verify.c) */
+    size_t n_probes;
     int has_kek;
     char *brokers;          /* resolved bootstrap list */
     int migrations_current; /* schema is at the version this binary expects */

@@ -75,6 +75,9 @@ static void render_p3(const struct hub_metrics *m, FILE *out) {
         {"streaming_hub_stats_counts_lost_total", "counter",
          "Per-tenant counts dropped rather than risk counting them twice.",
          (long long)m->stats_counts_lost},
+        {"streaming_hub_verification_probes_refused_total", "counter",
+         "Verification probes not sent: their tenant had as many in flight as it may.",
+         (long long)m->verify_probes_refused},
         {"streaming_hub_cluster_processes", "gauge",
          "Live hub processes the pull rate and ingest quotas are shared by.", m->cluster_processes},
     };

@@ -104,6 +104,9 @@ struct hub_metrics {
     uint64_t stats_flushes;
     uint64_t stats_flush_errors;
     uint64_t stats_counts_lost;
+    /* verification probes not sent: their tenant had as many in flight as
+     * it may (api_verify.c) */
+    uint64_t verify_probes_refused;
     /* cluster membership (cluster.c): live processes sharing the limits */
     int64_t cluster_processes;
     /* the schema registry (schema_registry.c, ingest_schema.c): the

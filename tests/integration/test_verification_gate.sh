@@ -68,6 +68,46 @@ transitions() {
 # the reported bypass
 # ---------------------------------------------------------------------------
 
+# Probes in flight are bounded per tenant: each PATCH of a URL started one,
+# held for DELIVERY_TIMEOUT by a destination that never answers, with
+# nothing bounding how many (a tenant could hold thousands of connections
+# and 64 KiB buffers, or aim them at someone else's server).  Past the
+# bound the subscription stays pending and the refusal is counted; another
+# tenant's probe goes out meanwhile; once they end, probes go out again.
+scenario_a_tenant_probes_at_most_eight_destinations_at_once() {
+    local sub other_key other_sub hang refused0 i
+    own_client
+    hang=/hang/$(own_id)
+    sub=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'transaction.*')
+    refused0=$(metric streaming_hub_verification_probes_refused_total)
+    for i in $(seq 1 30); do
+        repoint "$sub" "$SINK_URL$hang/$i"
+    done
+    hub_curl POST "/v1/subscriptions/$sub/verify" '' -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq "429 1" "$(http_status) $(last_header retry-after)" \
+        "POST …/verify meanwhile → 429, Retry-After: 1"
+    # /echo answers with the body, challenge included: a probe there verifies
+    other_key=$(own_tenant_key other)
+    other_sub=$(json_field id "$(subscription_create "$other_key" \
+        "$(subscription_json 'transaction.*' "$SINK_URL/echo/$(own_id other)/")")")
+    subscription_wait_verified "$other_sub" ||
+        fail "another tenant's subscription was not verified meanwhile"
+    pass "another tenant's subscription is probed and verified meanwhile"
+    assert_eq 8 "$(sink_count "$hang")" "thirty URL changes to a destination that hangs: eight probes"
+    assert_ge "$(metric_delta streaming_hub_verification_probes_refused_total "$refused0")" 22 \
+        "… the others refused and counted"
+    assert_eq pending "$(psql_q "SELECT verification_state FROM subscriptions WHERE id = '$sub'")" \
+        "the subscription is pending"
+    # the hanging probes end at DELIVERY_TIMEOUT (2 s): probes go out again
+    # (a new URL each try: a PATCH to the URL it has starts no probe)
+    for i in $(seq 1 10); do
+        repoint "$sub" "$SINK_URL/echo/$(own_id)/again/$i"
+        wait_sql 1 active "SELECT verification_state FROM subscriptions WHERE id = '$sub'" && break
+    done
+    assert_eq active "$(psql_q "SELECT verification_state FROM subscriptions WHERE id = '$sub'")" \
+        "once the hanging probes ended, a URL change is probed and verified again"
+}
+
 scenario_a_url_changed_to_a_refusing_destination_gets_nothing() {
     local a b c sub t0 body
     own_client
