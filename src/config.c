@@ -37,6 +37,8 @@ struct hub_cfg_var {
 #define OFF(f) offsetof(struct hub_config, f)
 #define H10 (10.0 * 3600 * 1000)
 #define BIG 9.0e15
+/* 30 days: the breaker's bound on its durations (breaker.c) */
+#define D30 (30.0 * 24 * 3600 * 1000)
 
 /* The one table.  Ranges are inclusive and in the variable's unit (ms for
  * durations, bytes for sizes). */
@@ -103,12 +105,12 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
      "breaker trip: failure ratio over the window"},
     {"BREAKER_MIN_ATTEMPTS", CFG_INT, "20", OFF(breaker_min_attempts), 1, 1000000, NULL,
      "breaker trip: attempts needed in the window before the ratio counts"},
-    {"BREAKER_WINDOW", CFG_DURATION, "60s", OFF(breaker_window_ms), 100, BIG, NULL,
-     "breaker trip: ratio window"},
-    {"BREAKER_OPEN", CFG_DURATION, "30s", OFF(breaker_open_ms), 10, BIG, NULL,
-     "open time before a half-open probe"},
-    {"BREAKER_OPEN_MAX", CFG_DURATION, "10m", OFF(breaker_open_max_ms), 10, BIG, NULL,
-     "open time cap (doubling on each re-open)"},
+    {"BREAKER_WINDOW", CFG_DURATION, "60s", OFF(breaker_window_ms), 100, D30, NULL,
+     "breaker trip: ratio window (max 30d)"},
+    {"BREAKER_OPEN", CFG_DURATION, "30s", OFF(breaker_open_ms), 10, D30, NULL,
+     "open time before a half-open probe (max 30d)"},
+    {"BREAKER_OPEN_MAX", CFG_DURATION, "10m", OFF(breaker_open_max_ms), 10, D30, NULL,
+     "open time cap (doubling on each re-open; max 30d)"},
     {"SECRET_GRACE", CFG_DURATION, "24h", OFF(secret_grace_ms), 0, 7.0 * 24 * 3600 * 1000, NULL,
      "default grace of the previous secret after rotation (max 7d)"},
     {"POLICY_TIMEOUT", CFG_DURATION, "10ms", OFF(policy_timeout_ms), 1, 60000, NULL,

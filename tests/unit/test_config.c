@@ -144,6 +144,10 @@ static void test_errors_name_the_variable(void **state) {
     expect_error("STREAMING_HUB_ROLE", "everything", "all|ingest|delivery");
     expect_error("STREAMING_HUB_AUTODISABLE_ENABLED", "maybe", "boolean");
     expect_error("STREAMING_HUB_BREAKER_FAILURE_RATIO", "1.5", NULL);
+    /* the breaker takes durations up to 30 days: past that the dispatcher
+     * did not start, with "out of memory" and no variable named */
+    expect_error("STREAMING_HUB_BREAKER_WINDOW", "31d", "range");
+    expect_error("STREAMING_HUB_BREAKER_OPEN_MAX", "31d", "range");
 }
 
 static void test_production_requirements(void **state) {
