@@ -418,8 +418,10 @@ static void drain_deadline_cb(uv_timer_t *t) {
  */
 static void hub_begin_drain(struct hub *hub, const char *why) {
     if (hub->draining) {
-        /* a second signal: stop at once; in-flight work is replayed later */
+        /* a second signal: stop at once; in-flight work is replayed later,
+         * and the exit status says the drain was cut short */
         hub_log(HUB_WARN, "second signal: stopping now");
+        hub->exit_code = 1;
         uv_stop(hub->loop);
         return;
     }
@@ -487,6 +489,10 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     hub->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg)); /* the hub owns the strings now */
     hub->loop = uv_default_loop();
+    /* SIGHUP reloads the policies once the loop runs; until then (a start
+     * waits up to a minute for its database) its default action would end
+     * the process that an operator only asked to reload */
+    signal(SIGHUP, SIG_IGN);
 
     if (hub->cfg.postgres_dsn == NULL) {
         fprintf(stderr, "streaming-hub: STREAMING_HUB_POSTGRES_DSN: required for serve\n");

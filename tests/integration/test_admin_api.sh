@@ -494,6 +494,26 @@ scenario_abandoned_requests_do_not_stop_the_hub() {
 # the database.  The hub must still exit 0, without a sanitizer report (the
 # logs are checked at the end), and without dying of SIGPIPE answering a
 # closed socket.
+# A second SIGTERM stops at once, with a request still waiting on the
+# database: the exit status says the drain was cut short (it was 0).
+scenario_a_second_sigterm_cuts_the_drain_short_and_says_so() {
+    local pid=$HUB_PID
+    lock_tenants 3
+    curl -s -o /dev/null --max-time 10 -H "Authorization: Bearer $ADMIN_TOKEN" \
+        "$HUB_URL/admin/tenants" &
+    track_pid $!
+    sleep 0.3
+    kill -TERM "$pid"
+    sleep 0.3
+    kill -TERM "$pid"
+    hub_wait_exit 10 || fail "the hub still runs after a second SIGTERM"
+    wait_until 5 "[[ -n \$(hub_exit_status $HUB_START_N) ]]" >/dev/null
+    assert_eq 1 "$(hub_exit_status "$HUB_START_N")" "a drain cut short by a second SIGTERM exits 1"
+    HUB_PID=
+    HUB_RUNNING_ENV=
+    hub_state_save
+}
+
 scenario_sigterm_with_connections_open_exits_0() {
     local port
     port=${HUB_URL##*:}

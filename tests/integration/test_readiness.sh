@@ -52,6 +52,33 @@ seconds_until() {
     echo never
 }
 
+# A start waits up to a minute for its database.  A SIGHUP meanwhile (the
+# runbook's policy reload) ended the process: its default action, before
+# the loop's handler is installed.
+scenario_a_sighup_while_starting_does_not_stop_it() {
+    local pid
+    rm -f "$WORK/early.pid" "$WORK/early.rc"
+    (
+        env STREAMING_HUB_POSTGRES_DSN="postgresql://hub@127.0.0.1:1/none?connect_timeout=1" \
+            STREAMING_HUB_HTTP_LISTEN_ADDR=127.0.0.1:0 STREAMING_HUB_DATA_DIR="$WORK/early" \
+            "$HUB_BIN" serve >>"$WORK/hub.early.log" 2>&1 &
+        echo $! >"$WORK/early.pid"
+        wait $!
+        echo $? >"$WORK/early.rc"
+    ) >/dev/null 2>&1 &
+    track_pid $!
+    wait_until 10 "[[ -s '$WORK/early.pid' ]]" || fatal "the process wrote no pid"
+    pid=$(cat "$WORK/early.pid")
+    track_pid "$pid"
+    sleep 1
+    kill -HUP "$pid"
+    sleep 1
+    kill -0 "$pid" 2>/dev/null && pass "a SIGHUP while it waits for its database does not stop it" ||
+        fail "the process ended on SIGHUP while starting (status $(cat "$WORK/early.rc" 2>/dev/null))"
+    kill -TERM "$pid" 2>/dev/null
+    wait_until 10 "[[ -s '$WORK/early.rc' ]]" || fail "the process did not end on SIGTERM"
+}
+
 scenario_brokers_gone_turn_readyz_503_after_the_window_and_back() {
     local t n0
     tenant_create "$(own_id)" >/dev/null
