@@ -308,7 +308,8 @@ static void probe_http_done(void *arg, const struct hub_httpc_response *res) {
     struct subs_probe *p = arg;
     char why[160];
 
-    if (res->error == HUB_HTTPC_INTERNAL) {
+    if (res->error == HUB_HTTPC_INTERNAL || res->error == HUB_HTTPC_ABORTED) {
+        /* the destination told nothing: the state stays as it is */
         probe_abandon(p, res->error_text != NULL ? res->error_text : "internal");
         return;
     }

@@ -197,11 +197,11 @@ static void dispatch_handle_closed(uv_handle_t *h) {
     }
 }
 
-/* Once stopping: no attempt in flight, no claim, every outcome written.
+/* Once asked to stop: no attempt in flight, no claim, every outcome written.
  * open_handles below DISPATCH_TIMERS: the timers are closing already, and
  * must not be closed twice. */
 void dispatch_maybe_done(struct hub_dispatch *d) {
-    if (!d->stopping || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loading > 0 ||
+    if (!d->stop_asked || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loading > 0 ||
         d->flushing || d->aux_inflight > 0 || d->fast_offers > 0 ||
         d->open_handles < DISPATCH_TIMERS) {
         return;
@@ -221,10 +221,11 @@ void dispatch_maybe_done(struct hub_dispatch *d) {
     uv_close((uv_handle_t *)&d->sample_timer, dispatch_handle_closed);
 }
 
-void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg) {
+void hub_dispatch_quiesce(struct hub_dispatch *d) {
+    if (d->stopping) {
+        return;
+    }
     d->stopping = 1;
-    d->done_cb = done_cb;
-    d->done_arg = arg;
     /* the flush timer keeps running: the last outcomes still go out by it */
     uv_timer_stop(&d->claim_timer);
     uv_timer_stop(&d->reclaim_timer);
@@ -234,6 +235,13 @@ void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void 
                 HUB_LI("jobs_released", (int64_t)d->n_queue));
     }
     dispatch_pump(d); /* claimed but not started: back to the table, no reclaim counted */
+}
+
+void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg) {
+    hub_dispatch_quiesce(d);
+    d->stop_asked = 1;
+    d->done_cb = done_cb;
+    d->done_arg = arg;
     dispatch_maybe_done(d);
 }
 

@@ -24,9 +24,16 @@ struct hub_dispatch;
 int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out);
 
 /*
- * Stops claiming, lets attempts in flight finish (their outcomes are
- * written), releases the leases of claimed jobs not attempted yet without
- * counting a reclaim, then frees everything and calls done_cb on the loop.
+ * The drain began: stops claiming (and taking jobs from ingest
+ * transactions) and releases the leases of claimed jobs not attempted yet
+ * without counting a reclaim.  Attempts in flight go on; the dispatcher
+ * stays until hub_dispatch_stop.  A second call does nothing.
+ */
+void hub_dispatch_quiesce(struct hub_dispatch *d);
+
+/*
+ * hub_dispatch_quiesce, then lets attempts in flight finish (their outcomes
+ * are written), then frees everything and calls done_cb on the loop.
  */
 void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void *arg);
 

@@ -577,6 +577,20 @@ static void attempt_done(void *arg, const struct hub_httpc_response *res) {
         a = &local;
         attempt_ctx_init(a, j);
     }
+    if (res->error == HUB_HTTPC_ABORTED) {
+        /* a drain whose time is nearly up stopped waiting for the answer
+         * (hub.c): no attempt, as a clean stop gives its leases back; the
+         * job is attempted again (at least once), with no reclaim counted */
+        if (j->breaker_probe) {
+            hub_breaker_release(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
+        }
+        d->inflight--;
+        attempt_ctx_free(a);
+        dispatch_job_unattempted(d, j, "pending", 0);
+        dispatch_pump(d);
+        dispatch_maybe_done(d);
+        return;
+    }
     dispatch_breaker_report(d, j, success);
     dispatch_slot_report(d, j, res); /* the destination's adaptive limit (dispatch_caps.h) */
     if (hub_log_enabled(HUB_DEBUG)) {

@@ -165,7 +165,8 @@ struct hub_dispatch {
     uv_timer_t reclaim_timer;
     uv_timer_t sample_timer;
     int aux_inflight; /* reclaim and sampling queries not answered yet */
-    int stopping;
+    int stopping;     /* no new work (hub_dispatch_quiesce) */
+    int stop_asked;   /* hub_dispatch_stop: free once nothing is left */
     int open_handles;
     void (*done_cb)(void *arg);
     void *done_arg;

@@ -470,6 +470,30 @@ static void httpc_complete(struct hub_httpc *c, struct httpc_req *r, CURLcode rc
     httpc_req_release(c, r);
 }
 
+void hub_httpc_abort(struct hub_httpc *c) {
+    if (c == NULL || c->closing) {
+        return;
+    }
+    while (c->active != NULL) {
+        struct httpc_req *r = c->active;
+        struct hub_httpc_response res;
+
+        /* libcurl closes the transfer's connection (and, through the
+         * socket callback, its poll) */
+        curl_multi_remove_handle(c->multi, r->easy);
+        httpc_active_unlink(c, r);
+        memset(&res, 0, sizeof(res));
+        res.error = HUB_HTTPC_ABORTED;
+        res.error_text = hub_httpc_error_str(HUB_HTTPC_ABORTED);
+        res.excerpt = r->excerpt;
+        res.excerpt_len = r->excerpt_len;
+        res.body_len = r->body_len;
+        res.duration_ms = (int64_t)((hub_now_ns() - r->started_ns) / 1000000u);
+        r->cb(r->arg, &res);
+        httpc_req_release(c, r);
+    }
+}
+
 /*
  * Hands every finished transfer to its callback.  Stops when a callback
  * closed the client: the multi handle is gone then, and hub_httpc_close()
@@ -752,6 +776,8 @@ const char *hub_httpc_error_str(enum hub_httpc_error e) {
         return "protocol";
     case HUB_HTTPC_INTERNAL:
         return "internal";
+    case HUB_HTTPC_ABORTED:
+        return "aborted";
     }
     return "unknown";
 }

@@ -20,15 +20,15 @@ struct hub_url; /* netguard.h */
 struct hub_httpc;
 
 struct hub_httpc_options {
-    int allow_private;        /* STREAMING_HUB_ALLOW_PRIVATE_SINKS */
-    long max_connections;     /* total open connections (0 = libcurl default) */
-    long cached_connections;  /* connections kept open for reuse (0 = libcurl default: 4 ×
-                                 transfers in progress, so a dip in concurrency closes the
-                                 connections that the next burst has to open again) */
-    size_t excerpt_bytes;     /* response body bytes kept for the caller (1024) */
-    size_t max_body_bytes;    /* response body bytes read before giving up (e.g. 1 MiB) */
-    const char *user_agent;   /* "streaming-hub/<version>" */
-    const char *ca_file;      /* PEM bundle that replaces the system CAs for https, or NULL */
+    int allow_private;       /* STREAMING_HUB_ALLOW_PRIVATE_SINKS */
+    long max_connections;    /* total open connections (0 = libcurl default) */
+    long cached_connections; /* connections kept open for reuse (0 = libcurl default: 4 ×
+                                transfers in progress, so a dip in concurrency closes the
+                                connections that the next burst has to open again) */
+    size_t excerpt_bytes;    /* response body bytes kept for the caller (1024) */
+    size_t max_body_bytes;   /* response body bytes read before giving up (e.g. 1 MiB) */
+    const char *user_agent;  /* "streaming-hub/<version>" */
+    const char *ca_file;     /* PEM bundle that replaces the system CAs for https, or NULL */
 };
 
 /* One request.  Everything is borrowed only until hub_httpc_post returns
@@ -36,7 +36,7 @@ struct hub_httpc_options {
 struct hub_httpc_request {
     const char *url;
     const struct hub_url *parsed; /* url as hub_url_parse() gave it; NULL: parsed here */
-    const char *const *headers; /* "Name: value" lines, NULL-terminated; may be NULL */
+    const char *const *headers;   /* "Name: value" lines, NULL-terminated; may be NULL */
     const void *body;
     size_t body_len;
     int64_t timeout_ms;         /* whole attempt (STREAMING_HUB_DELIVERY_TIMEOUT) */
@@ -47,24 +47,25 @@ struct hub_httpc_request {
 };
 
 enum hub_httpc_error {
-    HUB_HTTPC_OK = 0,       /* a response arrived (any status) */
-    HUB_HTTPC_TIMEOUT,      /* whole-attempt or connect timeout */
-    HUB_HTTPC_CONNECT,      /* refused, reset, unreachable */
-    HUB_HTTPC_DNS,          /* name did not resolve */
-    HUB_HTTPC_TLS,          /* handshake or certificate */
-    HUB_HTTPC_BLOCKED,      /* SSRF guard refused the address */
-    HUB_HTTPC_PROTOCOL,     /* garbage response, body over the cap, ... */
-    HUB_HTTPC_INTERNAL,     /* out of memory, closing */
+    HUB_HTTPC_OK = 0,   /* a response arrived (any status) */
+    HUB_HTTPC_TIMEOUT,  /* whole-attempt or connect timeout */
+    HUB_HTTPC_CONNECT,  /* refused, reset, unreachable */
+    HUB_HTTPC_DNS,      /* name did not resolve */
+    HUB_HTTPC_TLS,      /* handshake or certificate */
+    HUB_HTTPC_BLOCKED,  /* SSRF guard refused the address */
+    HUB_HTTPC_PROTOCOL, /* garbage response, body over the cap, ... */
+    HUB_HTTPC_INTERNAL, /* out of memory, closing */
+    HUB_HTTPC_ABORTED,  /* hub_httpc_abort: the answer was not waited for */
 };
 
 struct hub_httpc_response {
     enum hub_httpc_error error;
-    const char *error_text;    /* short, for logs and delivery_attempts.error */
-    long status;               /* HTTP status, 0 when none */
-    const char *excerpt;       /* first excerpt_bytes of the body (NUL-terminated) */
+    const char *error_text; /* short, for logs and delivery_attempts.error */
+    long status;            /* HTTP status, 0 when none */
+    const char *excerpt;    /* first excerpt_bytes of the body (NUL-terminated) */
     size_t excerpt_len;
-    size_t body_len;           /* bytes of body read (up to the cap) */
-    const char *retry_after;   /* Retry-After header value, or NULL */
+    size_t body_len;         /* bytes of body read (up to the cap) */
+    const char *retry_after; /* Retry-After header value, or NULL */
     int64_t duration_ms;
 };
 
@@ -81,6 +82,14 @@ struct hub_httpc *hub_httpc_new(uv_loop_t *loop, const struct hub_httpc_options 
  */
 int hub_httpc_post(struct hub_httpc *c, const struct hub_httpc_request *req, hub_httpc_cb cb,
                    void *arg);
+
+/*
+ * Ends every request in flight at once, each callback called (before this
+ * returns) with HUB_HTTPC_ABORTED: the destination may have received it, no
+ * answer was awaited.  For a drain whose time is nearly up.  The client
+ * stays usable.
+ */
+void hub_httpc_abort(struct hub_httpc *c);
 
 /* Requests started and not finished. */
 size_t hub_httpc_inflight(const struct hub_httpc *c);

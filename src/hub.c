@@ -22,11 +22,17 @@
  * STREAMING_HUB_SHUTDOWN_TIMEOUT (past it the process exits 1 and what was
  * in flight is replayed later):
  *
- *   draining: /readyz 503, new HTTP requests 503 (the listener stays open)
- *   ──► the consumer stops, its batches in flight commit ──► the dispatcher
- *   gives back what it has not started and waits for its attempts ──► the
- *   HTTP requests in flight are answered (hub_http_when_drained) ──►
- *   hub_finish: the listener closes, the pools close, the loop ends
+ *   draining: /readyz 503, new HTTP requests 503 (the listener stays open),
+ *   the dispatcher claims nothing more and gives back what it has not
+ *   started ──► the consumer stops, its batches in flight commit ──► the
+ *   dispatcher waits for its attempts ──► the HTTP requests in flight are
+ *   answered (hub_http_when_drained) ──► hub_finish: the listener closes,
+ *   the pools close, the loop ends
+ *
+ * Attempts and probes still waiting for a destination's answer when most of
+ * the budget is gone (drain_abort_ms) stop waiting: their jobs go back
+ * unattempted, so a destination slower than the budget does not make the
+ * drain exit 1 and leave its leases to expire.
  *
  * The pools close last because everything before them may still write:
  * a batch's commit, an attempt's outcome, an HTTP ingest transaction.
@@ -344,10 +350,12 @@ static void hub_finish(struct hub *hub) {
     hub->policy_watch = NULL;
     uv_timer_stop(&hub->maintenance);
     uv_timer_stop(&hub->drain_deadline);
+    uv_timer_stop(&hub->drain_abort);
     uv_timer_stop(&hub->ready_probe);
     hub_close_handle((uv_handle_t *)&hub->ingest_turn);
     hub_close_handle((uv_handle_t *)&hub->maintenance);
     hub_close_handle((uv_handle_t *)&hub->drain_deadline);
+    hub_close_handle((uv_handle_t *)&hub->drain_abort);
     hub_close_handle((uv_handle_t *)&hub->ready_probe);
     hub_close_handle((uv_handle_t *)&hub->sig_int);
     hub_close_handle((uv_handle_t *)&hub->sig_term);
@@ -409,6 +417,32 @@ static void drain_deadline_cb(uv_timer_t *t) {
     uv_stop(hub->loop);
 }
 
+/* Time the drain keeps, past the abort, for the outcomes of what it
+ * stopped waiting for to be written: a quarter of the budget, at most 5 s. */
+static uint64_t drain_abort_ms(int64_t timeout_ms) {
+    int64_t keep = timeout_ms / 4 < 5000 ? timeout_ms / 4 : 5000;
+    return (uint64_t)(timeout_ms - keep);
+}
+
+/* Most of the drain's budget is gone: requests still waiting for a
+ * destination's answer (attempts, verification probes) would keep it past
+ * its deadline and exit 1 with their leases left to expire (each counted as
+ * a reclaim toward poison).  They end now, unanswered: their jobs go back
+ * unattempted, as a clean stop gives its leases back, and are attempted
+ * again later (at least once). */
+static void drain_abort_cb(uv_timer_t *t) {
+    struct hub *hub = t->data;
+    size_t n = hub_httpc_inflight(hub->httpc);
+
+    if (n > 0) {
+        hub_log(HUB_WARN,
+                "drain: no longer waiting for destinations' answers; their jobs go back "
+                "unattempted",
+                HUB_LI("requests", (int64_t)n));
+        hub_httpc_abort(hub->httpc);
+    }
+}
+
 /*
  * The first signal starts the drain (see the top of this file for its
  * steps); why names the signal for the log.  Everything after this runs
@@ -429,9 +463,14 @@ static void hub_begin_drain(struct hub *hub, const char *why) {
     hub_log(HUB_INFO, "draining", HUB_LS("signal", why));
     uv_timer_start(&hub->drain_deadline, drain_deadline_cb, (uint64_t)hub->cfg.shutdown_timeout_ms,
                    0);
+    uv_timer_start(&hub->drain_abort, drain_abort_cb, drain_abort_ms(hub->cfg.shutdown_timeout_ms),
+                   0);
     /* at once: /readyz says draining, new requests are answered 503, the
-     * listener stays open for them */
+     * listener stays open for them; no new attempt starts */
     hub_http_drain(hub->http);
+    if (hub->dispatch) {
+        hub_dispatch_quiesce(hub->dispatch);
+    }
     if (hub->ingest) {
         hub_ingest_stop(hub->ingest, hub_ingest_stopped, hub);
     } else {
@@ -613,8 +652,10 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     hub->ingest_turn.data = hub;
     uv_timer_init(hub->loop, &hub->maintenance);
     uv_timer_init(hub->loop, &hub->drain_deadline);
+    uv_timer_init(hub->loop, &hub->drain_abort);
     uv_timer_init(hub->loop, &hub->ready_probe);
-    hub->maintenance.data = hub->drain_deadline.data = hub->ready_probe.data = hub;
+    hub->maintenance.data = hub->drain_deadline.data = hub->drain_abort.data = hub;
+    hub->ready_probe.data = hub;
     maintenance_arm(hub);
     hub->schema_versions = schema_versions_literal();
     uv_timer_start(&hub->ready_probe, ready_probe_cb, HUB_READY_PROBE_MS, HUB_READY_PROBE_MS);

@@ -63,6 +63,7 @@ struct hub {
                              * turn's requests are all in (ingest_http.c) */
     uv_timer_t maintenance; /* partition upkeep */
     uv_timer_t drain_deadline;
+    uv_timer_t drain_abort; /* stops waiting for answers of attempts and probes still out */
     /* the readiness probe (hub_ready): the database answers, the schema is
      * current; every HUB_READY_PROBE_MS on the API pool */
     uv_timer_t ready_probe;

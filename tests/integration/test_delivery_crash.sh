@@ -33,6 +33,35 @@ setup() {
         STREAMING_HUB_DELIVERY_TIMEOUT=5s STREAMING_HUB_SHUTDOWN_TIMEOUT=5s
 }
 
+# A drain whose destination does not answer within its budget (attempts
+# time out after 30 s, the drain has 4): the attempts still out stop
+# waiting when most of the budget is gone, their jobs go back unattempted
+# (no attempt, no reclaim), and the process exits 0.  It exited 1 at the
+# deadline with the leases left to expire, each then counted as a reclaim
+# toward poison.
+hub_env_a_drain_stops_waiting_for_a_destination_that_hangs() {
+    echo STREAMING_HUB_DELIVERY_TIMEOUT=30s STREAMING_HUB_SHUTDOWN_TIMEOUT=4s
+}
+
+scenario_a_drain_stops_waiting_for_a_destination_that_hangs() {
+    local path sub t0
+    own_client
+    path=/hang/$(own_id)/
+    # verified at a destination that answers, then pointed at one that
+    # hangs behind the API's back (its probe would hang too)
+    sub=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'transaction.*')
+    psql_q "UPDATE subscriptions SET url = '$SINK_URL$path' WHERE id = '$sub'" >/dev/null
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 3 --id-prefix hang- \
+        --type studio.lerian.transaction.posted >/dev/null || fail "produce failed"
+    wait_until 20 "(( \$(sink_count $path) >= 3 ))" || fail "the attempts did not reach the destination"
+    t0=$(date +%s%3N)
+    hub_stop # a failure unless the hub exits 0
+    log "the drain took $(($(date +%s%3N) - t0)) ms (budget 4 s)"
+    assert_eq "3 0 0" "$(psql_q "SELECT count(*), sum(attempt_count), sum(reclaims) FROM delivery_jobs
+        WHERE subscription_id = '$sub' AND state = 'pending' AND lease_owner IS NULL" | tr '|' ' ')" \
+        "the three jobs are pending again, unleased, with no attempt and no reclaim counted"
+}
+
 scenario_every_event_is_delivered_across_two_sigkills() {
     local tenant key path s sub_id t_start round base inflight missing unexpected total dups stored
     tenant=$(own_id)
