@@ -38,9 +38,10 @@
  * reserve below to them. */
 #define HTTP_SMALL_BODY (64 * 1024)
 #define HTTP_RESERVE_MIN (256 * 1024)
-/* The longest request head parsed for its Content-Length (h2o's own limit
- * on a head is 8 KiB: H2O_MAX_REQLEN). */
-#define HTTP_HEAD_MAX (16 * 1024)
+/* The longest request head parsed for its Content-Length: h2o's own limit
+ * on a head (H2O_MAX_REQLEN, ~400 KiB), so that no head h2o takes keeps its
+ * body out of the count. */
+#define HTTP_HEAD_MAX H2O_MAX_REQLEN
 /* A refusal (and the connection cap) is logged at most this often per reason. */
 #define HTTP_LOG_WINDOW_MS (60 * 1000)
 
@@ -108,34 +109,44 @@ void http_limits_conn_closed(struct hub_http *http) {
 
 /*
  * What the request head at the start of in[0..len) announces: the head's
- * bytes plus its Content-Length, or 0 when the head is not complete yet or
- * carries none (chunked bodies count as they arrive).  A plain scan: h2o
+ * bytes plus its Content-Length (at most body_max + 1: a larger body is
+ * refused with 413 before it is read), or 0 when the head is not complete
+ * yet or carries none.  A head with a Transfer-Encoding announces nothing:
+ * h2o reads such a body as chunked whatever Content-Length says, and it
+ * counts as it arrives (a Content-Length of 10^12 beside it reserved the
+ * whole budget and refused every other client's body).  A plain scan: h2o
  * parses the head properly; this only reads a number out of it.
  */
-static size_t head_announces(const char *in, size_t len) {
+static size_t head_announces(const char *in, size_t len, size_t body_max) {
     size_t n = len < HTTP_HEAD_MAX ? len : HTTP_HEAD_MAX;
     const char *end = memmem(in, n, "\r\n\r\n", 4);
-    static const char name[] = "\ncontent-length:";
-    size_t head;
+    static const char cl_name[] = "\ncontent-length:", te_name[] = "\ntransfer-encoding:";
+    size_t head, cl = 0;
+    int has_cl = 0;
 
     if (end == NULL) {
         return 0;
     }
     head = (size_t)(end - in) + 4;
-    for (const char *p = in; p + sizeof(name) - 1 < end; p++) {
-        if (*p == '\n' && strncasecmp(p, name, sizeof(name) - 1) == 0) {
-            const char *v = p + sizeof(name) - 1;
-            size_t cl = 0;
+    for (const char *p = in; p + sizeof(cl_name) - 1 < end; p++) {
+        if (*p != '\n') {
+            continue;
+        }
+        if (strncasecmp(p, te_name, sizeof(te_name) - 1) == 0) {
+            return 0;
+        }
+        if (!has_cl && strncasecmp(p, cl_name, sizeof(cl_name) - 1) == 0) {
+            const char *v = p + sizeof(cl_name) - 1;
             while (v < end && (*v == ' ' || *v == '\t')) {
                 v++;
             }
-            while (v < end && *v >= '0' && *v <= '9' && cl < ((size_t)1 << 40)) {
+            while (v < end && *v >= '0' && *v <= '9' && cl <= body_max) {
                 cl = cl * 10 + (size_t)(*v++ - '0');
             }
-            return head + cl;
+            has_cl = 1;
         }
     }
-    return 0;
+    return has_cl ? head + (cl <= body_max ? cl : body_max + 1) : 0;
 }
 
 /* The bytes a connection holds or is about to: its input buffer, or the
@@ -150,7 +161,7 @@ static size_t conn_body_bytes(struct http_conn *c) {
         return 0;
     }
     if (c->head_of != in->bytes) {
-        c->head_total = head_announces(in->bytes, in->size);
+        c->head_total = head_announces(in->bytes, in->size, c->http->body_max);
         /* an incomplete head is parsed again next time */
         c->head_of = c->head_total > 0 ? in->bytes : NULL;
     }
@@ -225,7 +236,7 @@ static void fallback_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **s
     sock = req->conn->callbacks->get_socket != NULL ? req->conn->callbacks->get_socket(req->conn)
                                                     : NULL;
     if (sock != NULL && sock->input != NULL) {
-        size_t total = head_announces(sock->input->bytes, sock->input->size);
+        size_t total = head_announces(sock->input->bytes, sock->input->size, http->body_max);
         const char *end = memmem(
             sock->input->bytes,
             sock->input->size < HTTP_HEAD_MAX ? sock->input->size : HTTP_HEAD_MAX, "\r\n\r\n", 4);
