@@ -150,10 +150,14 @@ static int path_under(h2o_iovec_t path, const char *prefix, size_t plen) {
            (path.len == plen || path.base[plen] == '/');
 }
 
-/* 1 for POST /v1/events: HTTP ingest (SPEC §4). */
+/* 1 for POST /v1/events: HTTP ingest (SPEC §4), spelt as the router takes
+ * it (hub_api_split_path: a trailing slash is the same route, and escaped
+ * here would have ingested without an ingest slot). */
 static int is_ingest(const h2o_req_t *req) {
     h2o_iovec_t p = req->path_normalized;
-    return h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events")) && hub_api_method_is(req, "POST");
+    return (h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events")) ||
+            h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events/"))) &&
+           hub_api_method_is(req, "POST");
 }
 
 /*

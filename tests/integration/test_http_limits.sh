@@ -219,6 +219,47 @@ scenario_ingest_requests_in_progress_are_bounded() {
         "6 refusals of a key, one log line"
 }
 
+hub_env_a_trailing_slash_is_the_same_ingest_route() {
+    echo STREAMING_HUB_INGEST_HTTP_QUEUE=8
+}
+
+# POST /v1/events/ is routed as ingest, but the admission counted only the
+# exact path: with a trailing slash a key's requests took no slot, outside
+# the queue bound and the key's share.
+scenario_a_trailing_slash_is_the_same_ingest_route() {
+    local a n codes
+    a=$(own_tenant_key a)
+    inbox_lock
+    for n in $(seq 1 6); do
+        EV_PATH=/v1/events/ TENANT=$(own_id a) ev_post_bg "$WORK/ts-$n" "$a" "ts-$n"
+    done
+    wait_until 10 "[[ \$(ls $WORK/ts-? 2>/dev/null | wc -l) == 2 ]]" ||
+        fail "the requests beyond the key's share were not refused at once"
+    assert_eq 4 "$(hub_ingest_inflight)" "the key holds 4 requests in progress (half of 8)"
+    codes=$(cat "$WORK"/ts-? 2>/dev/null | awk '{ print $1 }' | sort | uniq -c | awk '{ printf "%s:%s ", $2, $1 }')
+    assert_eq "503:2 " "$codes" "its other 2 are answered 503 at once"
+    inbox_unlock
+    wait_until 20 "[[ \$(cat $WORK/ts-? | awk '\$1 == 202' | wc -l) == 4 ]]" ||
+        fail "the admitted requests were not stored"
+}
+
+# A head with a Transfer-Encoding is read as chunked whatever its
+# Content-Length says; the budget took the Content-Length (10^12 here) as
+# the body to come, and refused every other client's body until the
+# connection closed (10 s, renewed by a new one: no key needed).
+scenario_a_chunked_head_reserves_nothing_of_the_budget() {
+    local fd held
+    own_client
+    exec {fd}<>"/dev/tcp/127.0.0.1/$(hub_port)"
+    printf 'POST /v1/events HTTP/1.1\r\nHost: hub\r\nTransfer-Encoding: chunked\r\nContent-Length: 1000000000000\r\n\r\n' >&"$fd"
+    sleep 0.5
+    held=$(metric streaming_hub_http_body_bytes)
+    assert_le "${held%.*}" 1048576 "the head with a huge Content-Length holds no budget ($held bytes)"
+    ev_post "$KEY" chunked-1 >/dev/null
+    assert_eq 202 "$(http_status)" "another client's event meanwhile is stored"
+    exec {fd}>&-
+}
+
 hub_env_a_client_that_hangs_up_keeps_its_slot_until_its_events_are_stored() {
     echo STREAMING_HUB_INGEST_HTTP_QUEUE=8
 }

@@ -14,7 +14,7 @@
 # ev_post KEY ID [DATA] [SOURCE] [curl args...]: POST /v1/events in binary
 # mode (Content-Type application/json, ce-* headers; tenant $TENANT, type
 # studio.lerian.account.created, source /answers unless given); prints the
-# answer's body.
+# answer's body.  EV_PATH (default /v1/events) is the path posted to.
 ev_post() {
     local key=$1 id=$2 data=${3:-'{"n":1}'} source=${4:-/answers}
     (($# > 4)) && shift 4 || shift $#
@@ -25,7 +25,7 @@ ev_post() {
         -H 'ce-specversion: 1.0' -H "ce-id: $id" -H "ce-source: $source" \
         -H 'ce-type: studio.lerian.account.created' -H "ce-time: $(now3339)" \
         -H "ce-tenantid: $TENANT" --data-binary "@${last}_req" "$@" \
-        "$HUB_URL/v1/events" >"${last}_status" 2>/dev/null || echo 000 >"${last}_status"
+        "$HUB_URL${EV_PATH:-/v1/events}" >"${last}_status" 2>/dev/null || echo 000 >"${last}_status"
     cat "${last}_body" 2>/dev/null
 }
 
