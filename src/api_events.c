@@ -191,6 +191,28 @@ static int header_wanted(const h2o_iovec_t *name, enum ingest_mode mode) {
     return mode == MODE_BINARY && name->len > 3 && strncasecmp(name->base, "ce-", 3) == 0;
 }
 
+/* What an event's headers may hold (ce-*, content-type, traceparent,
+ * tracestate): each is copied into every event's quarantine evidence, and
+ * over HTTP/2 a repeated header costs the client one byte (HPACK), so
+ * 400,000 copies of a 4 KB one fit in one request and became gigabytes of
+ * evidence. */
+#define EVENT_HEADERS_MAX 256
+#define EVENT_HEADER_BYTES_MAX (64 * 1024)
+
+/* 1 when the headers an event would be parsed with pass those bounds. */
+static int headers_over(const h2o_req_t *req, enum ingest_mode mode) {
+    size_t n = 0, bytes = 0;
+
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        if (header_wanted(e->name, mode)) {
+            n++;
+            bytes += e->name->len + e->value.len;
+        }
+    }
+    return n > EVENT_HEADERS_MAX || bytes > EVENT_HEADER_BYTES_MAX;
+}
+
 /* The headers an event of this request is parsed with, in req's pool. */
 static struct hub_header *request_headers(h2o_req_t *req, enum ingest_mode mode, size_t *n) {
     /* room for every request header (+1 for batch mode's one): filtering
@@ -480,6 +502,13 @@ static void ingest_start(struct events_call *c) {
             return;
         }
         n = (size_t)count;
+    }
+    if (headers_over(req, c->mode)) {
+        hub_api_send_problem(req, 431,
+                             "the event's headers (ce-*, content-type, traceparent, tracestate) "
+                             "are over 256 or 64 KiB",
+                             NULL);
+        return;
     }
     if (c->call.ingest_rate > 0.0) {
         int wait = hub_events_rate_take(c->call.hub, &c->call.hub->ingest_buckets, c->tenant,

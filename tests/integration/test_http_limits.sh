@@ -260,6 +260,34 @@ scenario_a_chunked_head_reserves_nothing_of_the_budget() {
     exec {fd}>&-
 }
 
+# An event's headers are copied into its quarantine evidence; over HTTP/2 a
+# repeated header costs its client one byte (HPACK), so one request could
+# make the hub build gigabytes.  Past 256 such headers or 64 KiB: 431,
+# nothing stored, no quota spent; within them the event is stored.  (curl
+# cannot send the HPACK form: HTTP/1.1 shows the bound; h2o itself refuses
+# more than 100 headers over HTTP/1.)
+scenario_an_events_headers_are_bounded() {
+    local args=() big n
+    own_client
+    big=$(head -c 3000 /dev/zero | tr '\0' 'a')
+    for n in $(seq 1 25); do
+        args+=(-H "ce-big$n: $big")
+    done
+    ev_post "$KEY" hdr-1 '{"n":1}' /limits "${args[@]}" >/dev/null
+    assert_eq 431 "$(http_status)" "75 KB of ce- headers → 431"
+    assert_contains "$(last_header content-type)" application/problem+json "… as problem+json"
+    args=()
+    for n in $(seq 1 20); do
+        args+=(-H "ce-big$n: $big")
+    done
+    ev_post "$KEY" hdr-3 '{"n":1}' /limits "${args[@]}" >/dev/null
+    assert_eq 202 "$(http_status)" "60 KB of them → 202"
+    assert_eq "0 1" "$(psql_q "SELECT count(*) FILTER (WHERE event_id = 'hdr-1'),
+                                      count(*) FILTER (WHERE event_id = 'hdr-3')
+                                 FROM event_inbox WHERE tenant_id = '$TENANT'" | tr '|' ' ')" \
+        "the refused are not stored, the last is"
+}
+
 hub_env_a_client_that_hangs_up_keeps_its_slot_until_its_events_are_stored() {
     echo STREAMING_HUB_INGEST_HTTP_QUEUE=8
 }
