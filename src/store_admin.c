@@ -26,14 +26,15 @@
 /* base64 without the line breaks PostgreSQL puts every 76 characters. */
 #define ADM_B64(col) "translate(encode(" col ", 'base64'), E'\\n', '')"
 
-/* The quarantine object, from a row alias q, with value_base64 = value_expr. */
-#define ADM_QUARANTINE_JSON(q, value_expr)                                                        \
+/* The quarantine object, from a row alias q, with value_base64 =
+ * value_expr and headers = headers_expr (headers_size their text's bytes). */
+#define ADM_QUARANTINE_JSON(q, value_expr, headers_expr)                                          \
     "json_build_object('id', " q ".id, 'received_at', " ADM_TS(q ".received_at") ", "             \
     "'reason', " q ".reason, 'field', " q ".field, 'detail', " q ".detail, "                      \
     "'tenant_id', " q ".tenant_id, 'source', " q ".source, 'event_id', " q ".event_id, "          \
     "'topic', " q ".topic, 'partition', " q ".kafka_partition, 'offset', " q ".kafka_offset, "    \
-    "'headers', " q ".headers, 'value_size', octet_length(" q ".value), "                          \
-    "'value_base64', " value_expr ")::text"
+    "'headers', " headers_expr ", 'headers_size', octet_length(" q ".headers::text), "            \
+    "'value_size', octet_length(" q ".value), 'value_base64', " value_expr ")::text"
 
 /* A stored response: the object's JSON text with the request's marker
  * appended as "_req" (members keep their order; the API removes it). */
@@ -131,7 +132,9 @@ const struct hub_sql hub_sql_admin_quarantine_list = {
     "SELECT q.id, "
     ADM_QUARANTINE_JSON("q", "CASE WHEN octet_length(q.value) <= "
                              ADM_STR(HUB_QUARANTINE_LIST_VALUE_MAX) " THEN " ADM_B64("q.value")
-                             " END")
+                             " END",
+                        "CASE WHEN octet_length(q.headers::text) <= "
+                             ADM_STR(HUB_QUARANTINE_LIST_VALUE_MAX) " THEN q.headers END")
     " FROM quarantine q"
     " WHERE ($1::text IS NULL OR q.tenant_id = $1::text)"
     "   AND ($2::text IS NULL OR q.reason = $2::text)"
@@ -141,7 +144,7 @@ const struct hub_sql hub_sql_admin_quarantine_list = {
 
 const struct hub_sql hub_sql_admin_quarantine_get = {
     "admin_quarantine_get",
-    "SELECT " ADM_QUARANTINE_JSON("q", ADM_B64("q.value")) " FROM quarantine q"
+    "SELECT " ADM_QUARANTINE_JSON("q", ADM_B64("q.value"), "q.headers") " FROM quarantine q"
     " WHERE q.id = $1::bigint",
 };
 

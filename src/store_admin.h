@@ -16,9 +16,11 @@
 
 #include "pg.h"
 
-/* Largest value (bytes) that a quarantine LIST item carries as value_base64;
- * larger ones are null there (value_size says how big) and come whole from
- * GET /admin/quarantine/{id}.  Bounds the memory of a 500-item page. */
+/* Largest value (bytes) that a quarantine LIST item carries as value_base64,
+ * and largest header evidence (bytes of its JSON text) it carries as
+ * headers; larger ones are null there (value_size, headers_size say how
+ * big) and come whole from GET /admin/quarantine/{id}.  Bounds the memory
+ * of a 500-item page: a Kafka record's headers may be a megabyte. */
 #define HUB_QUARANTINE_LIST_VALUE_MAX 65536
 
 /* The columns of a statement that returns one API object: its JSON text. */
