@@ -80,6 +80,14 @@ static void reclaim_timer_cb(uv_timer_t *t) {
 
 /* Makes the dispatcher: lease owner, breakers, its three pools, timers; the
  * first claim runs on the next loop iteration. */
+/* Attempts one tenant may have in flight: the workers but an eighth of
+ * them (at least one) kept for the others.  A tenant alone still gets 7/8
+ * of them; a single worker is no one's to keep (0: no bound). */
+static int dispatch_tenant_max(int workers) {
+    int reserve = workers / 8 > 1 ? workers / 8 : 1;
+    return workers > reserve ? workers - reserve : 0;
+}
+
 int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     struct hub_dispatch *d = calloc(1, sizeof(*d));
     struct hub_breaker_cfg bcfg = HUB_BREAKER_CFG_DEFAULT;
@@ -111,7 +119,10 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
      * claim offers only lanes with room, so a slow or hanging destination
      * holds its share of the workers, not all of them.  A fast one may keep
      * the queue's own run-ahead waiting past its cap (two claim batches),
-     * so that claims stay whole batches. */
+     * so that claims stay whole batches.  One tenant's lanes together never
+     * hold the last workers (dispatch_tenant_max): many hanging
+     * destinations of one tenant would otherwise take every worker, and
+     * every other tenant would wait for their timeouts. */
     d->caps = hub_caps_new(&(struct hub_caps_cfg){
         .origin_max = (int)hub->cfg.dispatch_origin_max,
         .tenant_origin_max = (int)hub->cfg.dispatch_tenant_origin_max,
@@ -119,6 +130,7 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
         .slow_ms = hub->cfg.dispatch_slow_answer_ms,
         .ahead_ms = hub->cfg.dispatch_queue_ahead_ms,
         .ahead_floor = 2 * (int)hub->cfg.dispatch_claim_batch,
+        .tenant_max = dispatch_tenant_max((int)hub->cfg.dispatch_workers),
     });
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request.  A claim's

@@ -60,9 +60,18 @@ struct cap_origin {
     char name[HUB_CAPS_NAME_MAX];
 };
 
+/* A tenant with lanes: its attempts in flight over all of them. */
+struct cap_tenant {
+    struct cap_entry e;
+    int inflight;
+    int lanes; /* lanes pointing here */
+    char name[];
+};
+
 struct hub_cap_lane {
     struct cap_entry e;
     struct cap_origin *origin;
+    struct cap_tenant *t;
     double limit;    /* current cap, 1 .. tenant_origin_max */
     double ssthresh; /* slow start below it, one slot per round trip above */
     uint32_t epoch;  /* decreases so far: see hub_caps_report */
@@ -79,6 +88,7 @@ struct hub_caps {
     struct hub_caps_cfg cfg;
     struct cap_table origins;
     struct cap_table lanes;
+    struct cap_table tenants;
     /* metrics: the named origins' wait histograms by name slot, the
      * others' summed; a slot's histogram starts again when it is given to
      * another origin (a new series), "other" only grows */
@@ -185,6 +195,26 @@ static struct hub_cap_lane *lane_find(const struct hub_caps *c, const char *tena
     return NULL;
 }
 
+/* The tenant's entry, made when new.  NULL when out of memory. */
+static struct cap_tenant *tenant_get(struct hub_caps *c, const char *tenant) {
+    uint64_t h = hub_fnv1a_str(tenant);
+    struct cap_tenant *t;
+    size_t len;
+
+    for (struct cap_entry *e = *table_slot(&c->tenants, h); e != NULL; e = e->next) {
+        if (e->hash == h && strcmp(((struct cap_tenant *)e)->name, tenant) == 0) {
+            return (struct cap_tenant *)e;
+        }
+    }
+    len = strlen(tenant);
+    if ((t = calloc(1, sizeof(*t) + len + 1)) != NULL) {
+        memcpy(t->name, tenant, len + 1);
+        t->e.hash = h;
+        table_add(&c->tenants, &t->e);
+    }
+    return t;
+}
+
 /* The origin's entry, made when new.  NULL when out of memory. */
 static struct cap_origin *origin_get(struct hub_caps *c, int64_t id, int64_t now_ms) {
     struct cap_origin *o = origin_find(c, id);
@@ -205,9 +235,11 @@ static struct hub_cap_lane *lane_get(struct hub_caps *c, const char *tenant, int
                                      int64_t now_ms) {
     struct hub_cap_lane *l = lane_find(c, tenant, origin);
     struct cap_origin *o;
+    struct cap_tenant *t;
     size_t tlen;
 
-    if (l != NULL || (o = origin_get(c, origin, now_ms)) == NULL) {
+    if (l != NULL || (o = origin_get(c, origin, now_ms)) == NULL ||
+        (t = tenant_get(c, tenant)) == NULL) {
         return l;
     }
     tlen = strlen(tenant);
@@ -217,6 +249,8 @@ static struct hub_cap_lane *lane_get(struct hub_caps *c, const char *tenant, int
     memcpy(l->tenant, tenant, tlen + 1);
     l->e.hash = lane_hash(tenant, origin);
     l->origin = o;
+    l->t = t;
+    t->lanes++;
     l->limit = c->cfg.start;
     l->ssthresh = c->cfg.tenant_origin_max;
     l->last_ms = now_ms;
@@ -299,8 +333,10 @@ struct hub_caps *hub_caps_new(const struct hub_caps_cfg *cfg) {
     if (c->cfg.start < 1 || c->cfg.start > c->cfg.tenant_origin_max) {
         c->cfg.start = c->cfg.start < 1 ? 1 : c->cfg.tenant_origin_max;
     }
-    if (table_init(&c->origins) != 0 || table_init(&c->lanes) != 0) {
+    if (table_init(&c->origins) != 0 || table_init(&c->lanes) != 0 ||
+        table_init(&c->tenants) != 0) {
         free(c->origins.slots);
+        free(c->lanes.slots);
         free(c);
         return NULL;
     }
@@ -311,17 +347,26 @@ void hub_caps_free(struct hub_caps *c) {
     if (c == NULL) {
         return;
     }
-    /* lanes first: an origin must outlive the lanes pointing to it */
+    /* lanes first: an origin and a tenant must outlive the lanes pointing
+     * to them */
     table_prune(&c->lanes, NULL, NULL);
     table_prune(&c->origins, NULL, NULL);
+    table_prune(&c->tenants, NULL, NULL);
     free(c->lanes.slots);
     free(c->origins.slots);
+    free(c->tenants.slots);
     free(c);
 }
 
 /* A lane's offer is the least of its own room and its origin's, both net of
  * what this claim booked already; the booking makes it count for the
  * lanes offered after it. */
+/* 1 when the lane's tenant has all the attempts in flight it may
+ * (cfg.tenant_max): none of its jobs can start before one of them ends. */
+static int tenant_at_max(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    return c->cfg.tenant_max > 0 && l->t->inflight >= c->cfg.tenant_max;
+}
+
 int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int want,
                    uint64_t serial, int shed, int64_t now_ms) {
     struct hub_cap_lane *l;
@@ -332,6 +377,9 @@ int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int w
      * memory a cap is no reason to stop delivering */
     if (shed || want <= 0 || (l = lane_get(c, tenant, origin, now_ms)) == NULL) {
         return want > 0 ? want : 0;
+    }
+    if (tenant_at_max(c, l)) {
+        return 0; /* its jobs would only wait for the tenant's attempts to end */
     }
     o = l->origin;
     room = lane_room(c, l) - l->held - booked(&l->booked_serial, &l->booked, serial);
@@ -346,10 +394,12 @@ int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int w
     return room;
 }
 
-/* 1 when the lane's (or its origin's) slots are all held or booked. */
+/* 1 when the lane's (or its origin's) slots are all held or booked, or
+ * its tenant has all the attempts in flight it may. */
 static int lane_full(const struct hub_caps *c, struct hub_cap_lane *l, uint64_t serial) {
     struct cap_origin *o = l->origin;
-    return l->held + booked(&l->booked_serial, &l->booked, serial) >= lane_room(c, l) ||
+    return tenant_at_max(c, l) ||
+           l->held + booked(&l->booked_serial, &l->booked, serial) >= lane_room(c, l) ||
            o->held + booked(&o->booked_serial, &o->booked, serial) >= origin_room(c, o);
 }
 
@@ -399,7 +449,8 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
 /* The caps bound attempts in flight: jobs held beyond them are the
  * run-ahead, which waits (see ahead()). */
 int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
-    return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max;
+    return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max &&
+           !tenant_at_max(c, l);
 }
 
 /* Held and not started: waiting in the queue (or being loaded).  The
@@ -417,6 +468,7 @@ void hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix
     double waited = (double)(now_unix_ms - due_unix_ms) / 1000.0;
 
     l->inflight++;
+    l->t->inflight++;
     o->inflight++;
     o->started++;
     l->last_ms = o->last_ms = now_unix_ms;
@@ -493,6 +545,7 @@ void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, i
     l->origin->held--;
     if (started) {
         l->inflight--;
+        l->t->inflight--;
         l->origin->inflight--;
     }
     l->last_ms = l->origin->last_ms = now_ms;
@@ -565,7 +618,14 @@ static int lane_idle(struct cap_entry *e, void *arg) {
     }
     l->origin->lanes--;
     l->origin->limits -= l->limit;
+    l->t->lanes--;
     return 1;
+}
+
+/* A tenant goes with its last lane. */
+static int tenant_idle(struct cap_entry *e, void *arg) {
+    (void)arg;
+    return ((struct cap_tenant *)e)->lanes == 0;
 }
 
 /* An origin goes once no lane points to it and it has been idle a while;
@@ -642,6 +702,7 @@ void hub_caps_sweep(struct hub_caps *c, int64_t now_ms) {
 
     table_prune(&c->lanes, lane_idle, &x);
     table_prune(&c->origins, origin_idle, &x);
+    table_prune(&c->tenants, tenant_idle, NULL);
     names_pick(c, now_ms);
 }
 

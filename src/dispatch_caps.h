@@ -73,6 +73,8 @@ struct hub_caps_cfg {
     int64_t ahead_ms;      /* STREAMING_HUB_DISPATCH_QUEUE_AHEAD; 0: no run-ahead past a cap */
     int ahead_floor;       /* a fast destination's run-ahead may reach this even past its
                             * cap: the dispatcher's own (2 x DISPATCH_CLAIM_BATCH) */
+    int tenant_max;        /* attempts in flight of one tenant over all its lanes (the
+                            * workers but a reserve for the others); 0: no bound */
 };
 
 /* What an attempt's result says about its destination's load. */

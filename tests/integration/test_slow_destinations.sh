@@ -243,4 +243,28 @@ scenario_a_url_change_moves_pending_jobs_to_the_new_origin() {
         "none reclaimed"
 }
 
+hub_env_one_tenant_never_holds_every_worker() {
+    echo STREAMING_HUB_DISPATCH_WORKERS=8
+}
+
+# Eight workers, tenant E's destination hangs (attempts time out after
+# 3 s): its jobs took every worker (a lane starts at 16 slots), and F's fresh
+# events waited for E's timeouts.  A tenant's lanes together now hold at
+# most the workers but an eighth (7 of 8): F's events go at once.
+scenario_one_tenant_never_holds_every_worker() {
+    local e f worst lat
+    e=$(own_tenant e)
+    subscribe "$e" "$HANG_URL/hang/$e" >/dev/null
+    produce --topic "$TOPIC" --tenant "$e" --count 20 --id-prefix e- --payload-bytes 64 >/dev/null
+    wait_until 20 "(( \$(in_sink hang sink_count /hang/$e) >= 7 ))" || fail "E's attempts did not start"
+    f=$(own_tenant f)
+    subscribe "$f" "$SINK_URL/ok/$f/" >/dev/null
+    fresh_events "$f" "/ok/$f/" 3 >"$WORK/latency-f"
+    worst=$(sort -n "$WORK/latency-f" | tail -n1)
+    lat=$(sort -n "$WORK/latency-f" | paste -sd' ')
+    log "F's latencies (ms): $lat; E's attempts open at once at most: $(sink_most_open hang "/hang/$e" 2900)"
+    assert_le "${worst:-99999}" 1000 "F: each event within 1 s beside E's hanging attempts (worst ${worst} ms)"
+    assert_le "$(sink_most_open hang "/hang/$e" 2900)" 7 "E held at most 7 of the 8 workers"
+}
+
 scenarios_main "$@"

@@ -227,6 +227,34 @@ static void test_ready_and_run_ahead(void **state) {
     hub_caps_free(c);
 }
 
+/* One tenant's lanes together hold at most tenant_max attempts (the
+ * dispatcher's workers but a reserve): its hanging destinations on many
+ * origins cannot take every worker.  At the bound its lanes are neither
+ * ready nor offered, another tenant's are; an attempt that ends frees one.
+ * A tenant goes with its last lane. */
+static void test_tenant_bound(void **state) {
+    (void)state;
+    struct hub_caps_cfg cfg = {
+        .origin_max = 100, .tenant_origin_max = 8, .start = 4, .ahead_ms = 50, .tenant_max = 5};
+    struct hub_caps *c = hub_caps_new(&cfg);
+    uint32_t e;
+    struct hub_cap_lane *l, *x;
+
+    assert_non_null(c);
+    l = run(c, "a", O1, 3, &e);
+    run(c, "a", O2, 2, &e); /* 5 of a's in flight, over two origins */
+    x = hub_caps_hold(c, "a", O2, T0);
+    assert_int_equal(hub_caps_ready(c, x), 0);
+    assert_int_equal(hub_caps_offer(c, "a", O1, 10, 1, 0, T0), 0);
+    assert_int_equal(hub_caps_full(c, "a", O1, 1), 1);
+    assert_int_equal(hub_caps_offer(c, "b", O1, 10, 1, 0, T0), 4);
+    run(c, "b", O1, 1, &e);
+    hub_caps_release(c, l, 1, T0); /* one of a's attempts ends */
+    assert_int_equal(hub_caps_ready(c, x), 1);
+    hub_caps_release(c, x, 0, T0);
+    hub_caps_free(c);
+}
+
 /* The dispatcher's own run-ahead (ahead_floor) lets a fast lane keep more
  * waiting than its cap, so that a claim is not cut to what the workers
  * leave of the cap; a slow lane still keeps only what it frees in 50 ms. */
@@ -314,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_overload_halves_once_per_round_trip),
         cmocka_unit_test(test_slow_answer),
         cmocka_unit_test(test_ready_and_run_ahead),
+        cmocka_unit_test(test_tenant_bound),
         cmocka_unit_test(test_run_ahead_floor),
         cmocka_unit_test(test_sweep_and_metrics),
         cmocka_unit_test(test_status_signal),
