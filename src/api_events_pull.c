@@ -201,23 +201,97 @@ static char *item_write(const struct item *it, char *p) {
     return p;
 }
 
-/* The page's buffer, freed with the request's pool. */
+/*
+ * Bytes of pages a tenant's requests hold until their clients have read
+ * them: a page is freed once sent, and a client that stops reading (an
+ * HTTP/2 stream with no window, a connection never read) keeps it, up to
+ * PULL_PAGE_BYTES (8 MiB) each, at the pull rate: gigabytes in seconds.
+ * Past PULL_HELD_PAGES pages' worth (256 MiB by default; a consumer's
+ * parallel pulls stay far below) a tenant's pulls are answered 429.
+ * One entry per tenant with pages out; few at once, so a list.
+ */
+#define PULL_HELD_PAGES 32
+
+struct pull_held {
+    struct pull_held *next;
+    size_t bytes;
+    int pages;
+    char tenant[];
+};
+
+static struct pull_held *held_find(struct hub *hub, const char *tenant) {
+    struct pull_held *h = hub->pull_held;
+    while (h != NULL && strcmp(h->tenant, tenant) != 0) {
+        h = h->next;
+    }
+    return h;
+}
+
+/* 1 when the tenant's pages out are at their bound. */
+static int held_full(struct hub *hub, const char *tenant) {
+    const struct pull_held *h = held_find(hub, tenant);
+    return h != NULL && h->bytes >= PULL_HELD_PAGES * (size_t)hub->cfg.pull_page_bytes;
+}
+
+/* The page's buffer, freed with the request's pool, and what it counts
+ * against its tenant. */
 struct page_ref {
     char *body;
+    struct hub *hub;
+    struct pull_held *held; /* NULL: not counted (out of memory) */
+    size_t len;
 };
 
 static void page_ref_dispose(void *p) {
-    free(((struct page_ref *)p)->body);
+    struct page_ref *ref = p;
+    struct pull_held *h = ref->held;
+
+    free(ref->body);
+    if (h != NULL) {
+        h->bytes -= ref->len;
+        if (--h->pages == 0) {
+            struct pull_held **pp = &ref->hub->pull_held;
+            while (*pp != h) {
+                pp = &(*pp)->next;
+            }
+            *pp = h->next;
+            free(h);
+        }
+    }
+}
+
+/* Counts len bytes against tenant until the page is sent; NULL out of
+ * memory (not counted). */
+static struct pull_held *held_add(struct hub *hub, const char *tenant, size_t len) {
+    struct pull_held *h = held_find(hub, tenant);
+
+    if (h == NULL) {
+        size_t n = strlen(tenant);
+        if ((h = calloc(1, sizeof(*h) + n + 1)) == NULL) {
+            return NULL;
+        }
+        memcpy(h->tenant, tenant, n + 1);
+        h->next = hub->pull_held;
+        hub->pull_held = h;
+    }
+    h->bytes += len;
+    h->pages++;
+    return h;
 }
 
 /* Answers 200 with body (malloc'd; taken: freed with the request), as
- * application/json, without copying it.  HEAD gets the headers only. */
-static void send_owned(h2o_req_t *req, char *body, size_t len) {
+ * application/json, without copying it, counted against tenant until it
+ * is sent.  HEAD gets the headers only. */
+static void send_owned(struct hub *hub, const char *tenant, h2o_req_t *req, char *body,
+                       size_t len) {
     static h2o_generator_t generator = {NULL, NULL};
     struct page_ref *ref = h2o_mem_alloc_shared(&req->pool, sizeof(*ref), page_ref_dispose);
     h2o_iovec_t buf = h2o_iovec_init(body, len);
 
     ref->body = body;
+    ref->hub = hub;
+    ref->len = len;
+    ref->held = held_add(hub, tenant, len);
     req->res.status = 200;
     req->res.reason = "OK";
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
@@ -282,7 +356,7 @@ static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome
         hub_api_send_oom(call->req);
         return;
     }
-    send_owned(call->req, body, len);
+    send_owned(call->hub, ((struct pull_call *)call)->tenant, call->req, body, len);
 }
 
 /*
@@ -321,7 +395,7 @@ static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcom
         hub_api_send_oom(call->req);
         return;
     }
-    send_owned(call->req, body, len);
+    send_owned(call->hub, c->tenant, call->req, body, len);
 }
 
 /* The horizon is known (the call was woken): the page's statement. */
@@ -405,6 +479,12 @@ static void pull_start(struct pull_call *c) {
     int wait;
 
     if (c->op == PULL_LIST && list_params(c) != 0) {
+        return;
+    }
+    if (held_full(c->call.hub, c->tenant)) {
+        hub_events_send_over_rate(req, 1,
+                                  "this tenant's pages not yet read by their clients are at "
+                                  "their bound; read them, then retry");
         return;
     }
     wait = hub_events_rate_take(c->call.hub, &c->call.hub->pull_buckets, c->tenant,

@@ -26,6 +26,7 @@ struct hub_stats;
 struct hub_cluster;
 struct hub_schemas;
 struct subs_probe;
+struct pull_held;
 
 struct hub {
     uv_loop_t *loop;
@@ -50,6 +51,7 @@ struct hub {
     struct hub_schemas *schemas;           /* the schema registry (schema_registry.c) */
     struct hub_opevents *opevents;         /* operational events (opevents.c), or NULL */
     struct subs_probe *probes;             /* verification probes in flight (api_verify.c) */
+    struct pull_held *pull_held;           /* pull pages not yet sent, by tenant (pull pages) */
     size_t n_probes;
     int has_kek;
     char *brokers;          /* resolved bootstrap list */

@@ -468,6 +468,40 @@ scenario_a_page_counts_attributes_as_they_go_out() {
     assert_eq " 2 2 2" "$sizes" "pages of two events of 30 KB attributes under a 64 KiB cap"
 }
 
+# Pages a client does not read stay in memory until it does (an 8 MiB page
+# fills the socket's buffers and waits): at the pull rate a tenant could pin
+# gigabytes.  A tenant's pages not yet read are bounded to 32 pages' worth
+# (256 MiB): past that its pulls are 429, another tenant's are not, and once
+# the clients go the tenant pulls again.
+scenario_pages_not_read_are_bounded_per_tenant() {
+    local i fds=() other_key code
+    own_client
+    { printf '"'; head -c 1048574 /dev/zero | tr '\0' 'k'; printf '"'; } >"$WORK/held.json"
+    for i in $(seq 1 9); do
+        EV_BODY=@$WORK/held.json post_event "held-$i" /pull/held >/dev/null
+        [[ $(http_status) == 202 ]] || fail "event held-$i: $(http_status)"
+    done
+    for i in $(seq 1 40); do
+        exec {fd}<>"/dev/tcp/127.0.0.1/${HUB_URL##*:}"
+        fds+=("$fd")
+        printf 'GET /v1/events?after=0&limit=500 HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer %s\r\n\r\n' \
+            "$KEY" >&"$fd"
+    done
+    # forty pages of ~7 MiB (seven events each) are over the 256 MiB
+    wait_until 10 "[[ \$(pull '/v1/events?after=0&limit=1' >/dev/null; http_status) == 429 ]]"
+    assert_eq 429 "$(http_status)" "with 40 pages of ~7 MiB unread, the tenant's next pull → 429"
+    assert_match "$(last_header retry-after)" '^[0-9]+$' "… with Retry-After"
+    other_key=$(own_tenant_key other)
+    code=$(KEY=$other_key pull "/v1/events?limit=1" >/dev/null; http_status)
+    assert_eq 200 "$code" "another tenant's pull meanwhile → 200"
+    for fd in "${fds[@]}"; do
+        exec {fd}>&-
+    done
+    wait_until 10 "[[ \$(pull '/v1/events?after=0&limit=1' >/dev/null; http_status) == 200 ]]" ||
+        fail "the tenant's pulls stayed refused once its clients were gone"
+    pass "once the clients went, the tenant pulls again"
+}
+
 hub_env_concurrent_big_pulls_keep_memory_bounded() {
     echo STREAMING_HUB_PULL_PAGE_BYTES=8MiB STREAMING_HUB_PULL_RATE=100000 \
         STREAMING_HUB_PULL_BURST=100000
