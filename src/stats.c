@@ -36,6 +36,11 @@
  * keys' counts are dropped (counted in stats_counts_lost). */
 #define STATS_ENTRIES_MAX 200000
 #define STATS_OTHER "(other)"
+/* Tenants a Kafka record the parser refused may start entries for in one
+ * hour, when nothing else started them: the tenant such a record claims is
+ * unchecked (the roster never saw it), and made-up ids, one per record,
+ * would fill the table every tenant's counts share. */
+#define STATS_CLAIMED_TENANTS_HOUR 1000
 #define STATS_SLOTS_MIN 1024
 /* How long a clean stop waits for its last write. */
 #define STATS_STOP_MS 2000
@@ -77,6 +82,8 @@ struct hub_stats {
     int64_t swept_hour;  /* entries of hours before it are gone unless dirty */
     int flushing;        /* a write is in flight */
     int stopping;
+    int64_t claimed_hour;        /* the hour claimed_new counts in */
+    int claimed_new;             /* tenants started by unchecked claims then */
     struct hub_metrics *metrics; /* the hub's: it outlives the pool's last callback */
 };
 
@@ -237,6 +244,26 @@ static void sweep(struct hub_stats *s, int64_t hour) {
 
 /* ------------------------------------------------------------ the hooks -- */
 
+/* 1 when a refused record may count for the tenant it claims: over HTTP
+ * the claim is the key's tenant; a Kafka record's counts when the tenant
+ * has entries this hour, or while fewer than STATS_CLAIMED_TENANTS_HOUR
+ * tenants were started so. */
+static int claim_counts(struct hub_stats *s, const struct hub_ingest_rec *r, const char *tenant,
+                        int64_t hour) {
+    if (r->msg == NULL || lookup(s, key_hash(tenant, hour, NULL, NULL), tenant, hour, NULL, NULL)) {
+        return 1;
+    }
+    if (s->claimed_hour != hour) {
+        s->claimed_hour = hour;
+        s->claimed_new = 0;
+    }
+    if (s->claimed_new >= STATS_CLAIMED_TENANTS_HOUR) {
+        return 0;
+    }
+    s->claimed_new++;
+    return 1;
+}
+
 void hub_stats_ingest(struct hub_stats *s, const struct hub_ingest_rec *recs, size_t n) {
     static const int map[HUB_V__COUNT] = {
         [HUB_V_ACCEPTED] = HUB_STAT_ACCEPTED,
@@ -271,8 +298,10 @@ void hub_stats_ingest(struct hub_stats *s, const struct hub_ingest_rec *recs, si
         struct hub_store_quarantine_row row;
         struct ingest_evidence ev;
         ingest_rec_evidence(r, &row, &ev);
-        if (row.tenant_id != NULL) {
+        if (row.tenant_id != NULL && claim_counts(s, r, row.tenant_id, hour)) {
             add_at(s, row.tenant_id, hour, row.source, "", (enum hub_stat)which, 1);
+        } else if (row.tenant_id != NULL) {
+            s->metrics->stats_counts_lost++;
         }
         ingest_evidence_free(&ev);
     }

@@ -295,6 +295,30 @@ scenario_a_long_event_type_stops_no_figures() {
     pass "both tenants' figures are written"
 }
 
+# A Kafka record the parser refuses counts for the tenant it claims, which
+# nothing checked: 1,200 records claiming 1,200 made-up tenants started
+# 1,200 tenants' entries in the table every tenant's counts share (200,000
+# entries, then everyone's new counts are lost).  Such claims start at most
+# 1,000 tenants an hour; a tenant's own HTTP events (the key's tenant) and
+# tenants already counted are not held to it.
+scenario_made_up_tenants_do_not_fill_the_figures() {
+    local lost0 prefix
+    own_client
+    prefix="fake-$(own_id)-"
+    lost0=$(metric streaming_hub_stats_counts_lost_total)
+    produce --topic "$TOPIC" --count 1200 --tenants 1200 --tenant-prefix "$prefix" \
+        --id-prefix fake- --extra-header ce-specversion=0.3 >/dev/null || fail "produce failed"
+    wait_sql 60 1200 "SELECT count(*) FROM quarantine WHERE tenant_id LIKE '$prefix%'" ||
+        fail "the 1,200 records were not quarantined"
+    wait_until 10 "(( \$(metric_delta streaming_hub_stats_counts_lost_total $lost0) >= 200 ))" ||
+        fail "no count was held back: $(metric_delta streaming_hub_stats_counts_lost_total "$lost0")"
+    pass "1,200 made-up tenants: at least 200 counts not kept ($(metric_delta streaming_hub_stats_counts_lost_total "$lost0"))"
+    post_event bad-time /refused thing.made '{"n":1}' -H 'ce-time: yesterday'
+    assert_eq 400 "$(http_status)" "a real tenant's event refused over HTTP → 400"
+    wait_stats "" '.quarantined == 1' 10 || fail "its refusal was not counted: $(last_body)"
+    pass "… and counted for it, past the made-up tenants"
+}
+
 # 1,200 sources in one hour: a process keeps 1,000 apart, the rest are
 # "(other)"; the groups are at most 100, largest first.
 scenario_sources_are_capped_per_tenant_and_hour() {
