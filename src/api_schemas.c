@@ -267,6 +267,16 @@ static void put_done(struct hub_api_call *call, const struct hub_pg_outcome *out
         answer_object_in_use(c, r, HUB_SCHEMA_PUT_COL_OBJECT, 201);
         return;
     }
+    if (PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_PRIOR_CHANGED)[0] == 't') {
+        /* another minor of the major was registered (or retired) while this
+         * one was compared with the version below: compared again, it may
+         * not be compatible */
+        hub_api_send_problem(call->req, 409,
+                             "another version of this major was registered or retired while this "
+                             "one was checked against the version below it; send it again",
+                             NULL);
+        return;
+    }
     /* over a cap: name the one that refused it, and what the scope holds */
     long long n = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_VERSIONS), NULL, 10);
     long long bytes = strtoll(PQgetvalue(r, 0, HUB_SCHEMA_PUT_COL_LIVE_BYTES), NULL, 10);
@@ -384,8 +394,9 @@ static void put_insert(struct schemas_call *c) {
     char max_n[24], max_bytes[24];
     snprintf(max_n, sizeof(max_n), "%lld", (long long)call->hub->cfg.schema_max_versions);
     snprintf(max_bytes, sizeof(max_bytes), "%lld", (long long)call->hub->cfg.schema_max_bytes);
-    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {
-        c->scope, c->type, c->version, maj, min, pat, c->schema_text, c->who, max_n, max_bytes};
+    const char *p[HUB_SQL_SCHEMA_PUT_NPARAMS] = {c->scope, c->type,   c->version,     maj,
+                                                 min,      pat,       c->schema_text, c->who,
+                                                 max_n,    max_bytes, c->prev_version};
     /* the lock first: the caps count what committed registrations left */
     struct hub_pg_txn *txn = hub_api_call_txn(call, put_done);
     if (txn == NULL) {

@@ -46,7 +46,12 @@ const struct hub_sql hub_sql_schema_scope_lock = {
 const struct hub_sql hub_sql_schema_put = {
     "schema_put",
     "WITH u AS ("
-    "    SELECT count(*) AS n, coalesce(sum(octet_length(schema)), 0) AS bytes"
+    "    SELECT count(*) AS n, coalesce(sum(octet_length(schema)), 0) AS bytes,"
+    "           (SELECT version FROM event_schemas"
+    "             WHERE tenant_id = $1::text AND event_type = $2::text AND major = $4::int4"
+    "               AND (minor, patch) < ($5::int4, $6::int4) AND retired_at IS NULL"
+    "             ORDER BY minor DESC, patch DESC LIMIT 1)"
+    "             IS DISTINCT FROM $11::text AS prior_changed"
     "      FROM event_schemas WHERE tenant_id = $1::text AND retired_at IS NULL),"
     " s AS ("
     "    INSERT INTO event_schemas (tenant_id, event_type, version, major, minor, patch, schema,"
@@ -54,15 +59,16 @@ const struct hub_sql hub_sql_schema_put = {
     "    SELECT $1::text, $2::text, $3::text, $4::int4, $5::int4, $6::int4, $7::text,"
     "           encode(sha256(convert_to($7::text, 'UTF8')), 'hex'), $8::text"
     "      FROM u WHERE u.n < $9::int8 AND u.bytes + octet_length($7::text) <= $10::int8"
+    "       AND NOT u.prior_changed"
     "    RETURNING *),"
     " a AS (INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
     "       SELECT NULLIF(s.tenant_id, ''), s.registered_by, 'schema.register',"
     "              s.event_type || '/' || s.version, json_build_object('digest', s.digest)"
     "         FROM s)"
-    " SELECT " SCH_OBJECT("s") "::text, NULL::text, NULL::text FROM s"
+    " SELECT " SCH_OBJECT("s") "::text, NULL::text, NULL::text, NULL::bool FROM s"
                                " UNION ALL"
-                               " SELECT NULL::text, u.n::text, u.bytes::text FROM u WHERE NOT "
-                               "EXISTS (SELECT 1 FROM s)",
+                               " SELECT NULL::text, u.n::text, u.bytes::text, u.prior_changed"
+                               "   FROM u WHERE NOT EXISTS (SELECT 1 FROM s)",
     0,
 };
 

@@ -47,17 +47,22 @@ extern const struct hub_sql hub_sql_schema_scope_lock;
  *   $1 scope  $2 event type  $3 version  $4 major  $5 minor  $6 patch
  *   $7 schema text (valid JSON)  $8 who ('admin' or 'tenant:<id>')
  *   $9 most live versions (int8)  $10 most live bytes (int8)
- * One row (enum hub_schema_put_col): the object (without the schema) when
- * registered; else NULL, and the scope's live versions and bytes.  A
- * version registered meanwhile by someone else fails the statement with a
- * unique violation (23505): the caller answers 409.
+ *   $11 the version below it the schema was compared with (NULL: none)
+ * Only while $11 is still the highest live version below it (the
+ * registration of another minor between the comparison and this insert
+ * would otherwise go unchecked).  One row (enum hub_schema_put_col): the
+ * object (without the schema) when registered; else NULL, the scope's live
+ * versions and bytes, and whether the version below changed.  A version
+ * registered meanwhile by someone else fails the statement with a unique
+ * violation (23505): the caller answers 409.
  */
-#define HUB_SQL_SCHEMA_PUT_NPARAMS 10
+#define HUB_SQL_SCHEMA_PUT_NPARAMS 11
 extern const struct hub_sql hub_sql_schema_put;
 enum hub_schema_put_col {
     HUB_SCHEMA_PUT_COL_OBJECT,
     HUB_SCHEMA_PUT_COL_LIVE_VERSIONS,
     HUB_SCHEMA_PUT_COL_LIVE_BYTES,
+    HUB_SCHEMA_PUT_COL_PRIOR_CHANGED, /* 't' when the version below is not $11 */
 };
 
 /* $1 scope  $2 event type  $3 version.  One row (HUB_SCHEMA_OBJECT_COL, the

@@ -231,6 +231,44 @@ scenario_payloads_and_versions_read_as_sent() {
         "… and is not stored"
 }
 
+# A minor is compared with the version below it, then inserted: another
+# minor registered in between (here by another session holding the scope's
+# lock, as a second process would) was not seen, and the new one went in
+# unchecked against it (1.2.0 narrowing 1.1.0's enum).  The insert now
+# requires the version below to be the one compared with: 409, send again.
+scenario_a_minor_registered_meanwhile_is_not_skipped() {
+    local lock fifo
+    own_client
+    tput "$KEY" "$TYPE" 1.0.0 '{"properties":{"kind":{"enum":["a"]}}}' >/dev/null
+    assert_eq 201 "$(http_status)" "1.0.0: kind a"
+    fifo=$WORK/schema-lock.fifo
+    mkfifo "$fifo"
+    (psql -XAtq "$STREAMING_HUB_POSTGRES_DSN" <"$fifo" >/dev/null 2>&1) &
+    lock=$!
+    track_pid "$lock"
+    exec {fd}>"$fifo"
+    printf "BEGIN;\nSELECT pg_advisory_xact_lock(hashtextextended('event_schemas:%s', 0));\n" "$TENANT" >&"$fd"
+    wait_sql 10 1 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                    AND pid <> pg_backend_pid()" || fatal "the scope's lock was not taken"
+    tput "$KEY" "$TYPE" 1.2.0 '{"properties":{"kind":{"enum":["a"]}}}' >"$WORK/put-120" &
+    local put=$!
+    # 1.2.0 is compared with 1.0.0 and waits for the lock; 1.1.0 (kind a or
+    # b) is registered meanwhile
+    wait_sql 10 1 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                    AND query LIKE '%pg_advisory_xact_lock%'" || fatal "1.2.0 did not reach the insert"
+    printf "INSERT INTO event_schemas (tenant_id, event_type, version, major, minor, patch, schema, digest, registered_by)
+            VALUES ('%s', '%s', '1.1.0', 1, 1, 0, '{\"properties\":{\"kind\":{\"enum\":[\"a\",\"b\"]}}}', 'x', 'test');\nCOMMIT;\n" \
+        "$TENANT" "$TYPE" >&"$fd"
+    exec {fd}>&-
+    wait "$put"
+    assert_eq 409 "$(http_status)" "1.2.0, checked against 1.0.0 while 1.1.0 went in → 409"
+    assert_contains "$(cat "$WORK/put-120")" "send it again" "… saying to send it again"
+    tput "$KEY" "$TYPE" 1.2.0 '{"properties":{"kind":{"enum":["a"]}}}' >/dev/null
+    assert_eq 409 "$(http_status)" "sent again, it is compared with 1.1.0: kind b is lost → 409"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM event_schemas WHERE tenant_id = '$TENANT' AND version = '1.2.0'")" \
+        "1.2.0 is not registered"
+}
+
 scenario_unknown_major() {
     local a0 q0 body
     own_client
