@@ -29,6 +29,17 @@ struct hub_buckets;
 double hub_bucket_take(struct hub_buckets **table, const char *key, double rate, double burst,
                        double cost, uint64_t now_ns);
 
+/*
+ * hub_bucket_take of one token, for callers that come back when told (a
+ * job deferred by its subscription's max_rate): refusals hand out waits
+ * one token interval apart, the k-th refused waiting k intervals, rather
+ * than all the same wait.  Those refused together then come back one per
+ * token, instead of all at the next token with all but one refused again
+ * (a backlog of n rewritten n times over).  `rate` > 0.
+ */
+double hub_bucket_take_queued(struct hub_buckets **table, const char *key, double rate,
+                              double burst, uint64_t now_ns);
+
 /* Frees *table and its buckets and sets *table to NULL (NULL is fine). */
 void hub_buckets_free(struct hub_buckets **table);
 

@@ -108,11 +108,15 @@ static int url_parse_cached(struct hub_dispatch *d, const char *url, struct hub_
 /*
  * Takes one token of the subscription's bucket (a second's worth of burst,
  * at least one).  Returns 0 when the attempt may go, or the milliseconds to
- * wait for the next token: no later than the longest retry step, since a
- * rate far below one a day would wait longer than a timestamp can say.
+ * wait: jobs deferred together are spread a token apart
+ * (hub_bucket_take_queued), so a backlog is deferred about once per job,
+ * not rewritten whole at every token.  No later than the longest retry
+ * step, since a rate far below one a day would wait longer than a
+ * timestamp can say.
  */
 static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate) {
-    double wait = hub_bucket_take(&d->rates, sub_id, rate, rate > 1 ? rate : 1, 1.0, hub_now_ns());
+    double wait =
+        hub_bucket_take_queued(&d->rates, sub_id, rate, rate > 1 ? rate : 1, hub_now_ns());
     double wait_ms = wait * 1000.0;
 
     if (wait <= 0.0) {

@@ -278,6 +278,28 @@ scenario_max_rate_defers_without_failing() {
         "deferral is not a failed attempt"
 }
 
+# A backlog over max_rate was deferred whole at every token (each job the
+# same wait, all back together, all but one deferred again): 60 jobs at
+# 2/s, over 5 s, about 600 deferrals and outcome writes.  Deferrals are
+# spread a token apart, so each job is deferred about once.
+prepare_a_rate_limited_backlog_is_deferred_about_once_per_job() {
+    own_client
+    BACKLOG_ID=$(subscribe_at "$KEY" "/ok/$(own_id)/" backlog.tested ',"max_rate":2')
+    events backlog.tested bl- 60
+    keep BACKLOG_ID KEY
+}
+
+scenario_a_rate_limited_backlog_is_deferred_about_once_per_job() {
+    local delayed delivered
+    sleep 5
+    delivered=$(psql_q "SELECT count(*) FROM delivery_jobs WHERE subscription_id = '$BACKLOG_ID' AND state = 'succeeded'")
+    sleep 1.5 # the per-tenant figures are written every second
+    delayed=$(hub_curl GET /v1/stats "" -H "Authorization: Bearer $KEY" | jq -r '.delayed')
+    log "60 jobs at max_rate 2/s: $delivered delivered and $delayed deferrals after about 5 s"
+    assert_ge "$delivered" 5 "they are delivered meanwhile"
+    assert_le "$delayed" 120 "each job deferred about once (at most twice), not at every token"
+}
+
 # a rate far below one a day: the first job goes, the next waits no longer
 # than the longest retry step (10 h) instead of a delay no timestamp holds,
 # which made every outcome batch carrying it fail

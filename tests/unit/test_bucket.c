@@ -51,6 +51,27 @@ static void test_debt(void **state) {
     hub_buckets_free(&t);
 }
 
+/* Refusals of the queued take are spread a token apart: at 2/s, three
+ * refused at once wait 0.5, 1 and 1.5 s; the first back takes its token,
+ * and one refused then queues after the third. */
+static void test_queued(void **state) {
+    struct hub_buckets *t = NULL;
+    uint64_t now = S;
+    double w[3];
+    (void)state;
+
+    assert_true(hub_bucket_take_queued(&t, "k", 2.0, 1.0, now) == 0.0);
+    for (int i = 0; i < 3; i++) {
+        w[i] = hub_bucket_take_queued(&t, "k", 2.0, 1.0, now);
+        assert_true(w[i] > 0.5 * (i + 1) - 0.01 && w[i] < 0.5 * (i + 1) + 0.01);
+    }
+    now += S / 2;
+    assert_true(hub_bucket_take_queued(&t, "k", 2.0, 1.0, now) == 0.0);
+    double late = hub_bucket_take_queued(&t, "k", 2.0, 1.0, now);
+    assert_true(late > 1.49 && late < 1.51); /* at 2.0 s: after the third's 1.5 s */
+    hub_buckets_free(&t);
+}
+
 /* Thousands of keys: each keeps its own state through growth and sweeps. */
 static void test_many_keys(void **state) {
     struct hub_buckets *t = NULL;
@@ -73,6 +94,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_then_rate),
         cmocka_unit_test(test_debt),
+        cmocka_unit_test(test_queued),
         cmocka_unit_test(test_many_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
