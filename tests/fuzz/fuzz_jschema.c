@@ -5,8 +5,11 @@
  * (without a NUL, the same bytes are both).  When the schema compiles, the
  * instance is validated twice and the invariants checked: the run ends in
  * a verdict or at a bound (never another code), a valid verdict has no
- * errors and an invalid one has at least one, both runs agree, and the
- * step count stays within the budget.  The schema is also compared with
+ * errors and an invalid one has at least one, two runs that both reach a
+ * verdict agree (a pattern search is charged its CPU time too, so one run
+ * may meet the budget where the other does not), and the step count stays
+ * within twice the budget (the charge that ends a run may overshoot it, a
+ * timed search by at most the time it was given).  The schema is also compared with
  * itself by the compatibility check, which must find no breaking change,
  * and with the instance (read as a schema) both ways, for crashes only.
  * Any broken invariant aborts; crashes, leaks and UB are the sanitizers'.
@@ -42,8 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         struct hub_jschema_result a, b;
         int ra = hub_jschema_validate(s, inst, &a);
         int rb = hub_jschema_validate(s, inst, &b);
-        if ((ra != 0 && ra != HUB_ERANGE && ra != HUB_ENOMEM) || ra != rb || a.valid != b.valid ||
-            a.steps != b.steps || a.steps > l.max_steps + 1) {
+        if ((ra != 0 && ra != HUB_ERANGE && ra != HUB_ENOMEM) ||
+            (rb != 0 && rb != HUB_ERANGE && rb != HUB_ENOMEM) ||
+            (ra == 0 && rb == 0 && a.valid != b.valid) || a.steps > 2 * l.max_steps ||
+            b.steps > 2 * l.max_steps) {
             abort();
         }
         if (ra == 0 && a.valid != (a.nerrors == 0)) {
