@@ -234,9 +234,10 @@ static int lb_sort(lua_State *L) {
     hub_lmeter_init(&m, L, 1, "table.sort");
     if (comp) {
         luaL_checktype(L, 2, LUA_TFUNCTION);
-        /* each comparison calls back into Lua, which may sort again */
-        hub_lbudget_nest(m.budget, L, "table.sort");
     }
+    /* a comparison may call back into Lua (the comparator, or an __lt
+     * metamethod without one), which may sort again */
+    hub_lbudget_nest(m.budget, L, "table.sort");
     lua_settop(L, 2);
     for (int start = n / 2; start >= 1; start--) {
         lb_sift(L, &m, comp, start, n);
