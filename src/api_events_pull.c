@@ -233,6 +233,20 @@ static int held_full(struct hub *hub, const char *tenant) {
     return h != NULL && h->bytes >= PULL_HELD_PAGES * (size_t)hub->cfg.pull_page_bytes;
 }
 
+/* Answers 429 when the tenant's pages not yet read are at their bound:
+ * checked at admission, and again once the page's rows are in (a burst of
+ * pulls admitted at once would otherwise all build their pages).  Returns 1
+ * when it answered. */
+static int held_refused(struct hub_api_call *call) {
+    if (!held_full(call->hub, ((struct pull_call *)call)->tenant)) {
+        return 0;
+    }
+    hub_events_send_over_rate(call->req, 1,
+                              "this tenant's pages not yet read by their clients are at their "
+                              "bound; read them, then retry");
+    return 1;
+}
+
 /* The page's buffer, freed with the request's pool, and what it counts
  * against its tenant. */
 struct page_ref {
@@ -348,7 +362,7 @@ static void pull_one_done(struct hub_api_call *call, const struct hub_pg_outcome
     char *body;
     size_t len = 0;
 
-    if (r == NULL) {
+    if (r == NULL || held_refused(call)) {
         return;
     }
     body = render(r, 1, "", "", &len);
@@ -389,6 +403,9 @@ static void pull_list_done(struct hub_api_call *call, const struct hub_pg_outcom
                  (long long)be64(PQgetvalue(r, rows - 1, HUB_EVENTS_COL_SEQ)));
     } else {
         snprintf(tail, sizeof(tail), "],\"next_cursor\":null}");
+    }
+    if (held_refused(call)) {
+        return;
     }
     body = render(r, rows, "{\"items\":[", tail, &len);
     if (body == NULL) {
@@ -481,10 +498,7 @@ static void pull_start(struct pull_call *c) {
     if (c->op == PULL_LIST && list_params(c) != 0) {
         return;
     }
-    if (held_full(c->call.hub, c->tenant)) {
-        hub_events_send_over_rate(req, 1,
-                                  "this tenant's pages not yet read by their clients are at "
-                                  "their bound; read them, then retry");
+    if (held_refused(&c->call)) {
         return;
     }
     wait = hub_events_rate_take(c->call.hub, &c->call.hub->pull_buckets, c->tenant,
