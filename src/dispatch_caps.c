@@ -358,15 +358,15 @@ void hub_caps_free(struct hub_caps *c) {
     free(c);
 }
 
-/* A lane's offer is the least of its own room and its origin's, both net of
- * what this claim booked already; the booking makes it count for the
- * lanes offered after it. */
 /* 1 when the lane's tenant has all the attempts in flight it may
  * (cfg.tenant_max): none of its jobs can start before one of them ends. */
 static int tenant_at_max(const struct hub_caps *c, const struct hub_cap_lane *l) {
     return c->cfg.tenant_max > 0 && l->t->inflight >= c->cfg.tenant_max;
 }
 
+/* A lane's offer is the least of its own room and its origin's, both net of
+ * what this claim booked already; the booking makes it count for the
+ * lanes offered after it. */
 int hub_caps_offer(struct hub_caps *c, const char *tenant, int64_t origin, int want,
                    uint64_t serial, int shed, int64_t now_ms) {
     struct hub_cap_lane *l;
@@ -800,7 +800,9 @@ void hub_caps_each_room(const struct hub_caps *c,
     for (size_t i = 0; i < c->lanes.nslots; i++) {
         for (struct cap_entry *e = c->lanes.slots[i]; e != NULL; e = e->next) {
             const struct hub_cap_lane *l = (const struct hub_cap_lane *)e;
-            int room = lane_cap(l) - l->held;
+            /* a tenant at its bound takes nothing on its lanes (its lanes
+             * not seen yet still get the start room) */
+            int room = tenant_at_max(c, l) ? 0 : lane_cap(l) - l->held;
             cb(arg, l->tenant, l->origin->id, room > 0 ? room : 0);
         }
     }

@@ -176,7 +176,8 @@ void hub_caps_metrics_render(const struct hub_caps *c, FILE *out);
 
 /* Calls cb for every origin with the slots it has left under its cap
  * (tenant NULL), then for every (tenant, origin) lane with what it has left
- * under its own cap: the run-ahead left out (rooms of 0 included).  The
+ * under its own cap (0 when its tenant is at tenant_max): the run-ahead left
+ * out (rooms of 0 included).  The
  * fast path (dispatch_fast.c) leases no more there.  tenant is borrowed for
  * the call. */
 void hub_caps_each_room(const struct hub_caps *c,
