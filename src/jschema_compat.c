@@ -389,10 +389,14 @@ static int enum_kept(const json_t *old, const json_t *new) {
         const json_t *v = json_array_get(new, i);
         uint64_t h = value_hash(v);
         size_t at = h & (cap - 1);
-        while (t[at].v != NULL) {
+        /* a value already there is not added again: repeats of one value
+         * would make one long run of slots to probe */
+        while (t[at].v != NULL && !(t[at].h == h && js_equal(v, t[at].v))) {
             at = (at + 1) & (cap - 1);
         }
-        t[at] = (struct slot){h, v};
+        if (t[at].v == NULL) {
+            t[at] = (struct slot){h, v};
+        }
     }
     for (size_t i = 0; kept && i < json_array_size(old); i++) {
         const json_t *v = json_array_get(old, i);

@@ -698,6 +698,25 @@ static void test_compat_enums(void **state) {
     json_decref(changes);
     json_decref(os);
     json_decref(ns);
+    /* one value repeated 100,000 times in the new enum: stored once, no
+     * long run of slots to probe */
+    o = json_array();
+    n = json_array();
+    for (int i = 0; i < 100000; i++) {
+        json_array_append_new(n, json_integer(7));
+        json_array_append_new(o, json_integer(i % 2 ? 7 : 8));
+    }
+    os = json_pack("{s:o}", "enum", o);
+    ns = json_pack("{s:o}", "enum", n);
+    t0 = now_ms();
+    assert_int_equal(hub_jschema_compat(os, ns, &changes), 0);
+    took = now_ms() - t0;
+    printf("an enum of one value 100,000 times compared in %.1f ms\n", took);
+    assert_int_equal(json_array_size(changes), 1); /* 8 is gone */
+    assert_true(took < 2000);
+    json_decref(changes);
+    json_decref(os);
+    json_decref(ns);
 }
 
 /*
