@@ -38,10 +38,11 @@
  * reserve below to them. */
 #define HTTP_SMALL_BODY (64 * 1024)
 #define HTTP_RESERVE_MIN (256 * 1024)
-/* The longest request head parsed for its Content-Length: h2o's own limit
- * on a head (H2O_MAX_REQLEN, ~400 KiB), so that no head h2o takes keeps its
- * body out of the count. */
-#define HTTP_HEAD_MAX H2O_MAX_REQLEN
+/* The longest request head parsed for its Content-Length.  h2o takes heads
+ * up to H2O_MAX_REQLEN (~400 KiB); a longer one's body is counted only as it
+ * arrives.  Scanning further would cost every loop turn that much per
+ * connection whose head is not complete. */
+#define HTTP_HEAD_MAX (16 * 1024)
 /* A refusal (and the connection cap) is logged at most this often per reason. */
 #define HTTP_LOG_WINDOW_MS (60 * 1000)
 
