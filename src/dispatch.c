@@ -78,8 +78,6 @@ static void reclaim_timer_cb(uv_timer_t *t) {
 
 /* ------------------------------------------------------------ lifecycle -- */
 
-/* Makes the dispatcher: lease owner, breakers, its three pools, timers; the
- * first claim runs on the next loop iteration. */
 /* Attempts one tenant may have in flight: the workers but an eighth of
  * them (at least one) kept for the others.  A tenant alone still gets 7/8
  * of them; a single worker is no one's to keep (0: no bound). */
@@ -88,6 +86,8 @@ static int dispatch_tenant_max(int workers) {
     return workers > reserve ? workers - reserve : 0;
 }
 
+/* Makes the dispatcher: lease owner, breakers, its three pools, timers; the
+ * first claim runs on the next loop iteration. */
 int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
     struct hub_dispatch *d = calloc(1, sizeof(*d));
     struct hub_breaker_cfg bcfg = HUB_BREAKER_CFG_DEFAULT;

@@ -628,13 +628,13 @@ static void notice_cb(void *arg, const PGresult *r) {
             HUB_LS("severity", sev ? sev : ""), HUB_LS("detail", msg ? msg : ""));
 }
 
-/* Installs notice_cb on conn; the pool's connections and the blocking ones
- * all do, so no server message reaches stderr unformatted. */
 int hub_pg_sqlstate_transient(const char *s) {
     return strncmp(s, "40", 2) == 0 || strncmp(s, "53", 2) == 0 || strncmp(s, "08", 2) == 0 ||
            strncmp(s, "57", 2) == 0 || strcmp(s, "55P03") == 0 || s[0] == '\0';
 }
 
+/* Installs notice_cb on conn; the pool's connections and the blocking ones
+ * all do, so no server message reaches stderr unformatted. */
 void hub_pg_log_notices(PGconn *conn) {
     if (conn != NULL) {
         PQsetNoticeReceiver(conn, notice_cb, NULL);

@@ -216,7 +216,6 @@ static struct schema_group *group_get(struct hub_schema_set *set, size_t max_gro
     return g;
 }
 
-/* Among group g's versions of `major`: the exact version, else the highest. */
 /* An event's schemaversion names a stored version when they are equal once
  * the event's spelling drops a leading v and build metadata: v1.2.0 and
  * 1.2.0+b7 name 1.2.0 (SPEC §3.1 allows the v; build metadata does not
@@ -231,6 +230,7 @@ static int version_names(const char *stored, const char *asked) {
     return strlen(stored) == n && memcmp(stored, asked, n) == 0;
 }
 
+/* Among group g's versions of `major`: the exact version, else the highest. */
 static const struct hub_schema_entry *group_pick(const struct hub_schema_set *set,
                                                  const struct schema_group *g, const char *version,
                                                  int major) {

@@ -503,10 +503,6 @@ scenario_abandoned_requests_do_not_stop_the_hub() {
     assert_eq 200 "$(http_status)" "the hub serves on after abandoned requests"
 }
 
-# SIGTERM with connections open: one idle, one mid-request, one waiting on
-# the database.  The hub must still exit 0, without a sanitizer report (the
-# logs are checked at the end), and without dying of SIGPIPE answering a
-# closed socket.
 # A second SIGTERM stops at once, with a request still waiting on the
 # database: the exit status says the drain was cut short (it was 0).
 scenario_a_second_sigterm_cuts_the_drain_short_and_says_so() {
@@ -527,6 +523,10 @@ scenario_a_second_sigterm_cuts_the_drain_short_and_says_so() {
     hub_state_save
 }
 
+# SIGTERM with connections open: one idle, one mid-request, one waiting on
+# the database.  The hub must still exit 0, without a sanitizer report (the
+# logs are checked at the end), and without dying of SIGPIPE answering a
+# closed socket.
 scenario_sigterm_with_connections_open_exits_0() {
     local port
     port=${HUB_URL##*:}
