@@ -393,6 +393,7 @@ struct hub_policies {
     struct policy_stat *stats;
     uint64_t reloads[2]; /* ok, error */
     double last_reload_seconds;
+    char *reload_error; /* why the last reload published nothing (the directory), or NULL */
     /* calls on the policy threads */
     struct policy_pool *pool;
     size_t calls_in_flight;            /* submitted and not yet completed */
@@ -459,7 +460,10 @@ static void publish(struct hub_policies *ps, struct scan *s) {
     size_t loaded = 0;
 
     ps->last_reload_seconds = (double)(hub_now_ns() - s->started_ns) / 1e9;
+    free(ps->reload_error);
+    ps->reload_error = NULL;
     if (s->dir_error != NULL && ps->current != NULL) {
+        ps->reload_error = strdup(s->dir_error);
         ps->reloads[1]++;
         hub_log(HUB_ERROR, "policy reload failed; the loaded policies stay",
                 HUB_LS("error", s->dir_error), HUB_LI("generation", ps->current->number));
@@ -759,6 +763,7 @@ static void registry_free(struct hub_policies *ps) {
         n = w->next;
         free(w);
     }
+    free(ps->reload_error);
     free(ps->dir);
     free(ps);
 }
@@ -945,6 +950,8 @@ char *hub_policies_json(struct hub_policies *ps) {
     json_object_set_new(root, "generation", json_integer((json_int_t)g->number));
     json_object_set_new(root, "loaded_at", ms_time(g->created_ms));
     json_object_set_new(root, "reload_seconds", json_real(ps->last_reload_seconds));
+    json_object_set_new(root, "reload_error",
+                        ps->reload_error ? json_string(ps->reload_error) : json_null());
     json_object_set_new(root, "dir", json_string(ps->dir));
     json_object_set_new(root, "policies", arr);
     text = json_dumps(root, JSON_COMPACT);

@@ -711,9 +711,15 @@ static void test_unreadable_directory_keeps_the_policies(void **state) {
     m = metrics_text(f.ps);
     assert_contains(m, "streaming_hub_policy_reloads_total{result=\"error\"} 1");
     free(m);
+    m = hub_policies_json(f.ps);
+    assert_contains(m, "\"reload_error\":\"cannot read the policy directory");
+    free(m);
     assert_int_equal(rename(moved, f.dir), 0);
     reload_and_wait(&f);
     assert_non_null(hub_policy_gen_find(f.gen, "quick"));
+    m = hub_policies_json(f.ps);
+    assert_contains(m, "\"reload_error\":null");
+    free(m);
     fixture_stop(&f);
 }
 
