@@ -305,6 +305,10 @@ scenario_made_up_tenants_do_not_fill_the_figures() {
     local lost0 prefix
     own_client
     prefix="fake-$(own_id)-"
+    # the tenant has figures this hour (a valid event from Kafka)
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix real- >/dev/null ||
+        fail "produce failed"
+    wait_stats "" '.accepted == 1' 20 || fail "the tenant's valid event was not counted"
     lost0=$(metric streaming_hub_stats_counts_lost_total)
     produce --topic "$TOPIC" --count 1200 --tenants 1200 --tenant-prefix "$prefix" \
         --id-prefix fake- --extra-header ce-specversion=0.3 >/dev/null || fail "produce failed"
@@ -313,10 +317,14 @@ scenario_made_up_tenants_do_not_fill_the_figures() {
     wait_until 10 "(( \$(metric_delta streaming_hub_stats_counts_lost_total $lost0) >= 200 ))" ||
         fail "no count was held back: $(metric_delta streaming_hub_stats_counts_lost_total "$lost0")"
     pass "1,200 made-up tenants: at least 200 counts not kept ($(metric_delta streaming_hub_stats_counts_lost_total "$lost0"))"
+    # after them: the tenant's own refused records, from Kafka (it has
+    # figures already) and over HTTP (the key's tenant), still count
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix real-bad- \
+        --extra-header ce-specversion=0.3 >/dev/null || fail "produce failed"
     post_event bad-time /refused thing.made '{"n":1}' -H 'ce-time: yesterday'
     assert_eq 400 "$(http_status)" "a real tenant's event refused over HTTP → 400"
-    wait_stats "" '.quarantined == 1' 10 || fail "its refusal was not counted: $(last_body)"
-    pass "… and counted for it, past the made-up tenants"
+    wait_stats "" '.quarantined == 2' 20 || fail "its refusals were not counted: $(last_body)"
+    pass "… and both its refusals (Kafka, HTTP) counted for it, past the made-up tenants"
 }
 
 # 1,200 sources in one hour: a process keeps 1,000 apart, the rest are
