@@ -1493,6 +1493,16 @@ static int gsub_recursion_child(void) {
             return 12 + i;
         }
     }
+    /* table.sort without a comparator calls back into Lua through __lt */
+    static const char sort_src[] = "local mt = {}\n"
+                                   "mt.__lt = function(a, b) table.sort({a, b}) return false end\n"
+                                   "table.sort({setmetatable({}, mt), setmetatable({}, mt)})\n"
+                                   "return {}";
+    struct hub_policy *sorted =
+        hub_policy_compile("sortlt", sort_src, strlen(sort_src), &LIM, err, sizeof(err));
+    if (sorted != NULL || strstr(err, "nested too deep") == NULL) {
+        return 15;
+    }
     /* the states those errors unwound are still good */
     if (match_id(p, "healthy", &matched, err, sizeof(err)) != HUB_POLICY_OK || matched != 1) {
         return 14;
