@@ -470,26 +470,33 @@ static void httpc_complete(struct hub_httpc *c, struct httpc_req *r, CURLcode rc
     httpc_req_release(c, r);
 }
 
+/* Ends request r in flight without its answer: detached from the multi
+ * handle (libcurl closes its connection) and from c->active, its callback
+ * called with error and text, and whatever had arrived (for the logs).
+ * The caller then releases or destroys r. */
+static void httpc_end_unanswered(struct hub_httpc *c, struct httpc_req *r,
+                                 enum hub_httpc_error error, const char *text) {
+    struct hub_httpc_response res;
+
+    curl_multi_remove_handle(c->multi, r->easy);
+    httpc_active_unlink(c, r);
+    memset(&res, 0, sizeof(res));
+    res.error = error;
+    res.error_text = text;
+    res.excerpt = r->excerpt;
+    res.excerpt_len = r->excerpt_len;
+    res.body_len = r->body_len;
+    res.duration_ms = (int64_t)((hub_now_ns() - r->started_ns) / 1000000u);
+    r->cb(r->arg, &res);
+}
+
 void hub_httpc_abort(struct hub_httpc *c) {
     if (c == NULL || c->closing) {
         return;
     }
     while (c->active != NULL) {
         struct httpc_req *r = c->active;
-        struct hub_httpc_response res;
-
-        /* libcurl closes the transfer's connection (and, through the
-         * socket callback, its poll) */
-        curl_multi_remove_handle(c->multi, r->easy);
-        httpc_active_unlink(c, r);
-        memset(&res, 0, sizeof(res));
-        res.error = HUB_HTTPC_ABORTED;
-        res.error_text = hub_httpc_error_str(HUB_HTTPC_ABORTED);
-        res.excerpt = r->excerpt;
-        res.excerpt_len = r->excerpt_len;
-        res.body_len = r->body_len;
-        res.duration_ms = (int64_t)((hub_now_ns() - r->started_ns) / 1000000u);
-        r->cb(r->arg, &res);
+        httpc_end_unanswered(c, r, HUB_HTTPC_ABORTED, hub_httpc_error_str(HUB_HTTPC_ABORTED));
         httpc_req_release(c, r);
     }
 }
@@ -1074,19 +1081,7 @@ void hub_httpc_close(struct hub_httpc *c) {
     }
     while (c->active != NULL) {
         struct httpc_req *r = c->active;
-        struct hub_httpc_response res;
-
-        curl_multi_remove_handle(c->multi, r->easy);
-        httpc_active_unlink(c, r);
-        memset(&res, 0, sizeof(res));
-        res.error = HUB_HTTPC_INTERNAL;
-        res.error_text = "closing";
-        /* whatever had arrived, for the logs */
-        res.excerpt = r->excerpt;
-        res.excerpt_len = r->excerpt_len;
-        res.body_len = r->body_len;
-        res.duration_ms = (int64_t)((hub_now_ns() - r->started_ns) / 1000000u);
-        r->cb(r->arg, &res);
+        httpc_end_unanswered(c, r, HUB_HTTPC_INTERNAL, "closing");
         httpc_req_destroy(r);
     }
     while (c->idle != NULL) {
