@@ -150,14 +150,14 @@ static int path_under(h2o_iovec_t path, const char *prefix, size_t plen) {
            (path.len == plen || path.base[plen] == '/');
 }
 
-/* 1 for POST /v1/events: HTTP ingest (SPEC §4), spelt as the router takes
- * it (hub_api_split_path: a trailing slash is the same route, and escaped
- * here would have ingested without an ingest slot). */
+/* 1 for POST /v1/events: HTTP ingest (SPEC §4), as the router splits the
+ * path (hub_api_split_path), so every spelling it routes to ingest takes a
+ * slot (a trailing slash did not). */
 static int is_ingest(const h2o_req_t *req) {
-    h2o_iovec_t p = req->path_normalized;
-    return (h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events")) ||
-            h2o_memis(p.base, p.len, H2O_STRLIT("/v1/events/"))) &&
-           hub_api_method_is(req, "POST");
+    h2o_iovec_t seg[2];
+    return hub_api_method_is(req, "POST") && hub_api_path_under(req->path_normalized, "/v1") &&
+           hub_api_split_path(req->path_normalized, 3, seg, 2) == 1 &&
+           h2o_memis(seg[0].base, seg[0].len, H2O_STRLIT("events"));
 }
 
 /*
