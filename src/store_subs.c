@@ -367,6 +367,10 @@ const struct hub_sql hub_sql_delivery_redeliver = {
  * is disabled); a the audit row; r the answer, as JSON (the API sends it as
  * it is) and as the idempotency record stores it (with "_req"); i that
  * record.  The final SELECT reports each step.
+ *
+ * The limit's times are this statement's start, after the lock, not now():
+ * a replay that waited seconds for the one before it would otherwise be
+ * stamped (and compare) as of when it began to wait, and pass the limit.
  */
 /* An event of type e.event_type matches one of the patterns pats (a text[]
  * expression): the type itself, "<resource>.*" or "*" (SPEC §6). */
@@ -410,7 +414,7 @@ const struct hub_sql hub_sql_subs_replay = {
     "), recent AS ("
     "  SELECT max(at) AS at FROM audit_log"
     "   WHERE tenant_id = $1::text AND action = 'subscription.replay' AND object_id = $2::text"
-    "     AND at > now() - $6::bigint * interval '1 millisecond'"
+    "     AND at > statement_timestamp() - $6::bigint * interval '1 millisecond'"
     "), ev AS ("
     "  SELECT e.seq, e.day, e.event_id, e.event_type, e.received_at FROM event_inbox e, ok s, p"
     "   WHERE (SELECT at FROM recent) IS NULL AND e.tenant_id = $1::text"
@@ -433,13 +437,14 @@ const struct hub_sql hub_sql_subs_replay = {
     "   WHERE delivery_jobs.state IN ('succeeded', 'dead')"
     "  RETURNING (xmax = 0) AS created"
     "), a AS ("
-    "  INSERT INTO audit_log (tenant_id, actor, action, object_id, detail)"
+    "  INSERT INTO audit_log (tenant_id, actor, action, object_id, detail, at)"
     "  SELECT $1::text, 'tenant', 'subscription.replay', $2::text,"
     "         jsonb_build_object('since', $3::timestamptz, 'until', $4::timestamptz,"
     "                            'event_types', (SELECT to_jsonb(coalesce(asked, pats)) FROM p),"
     "                            'events', (SELECT count(*) FROM ev),"
     "                            'created', (SELECT count(*) FROM j WHERE created),"
-    "                            'rearmed', (SELECT count(*) FROM j WHERE NOT created))"
+    "                            'rearmed', (SELECT count(*) FROM j WHERE NOT created)),"
+    "         statement_timestamp()"
     "   WHERE EXISTS (SELECT 1 FROM ok) AND (SELECT at FROM recent) IS NULL"
     "), r AS ("
     "  SELECT " REPLAY_JSON("") " AS body, " REPLAY_JSON(", '_req', $10::text") " AS stored"
@@ -450,7 +455,7 @@ const struct hub_sql hub_sql_subs_replay = {
     ")"
     " SELECT (SELECT count(*) FROM s),"
     "        (SELECT greatest(1, ceil(extract(epoch FROM at + $6::bigint * interval '1 millisecond'"
-    "                                                - now())))::int"
+    "                                                - statement_timestamp())))::int"
     "           FROM recent WHERE at IS NOT NULL),"
     "        (SELECT verification_state FROM s),"
     "        (SELECT count(*) FROM ev), (SELECT count(*) FROM j WHERE created),"
