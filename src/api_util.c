@@ -870,31 +870,128 @@ void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
     return call;
 }
 
+/*
+ * A tenant's turns (api_util.h, HUB_API_TENANT_RUNNING): its transactions
+ * running on the API pool and those waiting for one of its turns, oldest
+ * first.  An entry exists while either count is above 0, in a table keyed
+ * by the tenant's id.  Loop thread only, as the whole API is.
+ *
+ * Without it the pool ran the transactions of every tenant first come,
+ * first served: a tenant whose statements waited (a lock, a long scan)
+ * held every connection and all the others' requests queued behind them.
+ */
+struct api_turns {
+    struct api_turns *next; /* in its table bucket */
+    int running;
+    int waiting;
+    struct hub_api_call *head, *tail; /* waiting, each with its turn_txn */
+    char tenant[];
+};
+
+#define TURNS_BUCKETS 256
+static struct api_turns *turns_table[TURNS_BUCKETS];
+
+static struct api_turns **turns_slot(const char *tenant) {
+    struct api_turns **t = &turns_table[hub_fnv1a_str(tenant) % TURNS_BUCKETS];
+
+    while (*t != NULL && strcmp((*t)->tenant, tenant) != 0) {
+        t = &(*t)->next;
+    }
+    return t;
+}
+
+/* The call's tenant's entry, made when it has none; NULL out of memory. */
+static struct api_turns *turns_get(const char *tenant) {
+    struct api_turns **slot = turns_slot(tenant);
+    size_t len = strlen(tenant);
+
+    if (*slot == NULL && (*slot = calloc(1, sizeof(**slot) + len + 1)) != NULL) {
+        memcpy((*slot)->tenant, tenant, len + 1);
+    }
+    return *slot;
+}
+
+/* Frees the entry once nothing of its tenant runs or waits. */
+static void turns_drop_if_idle(struct api_turns *t) {
+    struct api_turns **slot;
+
+    if (t->running > 0 || t->waiting > 0) {
+        return;
+    }
+    slot = turns_slot(t->tenant);
+    *slot = t->next;
+    free(t);
+}
+
+/* Hands free turns to the calls waiting, oldest first.  A call whose
+ * request is gone gives its transaction up unsent: it completes at once
+ * (hub_pg_txn_fail), its callback sees no request and frees the call. */
+static void turns_pump(struct api_turns *t) {
+    while (t->running < HUB_API_TENANT_RUNNING && t->head != NULL) {
+        struct hub_api_call *call = t->head;
+        struct hub_pg_txn *txn = call->turn_txn;
+
+        t->head = call->turn_next;
+        if (t->head == NULL) {
+            t->tail = NULL;
+        }
+        t->waiting--;
+        call->turn_next = NULL;
+        call->turn_txn = NULL;
+        if (call->req == NULL) {
+            call->turns = NULL;
+            hub_pg_txn_fail(txn, "the request is gone");
+        } else {
+            t->running++;
+        }
+        hub_pg_txn_submit(txn);
+    }
+    turns_drop_if_idle(t);
+}
+
 /* Every transaction of a call completes here: the route's callback runs
  * only while the request exists, and in_callback keeps the call alive
- * while it does (it may start another transaction, or answer). */
+ * while it does (it may start another transaction, or answer).  A call
+ * keeps its tenant's turn through its callback, for the next transaction
+ * it may start there; the turn is handed on after. */
 static void call_pg_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_api_call *call = arg;
+    struct api_turns *turns = call->turns;
 
     /* in_flight cleared first: the callback may start the next transaction */
     call->in_flight = 0;
+    call->turn_held = turns != NULL;
     call->in_callback++;
     if (call->req != NULL) {
         call->on_result(call, out);
     }
     call->in_callback--;
+    if (call->turn_held) {
+        call->turn_held = 0;
+        call->turns = NULL;
+        turns->running--;
+        turns_pump(turns);
+    }
     call_release_if_done(call);
 }
 
-/* Like hub_api_call_txn but answers nothing: NULL when there is no usable
- * database (the caller picks the answer). */
-static struct hub_pg_txn *call_txn_new(struct hub_api_call *call, hub_api_call_cb cb) {
+/* Like hub_api_call_txn but answers nothing: NULL and the status to answer
+ * with (503: no usable database; 429: the tenant's queue is full). */
+static struct hub_pg_txn *call_txn_new(struct hub_api_call *call, hub_api_call_cb cb, int *status) {
     struct hub *hub = call->hub;
     struct hub_pg_txn *txn;
+    struct api_turns **turns;
 
     /* Fail fast rather than queue: pg.c holds transactions until a
      * connection comes back, and a client would just hang meanwhile. */
+    *status = 503;
     if (hub->pg == NULL || hub_pg_connected(hub->pg) == 0) {
+        return NULL;
+    }
+    if (call->tenant[0] != '\0' && !call->turn_held &&
+        *(turns = turns_slot(call->tenant)) != NULL &&
+        (*turns)->waiting >= HUB_API_TENANT_WAITING_MAX) {
+        *status = 429;
         return NULL;
     }
     txn = hub_pg_txn_new(hub->pg, call_pg_done, call);
@@ -905,20 +1002,53 @@ static struct hub_pg_txn *call_txn_new(struct hub_api_call *call, hub_api_call_c
 }
 
 /* The route's way to start a transaction: on failure the client hears 503
- * at once, which is all a route would do anyway. */
+ * (or 429) at once, which is all a route would do anyway. */
 struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb cb) {
-    struct hub_pg_txn *txn = call_txn_new(call, cb);
+    int status;
+    struct hub_pg_txn *txn = call_txn_new(call, cb, &status);
 
-    if (txn == NULL) {
+    if (txn != NULL) {
+        return txn;
+    }
+    if (status == 429) {
+        h2o_add_header(&call->req->pool, &call->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
+                       H2O_STRLIT("1"));
+        hub_api_send_problem(call->req, 429,
+                             "too many of this tenant's requests are waiting for the database; "
+                             "retry later",
+                             NULL);
+    } else {
         send_unavailable(call->req, "the database is unavailable; retry later");
     }
-    return txn;
+    return NULL;
 }
 
 /* in_flight before submit: the completion may run inside
- * hub_pg_txn_submit, and it must find the flag set to clear. */
+ * hub_pg_txn_submit, and it must find the flag set to clear.  A tenant's
+ * call runs in one of its tenant's turns, the one it holds from its last
+ * transaction or a free one, else waits for one; any other call (the
+ * operator's, a key's lookup) runs at once. */
 void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
+    struct api_turns *t;
+
     call->in_flight = 1;
+    if (call->turn_held) {
+        call->turn_held = 0;
+    } else if (call->tenant[0] != '\0' && (t = turns_get(call->tenant)) != NULL) {
+        call->turns = t;
+        if (t->running >= HUB_API_TENANT_RUNNING) {
+            call->turn_txn = txn;
+            if (t->tail != NULL) {
+                t->tail->turn_next = call;
+            } else {
+                t->head = call;
+            }
+            t->tail = call;
+            t->waiting++;
+            return;
+        }
+        t->running++;
+    }
     hub_pg_txn_submit(txn);
 }
 
@@ -1033,6 +1163,9 @@ static void auth_done(struct hub_api_call *call, const struct hub_pg_outcome *ou
             call->ingest_burst = call->ingest_rate > 1.0 ? call->ingest_rate : 1.0;
         }
         id = PQgetvalue(r, 0, HUB_AUTH_TENANT_ID);
+        if (strlen(id) < sizeof(call->tenant)) {
+            strcpy(call->tenant, id);
+        }
         if (strlen(id) < sizeof(e.tenant_id)) {
             strcpy(e.tenant_id, id);
             e.ingest_rate = call->ingest_rate;
@@ -1057,6 +1190,7 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     struct hub_pg_txn *txn;
     struct hub_auth_entry e;
     h2o_iovec_t key;
+    int status;
 
     call->on_auth = cb;
     if (!hub_api_bearer_token(call->req, &key) || !api_key_well_formed(key) ||
@@ -1070,14 +1204,15 @@ void hub_api_auth_tenant(struct hub_api_call *call, hub_api_auth_cb cb) {
     if (hub_auth_cache_get(hash, call->auth_started_ns, call->hub->cfg.auth_cache_ttl_ms, &e)) {
         call->ingest_rate = e.ingest_rate;
         call->ingest_burst = e.ingest_burst;
+        strcpy(call->tenant, e.tenant_id); /* both HUB_API_TENANT_ID_MAX + 1 */
         cb(call, e.tenant_id, 200);
         return;
     }
     /* the route answers 503 through its callback: its prologue
      * (hub_api_route_answered) handles every authentication outcome */
-    txn = call_txn_new(call, auth_done);
+    txn = call_txn_new(call, auth_done, &status);
     if (txn == NULL) {
-        cb(call, NULL, 503);
+        cb(call, NULL, status);
         return;
     }
     hub_pg_txn_add(txn, &hub_sql_api_auth_tenant, 1, values, lengths, formats);

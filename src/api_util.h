@@ -23,6 +23,8 @@
 #include "error.h"
 #include "pg.h"
 
+struct api_turns;
+
 struct hub;
 struct hub_http;
 
@@ -297,6 +299,14 @@ struct hub_api_call {
     /* The route's Idempotency-Key state once hub_api_idem_start found a
      * key (api_idem.h); borrowed from the route's own state, else NULL. */
     struct hub_api_idem *idem;
+    /* The tenant authentication found ("" before, and for the operator's
+     * calls): its transactions take turns with the tenant's other calls
+     * (api_util.c, "A tenant's turns") */
+    char tenant[HUB_API_TENANT_ID_MAX + 1];
+    struct api_turns *turns;     /* the tenant's, while running or waiting */
+    struct hub_pg_txn *turn_txn; /* waiting for a turn */
+    struct hub_api_call *turn_next;
+    int turn_held; /* in its callback, still holding the turn it ran in */
 };
 
 /*
@@ -310,9 +320,17 @@ void *hub_api_call_new(struct hub *hub, h2o_req_t *req, size_t size,
 /*
  * Starts a transaction on the API pool whose completion runs cb.  Returns
  * it, or NULL after answering 503 when the database is unavailable (no pool,
- * no live connection) or out of memory.  Add statements with hub_pg_txn_add,
- * then hub_api_call_submit.
+ * no live connection) or out of memory, or 429 when the call's tenant has
+ * HUB_API_TENANT_WAITING_MAX transactions waiting for their turn.  Add
+ * statements with hub_pg_txn_add, then hub_api_call_submit.
+ *
+ * A tenant's transactions run HUB_API_TENANT_RUNNING at a time per process,
+ * the others waiting in its own queue: however long its statements take
+ * (a replay, a scan, a lock), the pool keeps connections for every other
+ * tenant (SPEC §11).
  */
+#define HUB_API_TENANT_RUNNING 1
+#define HUB_API_TENANT_WAITING_MAX 32
 struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb cb);
 
 /* Submits txn.  cb may run before this returns (pool closing, out of

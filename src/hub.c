@@ -63,7 +63,9 @@
 #include "store.h"
 #include "util.h"
 
-#define HUB_API_PG_CONNECTIONS 2
+/* Four: a tenant's API transactions run one at a time (api_util.h), so
+ * others find a connection unless four tenants' statements wait at once */
+#define HUB_API_PG_CONNECTIONS 4
 #define HUB_MAINTENANCE_MS (3600 * 1000)
 /* In the first minutes of a UTC day partition upkeep runs every
  * HUB_DAYSTART_EVERY_MS: the new day's partition gets statistics once it has
@@ -163,10 +165,10 @@ static void ready_probe_cb(uv_timer_t *t) {
     const char *params[1] = {hub->schema_versions};
     struct hub_pg_txn *txn;
 
-    if (hub->probe_inflight || hub->pg == NULL || hub->schema_versions == NULL) {
+    if (hub->probe_inflight || hub->pg_ready == NULL || hub->schema_versions == NULL) {
         return;
     }
-    txn = hub_pg_txn_new(hub->pg, ready_probe_done, hub);
+    txn = hub_pg_txn_new(hub->pg_ready, ready_probe_done, hub);
     if (txn == NULL) {
         return;
     }
@@ -345,6 +347,10 @@ static void hub_finish(struct hub *hub) {
     if (hub->pg) {
         hub_pg_close(hub->pg, hub_pg_closed, hub);
         hub->pg = NULL;
+    }
+    if (hub->pg_ready) {
+        hub_pg_close(hub->pg_ready, hub_pg_closed, hub);
+        hub->pg_ready = NULL;
     }
     hub_policy_watch_stop(hub->policy_watch);
     hub->policy_watch = NULL;
@@ -581,6 +587,14 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
+    /* the probe on a connection of its own: queued behind API work, it
+     * would turn /readyz 503 whenever a tenant's statements wait */
+    hub->pg_ready = hub_pg_new(hub->loop, hub->cfg.postgres_dsn, 1, "streaming-hub-ready", NULL);
+    if (hub->pg_ready == NULL) {
+        hub_pg_close(hub->pg, NULL, NULL);
+        uv_run(hub->loop, UV_RUN_DEFAULT);
+        goto fail_cfg;
+    }
     /* every role: HTTP ingest runs in the delivery role too, and no batch
      * is checked (or stored) before the registry's first load */
     hub_schemas_start(hub);
@@ -702,6 +716,7 @@ fail_pg:
     if (hub->pg_ingest) {
         hub_pg_close(hub->pg_ingest, NULL, NULL);
     }
+    hub_pg_close(hub->pg_ready, NULL, NULL);
     hub_pg_close(hub->pg, NULL, NULL);
     uv_run(hub->loop, UV_RUN_DEFAULT);
 fail_cfg:

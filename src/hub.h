@@ -33,6 +33,7 @@ struct hub {
     struct hub_config cfg; /* owned; loaded before hub_serve() */
     struct hub_metrics metrics;
     struct hub_pg *pg;           /* API and maintenance pool */
+    struct hub_pg *pg_ready;     /* the readiness probe's one connection */
     struct hub_pg *pg_ingest;    /* ingest writers (separate so ingest never waits on the API) */
     struct hub_ingest *ingest;   /* NULL for the delivery role */
     struct hub_kafka_mock *mock; /* embedded Kafka, when KAFKA_BROKERS=embedded */

@@ -221,4 +221,45 @@ scenario_a_replay_under_an_idempotency_key_runs_once() {
     assert_eq 11 "$(delivered)" "each replayed event delivered once (and the live one)"
 }
 
+# One tenant's requests that wait in the database (here replays of one
+# subscription, whose lock an operator's session holds) took every
+# connection of the API pool: another tenant's request waited until they
+# ended, seconds.  A tenant's API transactions now run one at a time per
+# process, the rest waiting in its own queue (32, then 429)
+prepare_one_tenants_waiting_requests_do_not_hold_the_api() {
+    own_client
+    SUB=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'transaction.*')
+    OTHER=$(own_tenant_key other)
+    keep KEY SUB OTHER
+}
+
+scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
+    local holder i start ms ok
+    psql_q "SELECT pg_advisory_lock(hashtextextended('subscription_replay:' || '$SUB', 0)), pg_sleep(6)" \
+        >/dev/null &
+    holder=$!
+    sleep 0.5
+    for i in $(seq 1 40); do
+        curl -s -o "$WORK/held_body.$i" -w '%{http_code}\n' -X POST -H "Authorization: Bearer $KEY" \
+            -H 'Content-Type: application/json' -d '{"since":"2000-01-01T00:00:00Z"}' \
+            "$HUB_URL/v1/subscriptions/$SUB/replay" >"$WORK/held.$i" &
+    done
+    sleep 1
+    start=$(date +%s%N)
+    hub_curl GET /v1/subscriptions "" -H "Authorization: Bearer $OTHER" >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    log "another tenant's list while 40 replays wait: $(http_status) in $ms ms"
+    assert_eq 200 "$(http_status)" "another tenant's request is answered"
+    ((ms < 1000)) || fail "another tenant's request waited $ms ms behind the replays (limit 1000)"
+    hub_curl GET /readyz >/dev/null
+    assert_eq 200 "$(http_status)" "/readyz stays 200"
+    wait "$holder"
+    wait
+    log "the replays: $(sort "$WORK"/held.* | uniq -c | tr -s " \n" " ")"
+    ok=$(cat "$WORK"/held.* | grep -c '^202$')
+    assert_eq 1 "$ok" "one replay ran once the lock was released, the others were limited"
+    assert_eq 7 "$(grep -l 'requests are waiting for the database' "$WORK"/held_body.* | wc -l)" \
+        "one running and 32 waiting: the other 7 were refused at once"
+}
+
 scenarios_main "$@"
