@@ -192,10 +192,10 @@ static int header_wanted(const h2o_iovec_t *name, enum ingest_mode mode) {
 }
 
 /* What an event's headers may hold (ce-*, content-type, traceparent,
- * tracestate): each is copied into every event's quarantine evidence, and
- * over HTTP/2 a repeated header costs the client one byte (HPACK), so
- * 400,000 copies of a 4 KB one fit in one request and became gigabytes of
- * evidence. */
+ * tracestate): each is copied into every event's quarantine evidence
+ * (over HTTP/2, since turned off, a repeated header cost the client one
+ * byte: 400,000 copies of a 4 KB one fit in one request and became
+ * gigabytes of evidence). */
 #define EVENT_HEADERS_MAX 256
 #define EVENT_HEADER_BYTES_MAX (64 * 1024)
 

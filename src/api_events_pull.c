@@ -203,8 +203,8 @@ static char *item_write(const struct item *it, char *p) {
 
 /*
  * Bytes of pages a tenant's requests hold until their clients have read
- * them: a page is freed once sent, and a client that stops reading (an
- * HTTP/2 stream with no window, a connection never read) keeps it, up to
+ * them: a page is freed once sent, and a client that stops reading (a
+ * connection never read) keeps it, up to
  * PULL_PAGE_BYTES (8 MiB) each, at the pull rate: gigabytes in seconds.
  * Past PULL_HELD_PAGES pages' worth (256 MiB by default; a consumer's
  * parallel pulls stay far below) a tenant's pulls are answered 429.

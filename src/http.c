@@ -1,5 +1,5 @@
 /*
- * http — the HTTP listener: libh2o (HTTP/1.1 with keep-alive, h2c) on the
+ * http — the HTTP listener: libh2o (HTTP/1.1 with keep-alive) on the
  * hub's libuv loop.  This file owns the socket side (listen, accept, track
  * and close connections, dispose of h2o), the first routing step and the
  * drain; the limits on what one client may take are in http_limits.c (see
@@ -480,6 +480,14 @@ int hub_http_start(struct hub *hub, struct hub_http **out) {
      * table. */
     h2o_config_init(&http->config);
     http->config.server_name = h2o_iovec_init(H2O_STRLIT("streaming-hub/" HUB_VERSION));
+    /* HTTP/1.1 only.  h2o 2.2 keeps an HTTP/2 stream's body out of the
+     * connection's input, where the body budget counts (http_limits.c),
+     * up to the body limit for each of 100 streams a connection, decodes
+     * header blocks of 400 KB into any number of headers, and refuses a
+     * body too large with a reset instead of 413: without a key, one
+     * connection held 60 MB (docs/configuration.md).  HTTP/2 to clients
+     * is a TLS-terminating proxy's job in front of the hub. */
+    http->config.http1.upgrade_to_http2 = 0;
     /* h2o answers 413 itself, before reading a body past this size; the
      * limits lower it to the room left before every loop turn */
     http->config.max_request_entity_size = hub_api_events_max_body(&hub->cfg);

@@ -55,8 +55,8 @@ const char *hub_http_bound_addr(const struct hub_http *http);
  * The HTTP ingest slot of the request being routed (NULL when it holds
  * none: not an ingest request, or http NULL), held until
  * hub_http_ingest_release.  A call whose work outlives its request keeps
- * the slot it was admitted with: a client that hangs up (or resets its
- * HTTP/2 stream) does not give back a slot its events still take in the
+ * the slot it was admitted with: a client that hangs up does not give
+ * back a slot its events still take in the
  * ingest queue (STREAMING_HUB_INGEST_HTTP_QUEUE and a key's half of it).
  * Safe to release after the server is gone.
  */

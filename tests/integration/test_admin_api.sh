@@ -455,17 +455,22 @@ scenario_unknown_routes_are_404_and_wrong_methods_405() {
 }
 
 # ---------------------------------------------------------------------------
-# transport: keep-alive, h2c
+# transport: HTTP/1.1 with keep-alive, no h2c
 # ---------------------------------------------------------------------------
 
-scenario_keep_alive_and_h2c() {
+# h2c was on: h2o 2.2 buffers an HTTP/2 stream's body where the body budget
+# does not see it (60 streams of 1 MB held 60 MB, the gauge read 0), so
+# the listener speaks HTTP/1.1 only; an upgrade request is served as 1.1
+scenario_keep_alive_and_http1_only() {
     local conns out
     conns=$(curl -s -o /dev/null -o /dev/null -w '%{num_connects} ' \
         "$HUB_URL/healthz" "$HUB_URL/healthz")
     assert_eq "1 0 " "$conns" "HTTP/1.1 keep-alive reuses the connection"
     if curl -V | grep -q HTTP2; then
-        out=$(curl -s --http2-prior-knowledge -w ' %{http_version}' "$HUB_URL/healthz")
-        assert_eq '{"status":"ok"} 2' "$out" "h2c (prior knowledge) works"
+        out=$(curl -s --http2 -w ' %{http_version}' "$HUB_URL/healthz")
+        assert_eq '{"status":"ok"} 1.1' "$out" "an h2c upgrade request is answered over HTTP/1.1"
+        out=$(curl -s --http2-prior-knowledge -w '%{http_version}' "$HUB_URL/healthz")
+        assert_eq 0 "${out:-0}" "HTTP/2 with prior knowledge gets no HTTP/2 answer"
     fi
 }
 
@@ -486,17 +491,12 @@ lock_tenants() {
 
 # The client hangs up while its request waits: the answer has nowhere to go.
 scenario_abandoned_requests_do_not_stop_the_hub() {
-    local t gone1 code
+    local t gone1
     t=$(own_tenant)
     lock_tenants 3
     curl -s -o /dev/null -w '%{http_code}' --max-time 1 -H "Authorization: Bearer $ADMIN_TOKEN" \
         "$HUB_URL/admin/tenants" >"$WORK/gone1" &
     gone1=$!
-    if curl -V | grep -q HTTP2; then
-        code=$(curl -s --http2-prior-knowledge -o /dev/null -w '%{http_code}' --max-time 1 \
-            -H "Authorization: Bearer $ADMIN_TOKEN" "$HUB_URL/admin/tenants/$t")
-        assert_eq 000 "$code" "a client gave up waiting (h2c)"
-    fi
     wait "$gone1"
     assert_eq 000 "$(cat "$WORK/gone1")" "a client gave up waiting (HTTP/1.1)"
     wait_until 5 "[[ \$(admin_curl GET /admin/tenants/$t >/dev/null; http_status) == 200 ]]"
