@@ -173,10 +173,12 @@ void hub_opevents_dead(struct hub *hub, const char *tenant, const char *subscrip
                       reason));
 }
 
-/* What a trip tells each subscription of the policy (borrowed). */
+/* What a trip tells each subscription of the policy (borrowed): of the
+ * tenant it tripped for, or of every tenant when it tripped for all. */
 struct trip_note {
     struct hub *hub;
     char policy[HUB_POLICY_NAME_MAX + 1];
+    char *tenant; /* NULL: every tenant */
     char until[40];
     char *last_error;
 };
@@ -198,6 +200,7 @@ static void trip_subs_done(void *arg, const struct hub_pg_outcome *out) {
                 json_pack("{s:s, s:s, s:s, s:s?}", "subscription_id", sub, "policy", t->policy,
                           "tripped_until", t->until, "last_error", t->last_error));
     }
+    free(t->tenant);
     free(t->last_error);
     free(t);
 }
@@ -206,7 +209,8 @@ static void trip_subs_done(void *arg, const struct hub_pg_outcome *out) {
  * registry (policy.h): the lookup of the policy's subscriptions goes to
  * the database, and the events are published from its answer.  The note
  * outlives the callback's borrowed strings, so it copies them. */
-static void on_trip(void *arg, const char *policy, int64_t until_ms, const char *last_error) {
+static void on_trip(void *arg, const char *policy, const char *tenant, int64_t until_ms,
+                    const char *last_error) {
     struct hub *hub = arg;
     struct trip_note *t;
     struct hub_pg_txn *txn;
@@ -218,13 +222,16 @@ static void on_trip(void *arg, const char *policy, int64_t until_ms, const char 
     snprintf(t->policy, sizeof(t->policy), "%s", policy);
     hub_rfc3339(until_ms * 1000, 3, t->until, sizeof(t->until));
     t->last_error = last_error != NULL ? strdup(last_error) : NULL;
-    if ((txn = hub_pg_txn_new(hub->pg, trip_subs_done, t)) == NULL) {
+    t->tenant = tenant != NULL ? strdup(tenant) : NULL;
+    if ((tenant != NULL && t->tenant == NULL) ||
+        (txn = hub_pg_txn_new(hub->pg, trip_subs_done, t)) == NULL) {
+        free(t->tenant);
         free(t->last_error);
         free(t);
         return;
     }
     hub_pg_txn_add(txn, &hub_sql_opevents_policy_subs, HUB_SQL_OPEVENTS_POLICY_SUBS_NPARAMS,
-                   (const char *[]){t->policy, OPEV_TRIP_SUBS}, NULL, NULL);
+                   (const char *[]){t->policy, OPEV_TRIP_SUBS, t->tenant}, NULL, NULL);
     hub_pg_txn_submit(txn);
 }
 

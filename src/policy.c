@@ -400,7 +400,8 @@ struct hub_policies {
     size_t dry_in_flight;              /* ... of them, the workbench's */
     struct hub_histogram wait_seconds; /* submitted → a thread took it */
     struct hub_histogram run_seconds;  /* run time on the thread */
-    void (*on_trip)(void *arg, const char *policy, int64_t until_ms, const char *last_error);
+    void (*on_trip)(void *arg, const char *policy, const char *tenant, int64_t until_ms,
+                    const char *last_error);
     void *on_trip_arg;
     /* reload state: one scan on the threadpool at a time */
     uv_work_t work;
@@ -517,84 +518,167 @@ static struct policy_stat *stat_of(struct hub_policies *ps, const char *policy) 
     return s;
 }
 
-/* The end of p's cool-down (Unix ms); 0 when it never tripped or a reload
- * cleared it.  Written on the loop; pool_run() reads the field itself. */
-static int64_t tripped_until(const struct hub_policy *p) {
-    return atomic_load_explicit(&((struct hub_policy *)p)->tripped_until_ms, memory_order_relaxed);
+/* 1 while a cool-down of p runs for the tenant whose owner is `owner`. */
+static int trip_active(const struct hub_policy *p, uint64_t owner, int64_t now_ms) {
+    return policy_trip_until(p, owner, now_ms) > 0;
 }
 
-/* 1 while p's cool-down runs. */
-static int trip_active(const struct hub_policy *p, int64_t now_ms) {
-    int64_t until = tripped_until(p);
-    return until > 0 && until > now_ms;
+/* The latest cool-down of p still running, any tenant's (0: none), and in
+ * *n how many tenants' run (the version's counts as one).  For the
+ * operator's views. */
+static int64_t trip_latest(const struct hub_policy *p, int64_t now_ms, int *n) {
+    int64_t latest = atomic_load(&p->all_until_ms);
+
+    latest = latest > now_ms ? latest : 0;
+    *n = latest > 0;
+    for (int i = 0; i < POLICY_TRIP_SLOTS; i++) {
+        int64_t until = atomic_load(&p->trip_tags[i].until_ms);
+        if (atomic_load(&p->trip_tags[i].owner) != 0 && until > now_ms) {
+            latest = until > latest ? until : latest;
+            (*n)++;
+        }
+    }
+    return latest;
 }
 
-/* Forgets p's failures and ends its cool-down (a reload of its file). */
+/* Forgets p's failures and ends its cool-downs (a reload of its file). */
 static void trip_clear(struct hub_policy *p) {
-    atomic_store_explicit(&p->tripped_until_ms, 0, memory_order_relaxed);
-    p->fail_n = 0;
-    p->fail_at = 0;
+    atomic_store(&p->all_until_ms, 0);
+    for (int i = 0; i < POLICY_TRIP_SLOTS; i++) {
+        atomic_store(&p->trip_tags[i].owner, 0);
+        atomic_store(&p->trip_tags[i].until_ms, 0);
+        if (p->trips_of != NULL) {
+            free(p->trips_of[i].fail_ms);
+        }
+    }
+    free(p->trips_of);
+    p->trips_of = NULL;
 }
 
-/* Trips p: its calls are answered without running until the cool-down
- * ends.  Counted, logged once, and told to the on_trip hook. */
-static void trip(struct hub_policies *ps, struct hub_policy *p, int64_t now_ms) {
+/* Trips p for the tenant of slot i, or for every tenant (i < 0): its calls
+ * are answered without running until the cool-down ends.  Counted, logged
+ * once, and told to the on_trip hook (tenant NULL: every tenant). */
+static void trip(struct hub_policies *ps, struct hub_policy *p, int i, int64_t now_ms) {
     int64_t until = now_ms + ps->lim.trip_cooldown_ms;
     struct policy_stat *st = stat_of(ps, p->name);
+    const char *tenant = i >= 0 ? p->trips_of[i].tenant : NULL;
     char when[40];
 
-    atomic_store_explicit(&p->tripped_until_ms, until, memory_order_relaxed);
+    if (i >= 0) {
+        atomic_store(&p->trip_tags[i].until_ms, until);
+        p->trips_of[i].fail_n = 0; /* after the cool-down it takes fresh failures */
+        p->trips_of[i].fail_at = 0;
+    } else {
+        atomic_store(&p->all_until_ms, until);
+    }
     p->trips++;
-    p->fail_n = 0; /* after the cool-down it takes trip_failures fresh ones */
-    p->fail_at = 0;
     if (st != NULL) {
         st->trips++;
     }
     hub_rfc3339(until * 1000, 3, when, sizeof(when));
     hub_log(HUB_WARN,
-            "policy tripped: its calls are answered without running until the cool-down ends",
-            HUB_LS("policy", p->name), HUB_LS("hash", p->hash),
+            i >= 0 ? "policy tripped for a tenant: its calls for that tenant are answered "
+                     "without running until the cool-down ends"
+                   : "policy tripped for every tenant (every trip slot holds a cool-down): its "
+                     "calls are answered without running until the cool-down ends",
+            HUB_LS("policy", p->name), HUB_LS("hash", p->hash), HUB_LS("tenant", tenant),
             HUB_LI("failures", ps->lim.trip_failures), HUB_LI("window_ms", ps->lim.trip_window_ms),
             HUB_LI("cooldown_ms", ps->lim.trip_cooldown_ms), HUB_LS("until", when),
             HUB_LS("last_error", p->last_call_error));
     if (ps->on_trip != NULL) {
-        ps->on_trip(ps->on_trip_arg, p->name, until, p->last_call_error);
+        ps->on_trip(ps->on_trip_arg, p->name, tenant, until, p->last_call_error);
     }
 }
 
 /*
- * Records a call of p stopped for time or memory (err: its message): trips
- * p when it is the trip_failures-th within trip_window_ms.  Calls that were
- * already running when p tripped do not count toward the next trip.
+ * The slot of the tenant's trip record, made when it has none (in a free
+ * slot, else the one whose last failure is oldest among those with no
+ * cool-down running); -1 when every slot holds a cool-down, or out of
+ * memory.
  */
-static void trip_note(struct hub_policies *ps, struct hub_policy *p, const char *err) {
+static int trip_slot(struct hub_policies *ps, struct hub_policy *p, const char *tenant,
+                     int64_t now_ms) {
+    uint64_t owner = policy_trip_owner(tenant);
+    int free_i = -1, old_i = -1, take;
+
+    if (p->trips_of == NULL &&
+        (p->trips_of = calloc(POLICY_TRIP_SLOTS, sizeof(*p->trips_of))) == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < POLICY_TRIP_SLOTS; i++) {
+        uint64_t o = atomic_load(&p->trip_tags[i].owner);
+        if (o == owner) {
+            return i;
+        }
+        if (o == 0) {
+            free_i = free_i < 0 ? i : free_i;
+        } else if (atomic_load(&p->trip_tags[i].until_ms) <= now_ms &&
+                   (old_i < 0 || p->trips_of[i].last_ms < p->trips_of[old_i].last_ms)) {
+            old_i = i;
+        }
+    }
+    take = free_i >= 0 ? free_i : old_i;
+    if (take < 0 || (p->trips_of[take].fail_ms == NULL &&
+                     (p->trips_of[take].fail_ms =
+                          calloc((size_t)ps->lim.trip_failures, sizeof(int64_t))) == NULL)) {
+        return -1;
+    }
+    /* until first: a thread reading the new owner never sees the old
+     * tenant's cool-down (none runs in a slot that is taken anyway) */
+    atomic_store(&p->trip_tags[take].until_ms, 0);
+    atomic_store(&p->trip_tags[take].owner, owner);
+    snprintf(p->trips_of[take].tenant, sizeof(p->trips_of[take].tenant), "%s",
+             tenant != NULL ? tenant : "");
+    p->trips_of[take].fail_n = 0;
+    p->trips_of[take].fail_at = 0;
+    return take;
+}
+
+/*
+ * Records a call of p for `tenant` stopped for time or memory (err: its
+ * message): trips p for that tenant when it is the tenant's trip_failures-th
+ * within trip_window_ms.  Calls that were already running when it tripped
+ * do not count toward the next trip.
+ */
+static void trip_note(struct hub_policies *ps, struct hub_policy *p, const char *tenant,
+                      const char *err) {
     int n = ps->lim.trip_failures;
     int64_t now = now_unix_ms();
     char *copy = strdup(err);
+    struct policy_trip *t;
+    int i;
 
     if (copy != NULL) {
         free(p->last_call_error);
         p->last_call_error = copy;
     }
-    if (n <= 0 || trip_active(p, now)) {
+    if (n <= 0 || trip_active(p, policy_trip_owner(tenant), now)) {
         return;
     }
-    if (p->fail_ms == NULL && (p->fail_ms = calloc((size_t)n, sizeof(*p->fail_ms))) == NULL) {
+    if ((i = trip_slot(ps, p, tenant, now)) < 0) {
+        if (p->trips_of != NULL) {
+            trip(ps, p, -1, now);
+        }
         return;
     }
-    p->fail_ms[p->fail_at] = now;
-    p->fail_at = (p->fail_at + 1) % n;
-    p->fail_n += p->fail_n < n;
+    t = &p->trips_of[i];
+    t->last_ms = now;
+    t->fail_ms[t->fail_at] = now;
+    t->fail_at = (t->fail_at + 1) % n;
+    t->fail_n += t->fail_n < n;
     /* full: fail_at is now the oldest of the last n */
-    if (p->fail_n == n && now - p->fail_ms[p->fail_at % n] <= ps->lim.trip_window_ms) {
-        trip(ps, p, now);
+    if (t->fail_n == n && now - t->fail_ms[t->fail_at % n] <= ps->lim.trip_window_ms) {
+        trip(ps, p, i, now);
     }
 }
 
 /* The answer of a call of a tripped policy: what happened and until when. */
 static void trip_message(const struct hub_policies *ps, struct hub_policy_call *c) {
     char when[40];
-    hub_rfc3339(tripped_until(c->policy) * 1000, 3, when, sizeof(when));
+    int64_t now = now_unix_ms();
+    int64_t until = policy_trip_until(c->policy, policy_trip_owner(c->ev.tenant), now);
+
+    hub_rfc3339((until > 0 ? until : now) * 1000, 3, when, sizeof(when));
     snprintf(c->err, sizeof(c->err),
              "%s: %s.lua: tripped until %s after %d timeouts or memory stops within %lld ms; "
              "not run. Last: %s",
@@ -625,10 +709,10 @@ static void call_done(void *arg, struct hub_policy_call *c) {
         return;
     }
     if (c->status == HUB_POLICY_TIMEOUT || c->status == HUB_POLICY_NOMEM) {
-        trip_note(ps, c->policy, c->err);
+        trip_note(ps, c->policy, c->ev.tenant, c->err);
     } else if (c->shaped_ahead &&
                (c->shape_status == HUB_POLICY_TIMEOUT || c->shape_status == HUB_POLICY_NOMEM)) {
-        trip_note(ps, c->policy, c->err);
+        trip_note(ps, c->policy, c->ev.tenant, c->err);
     } else if (c->status == HUB_POLICY_TRIPPED) {
         trip_message(ps, c);
     }
@@ -655,7 +739,7 @@ int hub_policies_submit(struct hub_policies *ps, struct hub_policy_call *c) {
     }
     /* a tripped policy's calls never reach the queue: they would wait
      * their turn only to be answered the same way */
-    if (trip_active(c->policy, now_unix_ms())) {
+    if (trip_active(c->policy, policy_trip_owner(c->ev.tenant), now_unix_ms())) {
         c->status = HUB_POLICY_TRIPPED;
         trip_message(ps, c);
         return 1;
@@ -688,8 +772,8 @@ struct hub_policy_limits hub_policies_limits(const struct hub_policies *ps) {
 }
 
 void hub_policies_on_trip(struct hub_policies *ps,
-                          void (*cb)(void *arg, const char *policy, int64_t until_ms,
-                                     const char *last_error),
+                          void (*cb)(void *arg, const char *policy, const char *tenant,
+                                     int64_t until_ms, const char *last_error),
                           void *arg) {
     ps->on_trip = cb;
     ps->on_trip_arg = arg;
@@ -903,13 +987,30 @@ static json_t *ms_time(int64_t ms) {
     return json_string(buf);
 }
 
-/* A version's trip record for GET /admin/policies: state ("ok" or
- * "tripped"), tripped_until (null when not), trips (of this version) and
- * last_call_error (the last timeout or memory stop, or null). */
+/* A version's trip records for GET /admin/policies: state ("ok", or
+ * "tripped" while a cool-down runs for any tenant), tripped_until (the
+ * latest, null when none), tripped_tenants (each tenant in a cool-down and
+ * until when; "*" for every tenant), trips (of this version, all tenants)
+ * and last_call_error (the last timeout or memory stop, or null). */
 static void policy_trip_json(const struct hub_policy *p, int64_t now_ms, json_t *o) {
-    int on = trip_active(p, now_ms);
-    json_object_set_new(o, "state", json_string(on ? "tripped" : "ok"));
-    json_object_set_new(o, "tripped_until", on ? ms_time(tripped_until(p)) : json_null());
+    int n;
+    int64_t latest = trip_latest(p, now_ms, &n), all = atomic_load(&p->all_until_ms);
+    json_t *tenants = json_array();
+
+    if (all > now_ms) {
+        json_array_append_new(tenants,
+                              json_pack("{s:s, s:o}", "tenant", "*", "until", ms_time(all)));
+    }
+    for (int i = 0; p->trips_of != NULL && i < POLICY_TRIP_SLOTS; i++) {
+        int64_t until = atomic_load(&p->trip_tags[i].until_ms);
+        if (atomic_load(&p->trip_tags[i].owner) != 0 && until > now_ms) {
+            json_array_append_new(tenants, json_pack("{s:s, s:o}", "tenant", p->trips_of[i].tenant,
+                                                     "until", ms_time(until)));
+        }
+    }
+    json_object_set_new(o, "state", json_string(n > 0 ? "tripped" : "ok"));
+    json_object_set_new(o, "tripped_until", n > 0 ? ms_time(latest) : json_null());
+    json_object_set_new(o, "tripped_tenants", tenants);
     json_object_set_new(o, "trips", json_integer((json_int_t)p->trips));
     json_object_set_new(o, "last_call_error",
                         p->last_call_error ? json_string(p->last_call_error) : json_null());
@@ -986,7 +1087,8 @@ static void metrics_render_calls(const struct hub_policies *ps, FILE *out) {
     }
     for (size_t i = 0; ps != NULL && ps->current != NULL && i < ps->current->n; i++) {
         const struct hub_policy *p = ps->current->e[i].policy;
-        tripped += p != NULL && trip_active(p, now);
+        int n = 0;
+        tripped += p != NULL && trip_latest(p, now, &n) > 0;
     }
     fprintf(out,
             "# HELP streaming_hub_policies_tripped Policies of the current generation in their "

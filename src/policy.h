@@ -385,13 +385,14 @@ struct hub_policy_limits hub_policies_limits(const struct hub_policies *ps);
 
 /*
  * Sets the function called on the loop when a policy trips (NULL: none):
- * with the policy's name, the end of its cool-down (Unix ms) and the error
- * of the call that tripped it, all borrowed for the call.  Runs after the
- * trip is logged and counted; it must not call back into the registry.
+ * with the policy's name, the tenant it tripped for (NULL: every tenant),
+ * the end of its cool-down (Unix ms) and the error of the call that tripped
+ * it, all borrowed for the call.  Runs after the trip is logged and
+ * counted; it must not call back into the registry.
  */
 void hub_policies_on_trip(struct hub_policies *ps,
-                          void (*cb)(void *arg, const char *policy, int64_t until_ms,
-                                     const char *last_error),
+                          void (*cb)(void *arg, const char *policy, const char *tenant,
+                                     int64_t until_ms, const char *last_error),
                           void *arg);
 
 #endif

@@ -28,6 +28,7 @@
 #include "config.h"
 #include "lbudget.h"
 #include "policy.h"
+#include "util.h"
 
 /* Why a call was stopped: once set, no pcall inside the policy can catch
  * the error that unwinds it. */
@@ -44,6 +45,10 @@ struct policy_defs {
 
 /* The allocator's cache of freed blocks (policy_sandbox.c): size classes
  * of 16 bytes up to 256, then four per power of two up to 4 KiB. */
+/* Tenants with a trip record at once per policy version (struct
+ * hub_policy), and a tenant id's longest (the API's). */
+#define POLICY_TRIP_SLOTS 64
+#define POLICY_TENANT_MAX 256
 #define POLICY_BLOCK_CLASSES 32
 #define POLICY_BLOCK_MAX 4096
 
@@ -97,16 +102,56 @@ struct hub_policy {
     uint64_t log_dropped;
 
     atomic_size_t memory;          /* bytes of all states, as published */
-    atomic_llong tripped_until_ms; /* Unix ms; 0 or past: calls run */
     struct policy_pool *pool;      /* where the last unref sends it, or NULL */
     struct hub_policy *grave_next; /* the pool's list of versions to free */
 
-    /* The trip record (policy.c, loop thread only). */
+    /* Tripping is per tenant (SPEC §8: one tenant's events that make the
+     * policy overrun must not stop it for the others): a tenant's trip
+     * record takes one of POLICY_TRIP_SLOTS slots while it has failures
+     * within the window or a cool-down running.  Its tag is what the
+     * policy threads read (policy_trip_until); the rest is the loop's
+     * (policy.c).  A tenant that finds every slot held by cool-downs trips
+     * the version for every tenant (all_until_ms): so many tenants
+     * tripping it at once is the policy's fault, not theirs. */
+    struct policy_trip_tag {
+        atomic_ullong owner;   /* policy_trip_owner() of its tenant; 0: free */
+        atomic_llong until_ms; /* Unix ms; 0 or past: its calls run */
+    } trip_tags[POLICY_TRIP_SLOTS];
+    atomic_llong all_until_ms;
+    struct policy_trip *trips_of; /* POLICY_TRIP_SLOTS, made at the first failure */
+    uint64_t trips;               /* of all tenants */
+    char *last_call_error;        /* of the last timeout or memory stop */
+};
+
+/* The loop's half of a tenant's trip record (the tag's slot). */
+struct policy_trip {
+    char tenant[POLICY_TENANT_MAX + 1];
     int64_t *fail_ms; /* ring of the last trip_failures failures (Unix ms) */
     int fail_n, fail_at;
-    uint64_t trips;
-    char *last_call_error; /* of the last timeout or memory stop */
+    int64_t last_ms; /* its last failure */
 };
+
+/* A tenant's tag owner: its id's hash, never 0 (NULL counts as ""). */
+static inline uint64_t policy_trip_owner(const char *tenant) {
+    return hub_fnv1a_str(tenant != NULL ? tenant : "") | 1;
+}
+
+/* Until when (Unix ms) calls of p for the tenant whose owner is `owner` are
+ * not run: its own cool-down, or the version's; 0 when neither runs.  Any
+ * thread. */
+static inline int64_t policy_trip_until(const struct hub_policy *p, uint64_t owner,
+                                        int64_t now_ms) {
+    int64_t all = atomic_load(&p->all_until_ms), until = 0;
+
+    for (int i = 0; i < POLICY_TRIP_SLOTS; i++) {
+        if (atomic_load(&p->trip_tags[i].owner) == owner) {
+            until = atomic_load(&p->trip_tags[i].until_ms);
+            break;
+        }
+    }
+    until = until > all ? until : all;
+    return until > now_ms ? until : 0;
+}
 
 /* ------------------------------------------------- policy_sandbox.c -- */
 

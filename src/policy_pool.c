@@ -262,8 +262,8 @@ static void pool_run(struct hub_policy_call *c) {
         c->ended_ns = hub_now_ns();
         return;
     }
-    until = atomic_load_explicit(&c->policy->tripped_until_ms, memory_order_relaxed);
-    if (until > 0 && until > hub_unix_us() / 1000) {
+    until = policy_trip_until(c->policy, policy_trip_owner(c->ev.tenant), hub_unix_us() / 1000);
+    if (until > 0) {
         c->status = HUB_POLICY_TRIPPED;
         c->err[0] = '\0';
     } else {

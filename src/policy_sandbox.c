@@ -709,7 +709,10 @@ void policy_destroy(struct hub_policy *p) {
     }
     uv_mutex_destroy(&p->mu);
     free(p->src);
-    free(p->fail_ms);
+    for (int i = 0; p->trips_of != NULL && i < POLICY_TRIP_SLOTS; i++) {
+        free(p->trips_of[i].fail_ms);
+    }
+    free(p->trips_of);
     free(p->last_call_error);
     free(p);
     if (pool != NULL) {
@@ -735,7 +738,11 @@ struct hub_policy *policy_compile(const char *name, const char *src, size_t len,
     }
     atomic_init(&p->refs, 1);
     atomic_init(&p->memory, 0);
-    atomic_init(&p->tripped_until_ms, 0);
+    atomic_init(&p->all_until_ms, 0);
+    for (int i = 0; i < POLICY_TRIP_SLOTS; i++) {
+        atomic_init(&p->trip_tags[i].owner, 0);
+        atomic_init(&p->trip_tags[i].until_ms, 0);
+    }
     memcpy(p->src, src, len);
     p->len = len;
     snprintf(p->name, sizeof(p->name), "%s", name);

@@ -74,7 +74,7 @@ const struct hub_sql hub_sql_dryrun_seqs = {
 const struct hub_sql hub_sql_opevents_policy_subs = {
     "opevents_policy_subs",
     "SELECT id::text, tenant_id FROM subscriptions"
-    " WHERE policy = $1 AND enabled"
+    " WHERE policy = $1 AND enabled AND ($3::text IS NULL OR tenant_id = $3::text)"
     " ORDER BY id LIMIT $2::int4",
     0,
 };

@@ -59,7 +59,7 @@ extern const struct hub_sql hub_sql_dryrun_seqs;
  * $1 policy name, $2 limit (int4 text).  The enabled subscriptions that
  * name the policy, each with its tenant (opevents.c tells them of a trip):
  */
-#define HUB_SQL_OPEVENTS_POLICY_SUBS_NPARAMS 2
+#define HUB_SQL_OPEVENTS_POLICY_SUBS_NPARAMS 3
 extern const struct hub_sql hub_sql_opevents_policy_subs;
 enum hub_opev_subs_col { HUB_OPEV_SUBS_COL_ID, HUB_OPEV_SUBS_COL_TENANT };
 

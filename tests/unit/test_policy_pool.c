@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "policy.h"
+#include "policy_int.h" /* POLICY_TRIP_SLOTS */
 
 #define MIB (1024 * 1024)
 #define WATCHDOG_S 30
@@ -305,14 +306,17 @@ static void test_keys_take_turns(void **state) {
 struct trip_seen {
     int n;
     char policy[64];
+    char tenant[64]; /* "*": every tenant */
     int64_t until_ms;
     char last_error[512];
 };
 
-static void on_trip(void *arg, const char *policy, int64_t until_ms, const char *last_error) {
+static void on_trip(void *arg, const char *policy, const char *tenant, int64_t until_ms,
+                    const char *last_error) {
     struct trip_seen *s = arg;
     s->n++;
     snprintf(s->policy, sizeof(s->policy), "%s", policy);
+    snprintf(s->tenant, sizeof(s->tenant), "%s", tenant != NULL ? tenant : "*");
     s->until_ms = until_ms;
     snprintf(s->last_error, sizeof(s->last_error), "%s", last_error ? last_error : "");
 }
@@ -422,6 +426,7 @@ static void test_timeouts_trip_the_policy_until_a_reload(void **state) {
     }
     assert_int_equal(seen.n, 1);
     assert_string_equal(seen.policy, "spin");
+    assert_string_equal(seen.tenant, "acme");
     assert_true(seen.until_ms > (int64_t)(time(NULL) + 50) * 1000);
     assert_contains(seen.last_error, "deadline");
 
@@ -433,7 +438,14 @@ static void test_timeouts_trip_the_policy_until_a_reload(void **state) {
     assert_int_equal(once.c.status, HUB_POLICY_TRIPPED);
     assert_int_equal(once.c.matched, 1);
     assert_contains(once.c.err, "match: spin.lua: tripped until");
-    /* ... but another policy's calls run */
+    /* ... for its tenant: another tenant's calls of it still run (SPEC §8:
+     * one tenant's events that make it overrun stop it for the others) */
+    tcall_init(&once, fixture_policy(&f, "spin"), HUB_POLICY_MATCH, "b", "spin", NULL);
+    once.c.ev.tenant = "other";
+    assert_int_equal(hub_policies_submit(f.ps, &once.c), 0);
+    run_until_done(&f.loop, &once, 1);
+    assert_int_equal(once.c.status, HUB_POLICY_TIMEOUT);
+    /* ... and another policy's calls run */
     tcall_init(&once, fixture_policy(&f, "quick"), HUB_POLICY_MATCH, "a", "no", NULL);
     assert_int_equal(hub_policies_submit(f.ps, &once.c), 0);
     run_until_done(&f.loop, &once, 1);
@@ -443,6 +455,10 @@ static void test_timeouts_trip_the_policy_until_a_reload(void **state) {
     assert_string_equal(json_string_value(json_object_get(e, "state")), "tripped");
     assert_true(json_is_string(json_object_get(e, "tripped_until")));
     assert_int_equal(json_integer_value(json_object_get(e, "trips")), 1);
+    assert_int_equal(json_array_size(json_object_get(e, "tripped_tenants")), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(e, "tripped_tenants"), 0), "tenant")),
+                        "acme");
     assert_contains(json_string_value(json_object_get(e, "last_call_error")), "deadline");
     assert_true(json_is_null(json_object_get(e, "last_error"))); /* the load's */
     json_decref(e);
@@ -467,6 +483,48 @@ static void test_timeouts_trip_the_policy_until_a_reload(void **state) {
     m = metrics_text(f.ps);
     assert_contains(m, "streaming_hub_policies_tripped 0\n");
     free(m);
+    fixture_stop(&f);
+}
+
+/* Each tenant trips on its own; once every trip slot holds a cool-down,
+ * the next tenant to trip it trips it for every tenant (a policy that
+ * overruns for that many is at fault, not their events). */
+static void test_trips_are_per_tenant_until_too_many(void **state) {
+    (void)state;
+    struct hub_policy_limits lim = {.timeout_ms = 10,
+                                    .memory_bytes = 16 * MIB,
+                                    .threads = 1,
+                                    .trip_failures = 1,
+                                    .trip_window_ms = 10000,
+                                    .trip_cooldown_ms = 60000};
+    struct fixture f;
+    struct tcall t;
+    struct trip_seen seen = {0};
+    char tenant[POLICY_TRIP_SLOTS + 2][16];
+    json_t *e;
+
+    loop_thread = pthread_self();
+    fixture_start(&f, &lim);
+    hub_policies_on_trip(f.ps, on_trip, &seen);
+    for (int i = 0; i <= POLICY_TRIP_SLOTS; i++) {
+        snprintf(tenant[i], sizeof(tenant[i]), "t%d", i);
+        tcall_init(&t, fixture_policy(&f, "spin"), HUB_POLICY_MATCH, tenant[i], "spin", NULL);
+        t.c.ev.tenant = tenant[i];
+        assert_int_equal(hub_policies_submit(f.ps, &t.c), 0);
+        run_until_done(&f.loop, &t, 1);
+        assert_int_equal(t.c.status, HUB_POLICY_TIMEOUT); /* never stopped by another's trip */
+        assert_int_equal(seen.n, i + 1);
+        assert_string_equal(seen.tenant, i < POLICY_TRIP_SLOTS ? tenant[i] : "*");
+    }
+    snprintf(tenant[POLICY_TRIP_SLOTS + 1], sizeof(tenant[0]), "fresh");
+    tcall_init(&t, fixture_policy(&f, "spin"), HUB_POLICY_MATCH, "fresh", "spin", NULL);
+    t.c.ev.tenant = tenant[POLICY_TRIP_SLOTS + 1];
+    assert_int_equal(hub_policies_submit(f.ps, &t.c), 1);
+    assert_int_equal(t.c.status, HUB_POLICY_TRIPPED);
+    e = admin_entry(f.ps, "spin");
+    assert_int_equal(json_array_size(json_object_get(e, "tripped_tenants")), POLICY_TRIP_SLOTS + 1);
+    assert_int_equal(json_integer_value(json_object_get(e, "trips")), POLICY_TRIP_SLOTS + 1);
+    json_decref(e);
     fixture_stop(&f);
 }
 
@@ -731,6 +789,7 @@ int main(void) {
         T(test_keys_take_turns),
         T(test_shape_rides_with_match),
         T(test_timeouts_trip_the_policy_until_a_reload),
+        T(test_trips_are_per_tenant_until_too_many),
         T(test_cooldown_ends_and_window_slides),
         T(test_calls_keep_their_generation),
         T(test_deadline_counts_cpu_time),
