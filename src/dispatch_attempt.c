@@ -424,7 +424,7 @@ static int policy_submit(struct hub_dispatch *d, struct attempt_ctx *a, enum hub
     c->shape_ahead = fn == HUB_POLICY_MATCH && j->max_rate <= 0 &&
                      hub_policy_has(j->pol, HUB_POLICY_SHAPE) &&
                      !hub_breaker_sheds(d->breakers, j->tenant, j->origin, dispatch_unix_ms());
-    c->key = a->j->sub_id; /* subscriptions take turns on the threads */
+    c->key = a->j->sub_id; /* within its tenant (c->ev.tenant), subscriptions take turns */
     c->ev = a->pev;
     c->cb = policy_call_done;
     c->arg = a;

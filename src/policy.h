@@ -324,8 +324,8 @@ void hub_policies_metrics_render(const struct hub_policies *ps, FILE *out);
 struct hub_policy_call {
     struct hub_policy *policy;
     enum hub_policy_fn fn;
-    const char *key;                          /* fairness key: the subscription id */
-    struct hub_policy_event ev;               /* match, shape */
+    const char *key;            /* fairness key within ev.tenant's turns: the subscription id */
+    struct hub_policy_event ev; /* match, shape */
     struct hub_policy_retry_ctx retry;        /* retry */
     void (*cb)(struct hub_policy_call *call); /* on the loop; may free the call */
     void *arg;

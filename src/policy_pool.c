@@ -3,13 +3,18 @@
  * run them, and the completions handed back to the loop (see policy.h,
  * policy_int.h).
  *
- * The queue is one FIFO per fairness key (the subscription) and a ring of
- * the keys that have calls waiting.  A free thread takes the first call of
- * the key at the head of the ring and moves that key to the tail, so keys
- * take turns: a call waits for at most one call of each other key ahead of
- * it, however long their backlogs are (with N threads, a key whose calls
- * all run into their deadline delays another key's call by at most about
- * one deadline per thread).  A key leaves the hash and the ring when its
+ * The queue is fair in two levels: tenants (the calls' ev.tenant) take
+ * turns, and within a tenant its fairness keys (the subscriptions) do.
+ * Each key is a FIFO of calls; each tenant with calls waiting is a group
+ * holding a ring of its keys with calls waiting; the groups are a ring
+ * too.  A free thread takes the first call of the first key of the group
+ * at the head of the ring, then moves that key to the tail of its group's
+ * ring and the group to the tail of the groups' ring.  So a call waits for
+ * at most one call of each other tenant ahead of it, however many
+ * subscriptions and calls that tenant has (with N threads, a tenant whose
+ * calls all run into their deadline delays another tenant's call by at
+ * most about one deadline per thread), and within its tenant for one call
+ * of each other key.  A key or group leaves the hash and its ring when its
  * last call is taken.
  *
  * The loop's submissions of one turn are queued together when its
@@ -40,16 +45,26 @@
 #include "policy_int.h"
 #include "util.h"
 
-#define POOL_BUCKETS 256 /* hash buckets of the keys with calls waiting */
-#define POOL_KEY_MAX 64  /* longer keys are cut (subscription ids are 36) */
+#define POOL_BUCKETS 256   /* hash buckets of the keys with calls waiting */
+#define POOL_KEY_MAX 64    /* longer keys are cut (subscription ids are 36) */
+#define POOL_GROUP_MAX 256 /* a tenant id's longest */
 #define POOL_STACK_BYTES (8u << 20)
 #define POOL_DONE_BATCH 16          /* answers announced at once while calls wait */
 #define POOL_DONE_WAIT_NS 200000ull /* ... or once the oldest has waited this long */
 
-/* The calls of one key waiting for a thread. */
+/* A tenant with calls waiting: the ring of its keys with calls waiting. */
+struct pool_group {
+    struct pool_group *hnext; /* hash chain */
+    struct pool_group *rnext; /* ring of groups with calls waiting */
+    struct pool_key *ring_head, *ring_tail;
+    char name[POOL_GROUP_MAX + 1];
+};
+
+/* The calls of one key of a group waiting for a thread. */
 struct pool_key {
     struct pool_key *hnext; /* hash chain */
-    struct pool_key *rnext; /* ring of keys with calls waiting */
+    struct pool_key *rnext; /* its group's ring of keys with calls waiting */
+    struct pool_group *group;
     struct hub_policy_call *head, *tail;
     char key[POOL_KEY_MAX + 1];
 };
@@ -68,8 +83,11 @@ struct policy_pool {
     int stopping;
     int idle_threads; /* waiting on cond: a signal is only needed then */
     struct pool_key *buckets[POOL_BUCKETS];
-    struct pool_key *ring_head, *ring_tail;
-    struct pool_key overflow; /* the key of calls whose own key could not be allocated */
+    struct pool_group *groups[POOL_BUCKETS];
+    struct pool_group *ring_head, *ring_tail;
+    /* the group and key of calls whose own could not be allocated */
+    struct pool_group overflow_group;
+    struct pool_key overflow;
     size_t queued;
     struct hub_policy *graves; /* versions to destroy */
 
@@ -90,29 +108,57 @@ struct policy_pool {
 
 /* ------------------------------------------------------------- the queue -- */
 
-static size_t key_bucket(const char *key) {
-    return (size_t)(hub_fnv1a_str(key) % POOL_BUCKETS);
+/* The group record of a tenant, made (and hashed) when it has no calls
+ * waiting; the overflow group out of memory.  Under mu. */
+static struct pool_group *group_get(struct policy_pool *pool, const char *tenant) {
+    char name[POOL_GROUP_MAX + 1];
+    size_t b;
+    struct pool_group *g;
+
+    snprintf(name, sizeof(name), "%s", tenant != NULL ? tenant : "");
+    b = (size_t)(hub_fnv1a_str(name) % POOL_BUCKETS);
+    for (g = pool->groups[b]; g != NULL; g = g->hnext) {
+        if (strcmp(g->name, name) == 0) {
+            return g;
+        }
+    }
+    if ((g = calloc(1, sizeof(*g))) == NULL) {
+        /* out of memory: the call still runs, sharing a turn with others */
+        return &pool->overflow_group;
+    }
+    memcpy(g->name, name, sizeof(name));
+    g->hnext = pool->groups[b];
+    pool->groups[b] = g;
+    return g;
 }
 
-/* The key record of key, made (and hashed) when it has no calls waiting.
- * Under mu. */
-static struct pool_key *key_get(struct policy_pool *pool, const char *key) {
+static size_t key_bucket(const struct pool_group *g, const char *key) {
+    return (size_t)((hub_fnv1a_str(key) ^ (uintptr_t)g) % POOL_BUCKETS);
+}
+
+/* The record of key in group g, made (and hashed) when it has no calls
+ * waiting; the overflow key (of the overflow group) out of memory.  Under
+ * mu. */
+static struct pool_key *key_get(struct policy_pool *pool, struct pool_group *g, const char *key) {
     char k[POOL_KEY_MAX + 1];
     size_t b;
     struct pool_key *pk;
 
+    if (g == &pool->overflow_group) {
+        return &pool->overflow;
+    }
     snprintf(k, sizeof(k), "%s", key != NULL ? key : "");
-    b = key_bucket(k);
+    b = key_bucket(g, k);
     for (pk = pool->buckets[b]; pk != NULL; pk = pk->hnext) {
-        if (strcmp(pk->key, k) == 0) {
+        if (pk->group == g && strcmp(pk->key, k) == 0) {
             return pk;
         }
     }
     if ((pk = calloc(1, sizeof(*pk))) == NULL) {
-        /* out of memory: the call still runs, sharing a turn with others */
         return &pool->overflow;
     }
     memcpy(pk->key, k, sizeof(k));
+    pk->group = g;
     pk->hnext = pool->buckets[b];
     pool->buckets[b] = pk;
     return pk;
@@ -125,7 +171,7 @@ static void key_drop(struct policy_pool *pool, struct pool_key *pk) {
     if (pk == &pool->overflow) {
         return;
     }
-    for (pp = &pool->buckets[key_bucket(pk->key)]; *pp != NULL; pp = &(*pp)->hnext) {
+    for (pp = &pool->buckets[key_bucket(pk->group, pk->key)]; *pp != NULL; pp = &(*pp)->hnext) {
         if (*pp == pk) {
             *pp = pk->hnext;
             break;
@@ -134,22 +180,55 @@ static void key_drop(struct policy_pool *pool, struct pool_key *pk) {
     free(pk);
 }
 
-/* Puts pk at the tail of the ring of keys with calls waiting: its next
- * turn comes after every key already there.  Under mu. */
-static void ring_push(struct policy_pool *pool, struct pool_key *pk) {
-    pk->rnext = NULL;
-    if (pool->ring_tail != NULL) {
-        pool->ring_tail->rnext = pk;
-    } else {
-        pool->ring_head = pk;
+/* Drops a group record whose last key left its ring.  Under mu. */
+static void group_drop(struct policy_pool *pool, struct pool_group *g) {
+    struct pool_group **pp;
+
+    if (g == &pool->overflow_group) {
+        return;
     }
-    pool->ring_tail = pk;
+    for (pp = &pool->groups[hub_fnv1a_str(g->name) % POOL_BUCKETS]; *pp != NULL;
+         pp = &(*pp)->hnext) {
+        if (*pp == g) {
+            *pp = g->hnext;
+            break;
+        }
+    }
+    free(g);
 }
 
-/* Takes the next call: the first of the key at the head of the ring, whose
- * turn then passes to the next key.  Under mu, with calls waiting. */
+/* Puts pk at the tail of its group's ring: its next turn comes after
+ * every key of the group already there.  Under mu. */
+static void key_ring_push(struct pool_key *pk) {
+    struct pool_group *g = pk->group;
+
+    pk->rnext = NULL;
+    if (g->ring_tail != NULL) {
+        g->ring_tail->rnext = pk;
+    } else {
+        g->ring_head = pk;
+    }
+    g->ring_tail = pk;
+}
+
+/* Puts g at the tail of the ring of groups.  Under mu. */
+static void group_ring_push(struct policy_pool *pool, struct pool_group *g) {
+    g->rnext = NULL;
+    if (pool->ring_tail != NULL) {
+        pool->ring_tail->rnext = g;
+    } else {
+        pool->ring_head = g;
+    }
+    pool->ring_tail = g;
+}
+
+/* Takes the next call: the first of the first key of the group at the
+ * head of the ring; the key's turn then passes to the next key of its
+ * group, and the group's to the next group.  Under mu, with calls
+ * waiting. */
 static struct hub_policy_call *queue_pop(struct policy_pool *pool) {
-    struct pool_key *pk = pool->ring_head;
+    struct pool_group *g = pool->ring_head;
+    struct pool_key *pk = g->ring_head;
     struct hub_policy_call *c = pk->head;
 
     pk->head = c->next;
@@ -157,27 +236,47 @@ static struct hub_policy_call *queue_pop(struct policy_pool *pool) {
         pk->tail = NULL;
     }
     c->next = NULL;
-    pool->ring_head = pk->rnext;
+    g->ring_head = pk->rnext;
+    if (g->ring_head == NULL) {
+        g->ring_tail = NULL;
+    }
+    if (pk->head != NULL) {
+        key_ring_push(pk);
+    } else {
+        key_drop(pool, pk);
+    }
+    pool->ring_head = g->rnext;
     if (pool->ring_head == NULL) {
         pool->ring_tail = NULL;
     }
-    if (pk->head != NULL) {
-        ring_push(pool, pk);
+    if (g->ring_head != NULL) {
+        group_ring_push(pool, g);
     } else {
-        key_drop(pool, pk);
+        group_drop(pool, g);
     }
     pool->queued--;
     return c;
 }
 
-/* Queues c under its key (mu held). */
+/* Queues c under its tenant's group and its key (mu held).  A key or
+ * group with nothing waiting is in no ring: it joins at the tail. */
 static void queue_push(struct policy_pool *pool, struct hub_policy_call *c) {
-    struct pool_key *pk = key_get(pool, c->key);
+    struct pool_group *g = group_get(pool, c->ev.tenant);
+    struct pool_key *pk = key_get(pool, g, c->key);
 
+    if (pk->group != g) { /* the overflow key: g, just made, holds nothing */
+        if (g->ring_head == NULL) {
+            group_drop(pool, g);
+        }
+        g = pk->group;
+    }
     c->next = NULL;
     if (pk->head == NULL) {
         pk->head = c;
-        ring_push(pool, pk); /* a key with nothing waiting is not in the ring */
+        if (g->ring_head == NULL) {
+            group_ring_push(pool, g);
+        }
+        key_ring_push(pk);
     } else {
         pk->tail->next = c;
     }
@@ -399,6 +498,7 @@ struct policy_pool *policy_pool_new(uv_loop_t *loop, int threads,
     pool->loop = loop;
     pool->done = done;
     pool->arg = arg;
+    pool->overflow.group = &pool->overflow_group;
     atomic_init(&pool->refs, 1); /* the async handle's */
     pool->threads = calloc((size_t)threads, sizeof(*pool->threads));
     if (pool->threads == NULL || uv_mutex_init(&pool->mu) != 0) {

@@ -301,6 +301,41 @@ static void test_keys_take_turns(void **state) {
     fixture_stop(&f);
 }
 
+/* Tenants take turns before their subscriptions do: one tenant's calls
+ * under six subscriptions (keys) did go round with six turns to another
+ * tenant's one, so a tenant with many subscriptions whose calls run long
+ * delayed every other tenant's by one call each. */
+static void test_tenants_take_turns(void **state) {
+    (void)state;
+    struct hub_policy_limits lim = {.timeout_ms = 20, .memory_bytes = 16 * MIB, .threads = 1};
+    struct fixture f;
+    struct tcall t[7];
+    struct order order = {0};
+    const char *keys[6] = {"a0", "a1", "a2", "a3", "a4", "a5"};
+    int b_at = -1;
+
+    loop_thread = pthread_self();
+    fixture_start(&f, &lim);
+    for (int i = 0; i < 6; i++) {
+        tcall_init(&t[i], fixture_policy(&f, "spin"), HUB_POLICY_MATCH, keys[i], "spin", &order);
+        assert_int_equal(hub_policies_submit(f.ps, &t[i].c), 0);
+    }
+    tcall_init(&t[6], fixture_policy(&f, "quick"), HUB_POLICY_MATCH, "b", "yes", &order);
+    t[6].c.ev.tenant = "other";
+    assert_int_equal(hub_policies_submit(f.ps, &t[6].c), 0);
+    run_until_done(&f.loop, t, 7);
+    for (int i = 0; i < order.n; i++) {
+        if (strcmp(order.keys[i], "b") == 0) {
+            b_at = i;
+        }
+    }
+    if (b_at < 0 || b_at > 2) {
+        fail_msg("the other tenant's call finished %d-th, after %d of acme's", b_at + 1, b_at);
+    }
+    assert_int_equal(t[6].c.status, HUB_POLICY_OK);
+    fixture_stop(&f);
+}
+
 /* ------------------------------------------------------------- tripping -- */
 
 struct trip_seen {
@@ -787,6 +822,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_calls_come_back_on_the_loop),
         T(test_keys_take_turns),
+        T(test_tenants_take_turns),
         T(test_shape_rides_with_match),
         T(test_timeouts_trip_the_policy_until_a_reload),
         T(test_trips_are_per_tenant_until_too_many),
