@@ -33,8 +33,9 @@
  * it on a state of the version (a state is used by one call at a time;
  * a version compiles more states, lazily, when calls of it run on several
  * threads at once), and the result comes back on the loop.  Calls wait in
- * one queue per fairness key (the subscription), served round-robin, so a
- * key's backlog delays another key's call by at most one call per thread.
+ * one queue per fairness key (the subscription); tenants (ev.tenant) are
+ * served round-robin, and each tenant's keys in its turns, so a tenant's
+ * backlog delays another tenant's call by at most one call per thread.
  *
  * Generations (Varnish's vcl.load/vcl.use): the registry publishes an
  * immutable, reference-counted generation mapping names to versions.  A job
