@@ -22,6 +22,9 @@ static const char *const STATE_NAME[] = {"closed", "open", "half_open"};
 
 struct breaker {
     struct breaker *next; /* hash chain */
+    /* the list of open and half-open breakers, a tenant's side by side */
+    struct breaker *onext, *oprev;
+    int64_t tag; /* the caller's (hub_breaker_tag), -1 before */
     uint64_t hash;
     enum state state;
     int consecutive;      /* failures in a row, across states */
@@ -44,7 +47,8 @@ struct hub_breakers {
     struct breaker **slots;
     size_t nslots; /* a power of two */
     size_t count;
-    size_t nopen; /* open + half-open */
+    size_t nopen;              /* open + half-open */
+    struct breaker *open_head; /* ... listed, a tenant's side by side */
     int64_t next_full_sweep_ms;
 };
 
@@ -74,11 +78,50 @@ static int64_t bucket_of(const struct hub_breakers *b, int64_t now_ms) {
 }
 
 /* Changes state, keeping the open gauge in step. */
+/* 1 when e and f are breakers of one tenant. */
+static int same_tenant(const struct breaker *e, const struct breaker *f) {
+    return e->tenant_len == f->tenant_len && memcmp(e->key, f->key, e->tenant_len) == 0;
+}
+
+/* Lists e among the open ones, next to another of its tenant if any (a
+ * scan of the list, once per opening), else first. */
+static void open_link(struct hub_breakers *b, struct breaker *e) {
+    struct breaker *at = b->open_head;
+
+    while (at != NULL && !same_tenant(at, e)) {
+        at = at->onext;
+    }
+    e->oprev = at;
+    e->onext = at != NULL ? at->onext : b->open_head;
+    if (e->onext != NULL) {
+        e->onext->oprev = e;
+    }
+    if (at != NULL) {
+        at->onext = e;
+    } else {
+        b->open_head = e;
+    }
+}
+
+static void open_unlink(struct hub_breakers *b, struct breaker *e) {
+    if (e->oprev != NULL) {
+        e->oprev->onext = e->onext;
+    } else {
+        b->open_head = e->onext;
+    }
+    if (e->onext != NULL) {
+        e->onext->oprev = e->oprev;
+    }
+    e->onext = e->oprev = NULL;
+}
+
 static void set_state(struct hub_breakers *b, struct breaker *e, enum state to) {
     if (e->state == ST_CLOSED && to != ST_CLOSED) {
         b->nopen++;
+        open_link(b, e);
     } else if (e->state != ST_CLOSED && to == ST_CLOSED) {
         b->nopen--;
+        open_unlink(b, e);
     }
     e->state = to;
 }
@@ -233,6 +276,7 @@ static struct breaker *find_or_add(struct hub_breakers *b, const char *tenant, c
         return NULL;
     }
     e->hash = key_hash(tenant, tlen, origin, olen);
+    e->tag = -1;
     e->state = ST_CLOSED;
     e->open_ms = b->cfg.open_ms;
     e->head = bucket_of(b, now_ms);
@@ -462,6 +506,28 @@ size_t hub_breakers_list(struct hub_breakers *b, int64_t now_ms, hub_breakers_li
 
 size_t hub_breakers_open_hint(const struct hub_breakers *b) {
     return b != NULL ? b->nopen : 0;
+}
+
+void hub_breaker_tag(struct hub_breakers *b, const char *tenant, const char *origin, int64_t tag) {
+    struct breaker *e = b != NULL ? find(b, tenant, origin) : NULL;
+
+    if (e != NULL) {
+        e->tag = tag;
+    }
+}
+
+size_t hub_breakers_each_open(const struct hub_breakers *b, size_t per_tenant,
+                              hub_breakers_open_cb cb, void *arg) {
+    size_t n = 0, run = 0;
+
+    for (const struct breaker *e = b != NULL ? b->open_head : NULL; e != NULL; e = e->onext) {
+        run = e->oprev != NULL && same_tenant(e->oprev, e) ? run + 1 : 1;
+        if (run <= per_tenant) {
+            cb(arg, e->key, e->key + e->tenant_len + 1, e->tag);
+            n++;
+        }
+    }
+    return n;
 }
 
 size_t hub_breakers_open_count(struct hub_breakers *b, int64_t now_ms) {

@@ -142,4 +142,20 @@ size_t hub_breakers_open_count(struct hub_breakers *b, int64_t now_ms);
  * whether there are none or few. */
 size_t hub_breakers_open_hint(const struct hub_breakers *b);
 
+/* Keeps tag (the caller's, e.g. an id of the origin) with the pair's
+ * breaker, if it has one; hub_breakers_each_open hands it back. */
+void hub_breaker_tag(struct hub_breakers *b, const char *tenant, const char *origin, int64_t tag);
+
+typedef void (*hub_breakers_open_cb)(void *arg, const char *tenant, const char *origin,
+                                     int64_t tag);
+
+/*
+ * Calls cb for the open and half-open breakers, at most per_tenant of each
+ * tenant, without forgetting anything (a hot path: it walks only the open
+ * ones, a tenant's side by side); tag is hub_breaker_tag's, -1 when none
+ * was kept.  Returns how many it called cb for.
+ */
+size_t hub_breakers_each_open(const struct hub_breakers *b, size_t per_tenant,
+                              hub_breakers_open_cb cb, void *arg);
+
 #endif

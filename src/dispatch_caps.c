@@ -807,16 +807,3 @@ void hub_caps_each_room(const struct hub_caps *c,
         }
     }
 }
-
-/* Origins are few (those in use lately): a scan. */
-int64_t hub_caps_origin_id(const struct hub_caps *c, const char *name) {
-    for (size_t i = 0; i < c->origins.nslots; i++) {
-        for (struct cap_entry *e = c->origins.slots[i]; e != NULL; e = e->next) {
-            const struct cap_origin *o = (const struct cap_origin *)e;
-            if (o->name[0] != '\0' && strcmp(o->name, name) == 0) {
-                return o->id;
-            }
-        }
-    }
-    return -1;
-}

@@ -184,7 +184,4 @@ void hub_caps_each_room(const struct hub_caps *c,
                         void (*cb)(void *arg, const char *tenant, int64_t origin, int room),
                         void *arg);
 
-/* The id of the origin named name (hub_caps_name), or -1 when none is. */
-int64_t hub_caps_origin_id(const struct hub_caps *c, const char *name);
-
 #endif

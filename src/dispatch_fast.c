@@ -61,11 +61,13 @@
  * subscriptions has the rest claimed), and at least this many. */
 #define FAST_PER_RECORD 4
 #define FAST_MIN 4
-/* With more breakers open or half-open than this, no offer is made: listing
- * them (and finding each one's origin) on every ingest transaction would
- * cost the loop more than the claim the fast path saves, and a destination
- * outage is not the time to save it. */
-#define FAST_BREAKERS_MAX 8
+/* A tenant's open or half-open breakers an offer blocks by name (a room of
+ * 0 for their pairs).  Past them its jobs to the others are leased too, and
+ * shed by their attempts as claimed ones would be: the cost of a tenant's
+ * outage stays that tenant's (and the offer's work O(tenants with open
+ * breakers), never O(breakers)).  A process-wide cut-off at 8 open
+ * breakers let one tenant turn the fast path off for every tenant. */
+#define FAST_TENANT_BREAKERS 8
 
 /* An offer: what one ingest transaction may lease, until its callback. */
 struct hub_dispatch_fast {
@@ -84,42 +86,26 @@ static void room_entry(void *arg, const char *tenant, int64_t origin, int room) 
     hub_pgarr_add_i32(&p->rooms, room);
 }
 
-/* What a breaker listing needs to block its pairs. */
-struct block_breakers {
-    struct hub_dispatch *d;
-    struct hub_store_ingest_fast *p;
-};
-
-/* hub_breakers_list's callback: an open or half-open breaker gives its
- * (tenant, origin) pair a room of 0, when the caps know the origin by that name (an
- * origin forgotten since holds no slot; a job leased to it is shed by the
- * attempt, as a claimed one would be). */
-static void block_breaker(void *arg, const char *tenant, const char *origin, const char *state,
-                          int64_t opened_at_ms, int64_t retry_at_ms, int consecutive_failures) {
-    struct block_breakers *b = arg;
-    int64_t id = hub_caps_origin_id(b->d->caps, origin);
-
-    (void)state;
-    (void)opened_at_ms;
-    (void)retry_at_ms;
-    (void)consecutive_failures;
-    if (id >= 0) {
-        room_entry(b->p, tenant, id, 0);
+/* hub_breakers_each_open's callback: an open or half-open breaker gives
+ * its (tenant, origin) pair a room of 0; its tag is the origin's id, kept
+ * by the outcomes that opened it (none, or a job of no named origin: the
+ * pair is not blocked, and a job leased to it is shed by the attempt, as a
+ * claimed one would be). */
+static void block_breaker(void *arg, const char *tenant, const char *origin, int64_t origin_id) {
+    (void)origin;
+    if (origin_id > 0) {
+        room_entry(arg, tenant, origin_id, 0);
     }
 }
 
 struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t records,
                                                   struct hub_store_ingest_fast *p) {
     struct hub_dispatch_fast *f;
-    size_t workers, held, room, budget, want, open;
-    struct block_breakers bb = {d, p};
+    size_t workers, held, room, budget, want;
 
     hub_store_ingest_fast_init(p);
     if (d == NULL || d->stopping || !d->hub->cfg.dispatch_fast_path || d->hub->httpc == NULL) {
         return NULL;
-    }
-    if ((open = hub_breakers_open_hint(d->breakers)) > FAST_BREAKERS_MAX) {
-        return NULL; /* many destinations failing: the claim takes every job */
     }
     workers = (size_t)d->hub->cfg.dispatch_workers;
     held = d->inflight + d->n_queue + d->loading;
@@ -147,9 +133,7 @@ struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t
     p->lane_room = (int32_t)d->hub->cfg.dispatch_tenant_origin_start;
     p->origin_room = (int32_t)d->hub->cfg.dispatch_origin_max;
     hub_caps_each_room(d->caps, room_entry, p);
-    if (open > 0) {
-        hub_breakers_list(d->breakers, f->stamp.ms, block_breaker, &bb);
-    }
+    hub_breakers_each_open(d->breakers, FAST_TENANT_BREAKERS, block_breaker, p);
     d->fast_reserved += f->budget;
     d->fast_offers++;
     return f;

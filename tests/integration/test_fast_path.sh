@@ -171,4 +171,47 @@ scenario_a_tenant_at_its_destination_cap_takes_no_fast_path() {
     psql_q "UPDATE subscriptions SET enabled = false WHERE id = '$sa'" >/dev/null
 }
 
+# One tenant's broken destinations are its own: past 8 open breakers in
+# the process the fast path was off for every tenant (until the breakers
+# were forgotten, minutes later).  A's subscriptions to ten destinations
+# that stop answering (ten origins: ten sinks, gone) open ten breakers;
+# B's fresh events still take the fast path.
+hub_env_another_tenants_open_breakers_leave_the_fast_path_on() {
+    echo STREAMING_HUB_DELIVERY_TIMEOUT=1s
+}
+
+scenario_another_tenants_open_breakers_leave_the_fast_path_on() {
+    local ta tb ka kb pb sb i port pids=() fast0 fast
+    ta=$(own_tenant a)
+    tb=$(own_tenant b)
+    ka=$(tenant_key "$ta")
+    kb=$(tenant_key "$tb")
+    for i in $(seq 1 10); do
+        "$BUILD/hub-sink" --listen 127.0.0.1:0 --record "$WORK/gone$i.jsonl" \
+            --port-file "$WORK/gone$i.port" >>"$WORK/gone.log" 2>&1 &
+        pids+=($!)
+        track_pid $!
+        wait_until 10 "[[ -s $WORK/gone$i.port ]]" || fatal "sink $i did not start"
+        port=$(head -n1 "$WORK/gone$i.port" | tr -d '[:space:]')
+        subscribe_active "$ka" "$(subscription_json transaction.posted "http://$port/ok/a$i")" >/dev/null ||
+            fail "A's subscription $i was not verified"
+    done
+    kill "${pids[@]}"
+    wait "${pids[@]}" 2>/dev/null
+    produce --topic "$TOPIC" --tenant "$ta" --count 12 --rate 50 --partitions 1 \
+        --id-prefix br- --type "$TYPE"
+    wait_until 30 '(( $(metric streaming_hub_breakers_open) >= 10 ))' ||
+        fail "A's breakers did not open: $(metric streaming_hub_breakers_open)"
+    pb=/ok/$(own_id b)/
+    sb=$(subscribe_at "$kb" "$pb" transaction.posted)
+    fast0=$(metric "$FAST")
+    produce --topic "$TOPIC" --tenant "$tb" --count 20 --rate 20 --partitions 1 \
+        --id-prefix bo- --type "$TYPE"
+    wait_jobs "$sb" succeeded 20 20 || fail "B's jobs did not succeed: $(job_states "$sb")"
+    fast=$(metric_delta "$FAST" "$fast0")
+    log "with $(metric streaming_hub_breakers_open) of A's breakers open, B's jobs on the fast path: $fast of 20"
+    assert_ge "$fast" 15 "B's jobs take the fast path beside A's open breakers"
+    psql_q "UPDATE subscriptions SET enabled = false WHERE tenant_id = '$ta'" >/dev/null
+}
+
 scenarios_main "$@"

@@ -394,6 +394,71 @@ static void test_listing(void **state) {
     hub_breakers_free(b);
 }
 
+/* The open list the fast path reads (hub_breakers_each_open): only open and
+ * half-open breakers, a tenant's side by side whatever order they opened
+ * in, at most per_tenant of each, with the tags kept; a breaker that closes
+ * leaves it. */
+struct open_seen {
+    int n;
+    char tenant[16][16];
+    int64_t tag[16];
+};
+
+static void open_collect(void *arg, const char *tenant, const char *origin, int64_t tag) {
+    struct open_seen *s = arg;
+    (void)origin;
+    snprintf(s->tenant[s->n], sizeof(s->tenant[0]), "%s", tenant);
+    s->tag[s->n++] = tag;
+}
+
+static void test_open_list(void **state) {
+    (void)state;
+    struct hub_breakers *b = new_default();
+    const char *origins[4] = {"http://a:1", "http://b:1", "http://c:1", "http://d:1"};
+    struct open_seen s;
+
+    /* acme opens two, globex one, acme two more, initech stays closed */
+    for (int i = 0; i < 4; i++) {
+        const char *tenant = i == 2 ? "globex" : "acme";
+        for (int k = 0; k < 5; k++) {
+            hub_breaker_report(b, tenant, origins[i], 0, 0, T0);
+        }
+        hub_breaker_tag(b, tenant, origins[i], 100 + i);
+    }
+    for (int k = 0; k < 5; k++) {
+        hub_breaker_report(b, "acme", "http://e:1", 0, 0, T0); /* never tagged */
+    }
+    hub_breaker_report(b, "initech", ORIGIN, 0, 0, T0);
+    hub_breaker_tag(b, "nobody", ORIGIN, 7); /* no breaker: nothing */
+
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(hub_breakers_each_open(b, 16, open_collect, &s), 5);
+    for (int i = 1, runs = 1; i < s.n; i++) {
+        runs += strcmp(s.tenant[i], s.tenant[i - 1]) != 0;
+        assert_true(runs <= 2); /* acme's four together, globex's one */
+    }
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(hub_breakers_each_open(b, 2, open_collect, &s), 3);
+    for (int i = 0, acme = 0; i < s.n; i++) {
+        acme += strcmp(s.tenant[i], "acme") == 0;
+        assert_true(acme <= 2);
+        if (strcmp(s.tenant[i], "globex") == 0) {
+            assert_int_equal(s.tag[i], 102);
+        }
+    }
+    /* globex's probe succeeds: it closes and leaves the list */
+    assert_int_equal(hub_breaker_check(b, "globex", origins[2], T0 + 31 * SEC, NULL),
+                     HUB_BREAKER_PROBE);
+    hub_breaker_report(b, "globex", origins[2], 1, 1, T0 + 31 * SEC);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(hub_breakers_each_open(b, 16, open_collect, &s), 4);
+    for (int i = 0; i < s.n; i++) {
+        assert_string_equal(s.tenant[i], "acme");
+        assert_true(s.tag[i] == -1 || (s.tag[i] >= 100 && s.tag[i] <= 103));
+    }
+    hub_breakers_free(b);
+}
+
 /* While half-open only the probe's outcome decides: an attempt that started
  * before the trip and ends while the probe is out (a slow destination, a
  * delivery timeout longer than the open time) neither closes nor re-opens
@@ -551,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_pairs_are_independent),
         cmocka_unit_test(test_many_pairs),
         cmocka_unit_test(test_listing),
+        cmocka_unit_test(test_open_list),
         cmocka_unit_test(test_forgotten_when_nobody_waits),
         cmocka_unit_test(test_bounded_table),
         cmocka_unit_test(test_config_validation),
