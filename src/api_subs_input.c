@@ -49,8 +49,62 @@
  * its call if need be (the call's on_free severs the link). */
 struct subs_resolve {
     uv_getaddrinfo_t req;
-    struct subs_call *owner; /* NULL once the call is gone */
+    struct subs_call *owner;   /* NULL once the call is gone */
+    struct vet_tenant *tenant; /* its count of lookups running */
 };
+
+/*
+ * Lookups running, per tenant and in the process.  libuv runs them on at
+ * most half of its thread pool (UV_THREADPOOL_SIZE, which main.c raises to
+ * 16 unless set: 8 lookups at once), and one that hangs (a name in a zone
+ * whose servers never answer) holds its thread for the resolver's timeouts,
+ * 10 s and more: without a bound, one tenant's names queued every other
+ * tenant's subscription changes behind them, and the schema checks that
+ * share the pool lost half of it.  Past VET_TENANT_MAX of a tenant's or
+ * VET_PROCESS_MAX in all, a lookup is refused with 503 and Retry-After: the
+ * lookups of four tenants at once cannot fill what the others need.  A slot
+ * is held until its lookup ends, also when its client has gone.
+ */
+#define VET_TENANT_MAX 2
+#define VET_PROCESS_MAX 8
+struct vet_tenant {
+    int running;
+    char id[HUB_API_TENANT_ID_MAX + 1];
+};
+static struct vet_tenant vet_tenants[VET_PROCESS_MAX]; /* loop thread only */
+static int vet_running;
+
+/* The tenant's count with room for one more lookup, or NULL when it or the
+ * process has none. */
+static struct vet_tenant *vet_take(const char *tenant) {
+    struct vet_tenant *t = NULL, *free_slot = NULL;
+
+    if (vet_running >= VET_PROCESS_MAX || strlen(tenant) >= sizeof(t->id)) {
+        return NULL;
+    }
+    for (int i = 0; i < VET_PROCESS_MAX && t == NULL; i++) {
+        if (vet_tenants[i].running > 0 && strcmp(vet_tenants[i].id, tenant) == 0) {
+            t = &vet_tenants[i];
+        } else if (vet_tenants[i].running == 0 && free_slot == NULL) {
+            free_slot = &vet_tenants[i];
+        }
+    }
+    if (t == NULL) {
+        t = free_slot; /* fewer than VET_PROCESS_MAX run: one is free */
+        strcpy(t->id, tenant);
+    }
+    if (t->running >= VET_TENANT_MAX) {
+        return NULL;
+    }
+    t->running++;
+    vet_running++;
+    return t;
+}
+
+static void vet_give(struct vet_tenant *t) {
+    t->running--;
+    vet_running--;
+}
 
 /* ====================================================== the input ====== */
 
@@ -545,11 +599,14 @@ int hub_subs_action_input(h2o_req_t *req, h2o_iovec_t *idem) {
 
 /* ========================================================= SSRF vetting == */
 
-/* The 400 of a destination that is not public.  It names the setting, so
- * that an operator testing against a local sink knows what to change. */
+/* The 400 of a destination that is not public, and of a host name that
+ * does not resolve: one text, so that a tenant learns nothing of the names
+ * inside the network (an internal name that exists read differently from
+ * one that does not).  It names the setting, so that an operator testing
+ * against a local sink knows what to change. */
 #define SSRF_MESSAGE                                                                               \
-    "resolves to a loopback, private, link-local or otherwise non-public address "                 \
-    "(STREAMING_HUB_ALLOW_PRIVATE_SINKS is false)"
+    "does not resolve, or resolves to a loopback, private, link-local or otherwise non-public "    \
+    "address (STREAMING_HUB_ALLOW_PRIVATE_SINKS is false)"
 
 /* 400 with one error on destination.url. */
 static void send_url_error(h2o_req_t *req, const char *message) {
@@ -562,8 +619,9 @@ static void send_url_error(h2o_req_t *req, const char *message) {
  * The lookup's outcome (libuv callback, loop thread).  Refused when ANY
  * address is blocked, not only the first: the connection may use any of
  * them.  A name that does not exist (or has no A/AAAA record) is the
- * client's mistake, 400; any other failure is the resolver's, 503.  The
- * lookup object is freed here whoever still waits.
+ * client's mistake, 400 as a blocked one is (SSRF_MESSAGE); any other
+ * failure is the resolver's, 503.  The lookup object and its slot are
+ * given back here whoever still waits.
  */
 static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) {
     struct subs_resolve *rs = r->data;
@@ -582,6 +640,7 @@ static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) 
     if (res != NULL) {
         uv_freeaddrinfo(res);
     }
+    vet_give(rs->tenant);
     free(rs);
     /* a call that still owns the lookup is alive, and so is its request:
      * the call is freed when the request goes, as nothing is in flight */
@@ -590,7 +649,7 @@ static void resolve_done(uv_getaddrinfo_t *r, int status, struct addrinfo *res) 
     }
     c->resolve = NULL;
     if (status == UV_EAI_NONAME || status == UV_EAI_NODATA || (status == 0 && usable == 0)) {
-        send_url_error(c->call.req, "the host name does not resolve");
+        send_url_error(c->call.req, SSRF_MESSAGE);
         return;
     }
     if (status != 0) {
@@ -657,6 +716,15 @@ void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step ne
         hub_api_send_oom(c->call.req);
         return;
     }
+    if ((rs->tenant = vet_take(c->tenant_id)) == NULL) {
+        free(rs);
+        h2o_add_header(&c->call.req->pool, &c->call.req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
+                       H2O_STRLIT("1"));
+        hub_api_send_problem(c->call.req, 503,
+                             "too many destination host lookups are in progress; retry later",
+                             NULL);
+        return;
+    }
     /* both families: the connection may use either */
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -668,6 +736,7 @@ void hub_subs_vet_destination(struct subs_call *c, const char *url, subs_step ne
     c->vetted = next;
     rc = uv_getaddrinfo(hub->loop, &rs->req, resolve_done, host, NULL, &hints);
     if (rc != 0) {
+        vet_give(rs->tenant);
         free(rs);
         hub_log(HUB_WARN, "cannot start a DNS lookup", HUB_LS("error", uv_strerror(rc)));
         hub_api_send_problem(c->call.req, 503, "cannot resolve the destination host now", NULL);

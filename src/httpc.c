@@ -389,10 +389,15 @@ static void httpc_classify(struct httpc_req *r, CURLcode rc, struct hub_httpc_re
         return;
     }
     if (r->blocked && rc == CURLE_COULDNT_CONNECT) {
+        /* the address goes to the operator's log only: the text reaches the
+         * tenant (attempts, /verify), and a name that resolves to an
+         * internal address (rebinding, a CNAME) would tell it that address */
         res->error = HUB_HTTPC_BLOCKED;
         snprintf(r->error_text, sizeof(r->error_text),
-                 "blocked: %s is not a public address (private sinks not allowed)",
-                 r->blocked_addr);
+                 "blocked: the destination resolved to a non-public address "
+                 "(private sinks not allowed)");
+        hub_log(HUB_WARN, "a destination resolved to a non-public address: not connected",
+                HUB_LS("address", r->blocked_addr));
         return;
     }
     switch (rc) {

@@ -136,6 +136,10 @@ int main(int argc, char **argv) {
     const char *cmd = argc > 1 ? argv[1] : "serve";
 
     limit_malloc_arenas();
+    /* libuv runs DNS lookups on at most half of its pool (4 threads by
+     * default): 16 lets 8 run while others hang (api_subs_input.c) and
+     * leaves the schema checks room; an operator's setting stays */
+    setenv("UV_THREADPOOL_SIZE", "16", 0);
 
     if (strcmp(cmd, "serve") == 0) {
         return cmd_serve(argc > 2 ? argc - 2 : 0, argv + 2);

@@ -952,6 +952,47 @@ scenario_production_refuses_private_and_plain_http_destinations() {
     assert_contains "$body" '"headers":{"X-Api-Key":"***"}' "headers still open after a restart"
 }
 
+# The SSRF check's DNS lookups (libhub-slow-dns.so answers *.hang.test after
+# 3 s, *.nxdomain.test and *.public.test at once): a tenant's host names
+# whose servers never answer took libuv's two lookup threads, and every
+# other tenant's create waited behind them (12 names: ~18 s).  A tenant now
+# runs 2 lookups at once (the rest 503), the process 8 on 8 threads.  And
+# a name that does not resolve reads as one that resolves to an internal
+# address: the answers tell a tenant nothing of the names inside.
+hub_env_host_lookups_that_hang_hold_no_other_tenant() {
+    echo STREAMING_HUB_ALLOW_PRIVATE_SINKS=false LD_PRELOAD="$BUILD/libhub-slow-dns.so" \
+        ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0"
+}
+
+scenario_host_lookups_that_hang_hold_no_other_tenant() {
+    local other i start ms refused body internal
+    own_client
+    other=$(own_tenant_key other)
+    for i in $(seq 1 12); do
+        curl -s -o "$WORK/hang_body.$i" -w '%{http_code}\n' -X POST \
+            -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+            -d "$(sub_body "http://n$i.hang.test/hook")" "$HUB_URL/v1/subscriptions" \
+            >"$WORK/hang.$i" &
+    done
+    sleep 0.5
+    start=$(date +%s%N)
+    api "$other" POST /v1/subscriptions "$(sub_body "http://hooks.public.test/x")" >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    log "another tenant's create while 12 lookups hang: $(http_status) in $ms ms"
+    assert_eq 201 "$(http_status)" "another tenant's subscription is created"
+    ((ms < 1000)) || fail "another tenant's create waited $ms ms behind the hanging lookups"
+    wait
+    refused=$(grep -l 'lookups are in progress' "$WORK"/hang_body.* | wc -l)
+    log "the hanging tenant's creates: $(sort "$WORK"/hang.* | uniq -c | tr -s ' \n' ' ')"
+    assert_eq 10 "$refused" "two of the tenant's lookups ran, ten were refused at once (503)"
+
+    body=$(api "$KEY" POST /v1/subscriptions "$(sub_body "http://gone.nxdomain.test/x")")
+    assert_eq 400 "$(http_status)" "a name that does not resolve → 400"
+    internal=$(api "$KEY" POST /v1/subscriptions "$(sub_body "http://localhost/x")")
+    assert_eq 400 "$(http_status)" "a name of an internal address → 400"
+    assert_eq "$body" "$internal" "both answers read alike"
+}
+
 scenario_without_a_kek_secrets_cannot_be_used() {
     local id2 body
     own_client
