@@ -308,7 +308,7 @@ scenario_a_client_that_hangs_up_keeps_its_slot_until_its_events_are_stored() {
     inbox_lock
     for n in 1 2 3 4; do
         TENANT=$(own_id a) ev_post_bg "$WORK/hu-a-$n" "$a" "hu-a-$n" '{"n":1}' /answers \
-            --http2-prior-knowledge --max-time 1
+            --max-time 1
     done
     wait_until 10 "[[ \$(cat $WORK/hu-a-? 2>/dev/null | wc -l) == 4 ]]" ||
         fail "the four clients did not give up"
