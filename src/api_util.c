@@ -265,7 +265,8 @@ void hub_api_send_method_not_allowed(h2o_req_t *req, const char *allow) {
  * and returns the status to answer. */
 static int db_error_status(const h2o_req_t *req, const struct hub_pg_outcome *out) {
     char path[256];
-    int status = out->status == HUB_PG_ESTMT ? 500 : 503;
+    int status =
+        out->status == HUB_PG_ESTMT && !hub_pg_sqlstate_transient(out->sqlstate) ? 500 : 503;
 
     hub_log(status == 500 ? HUB_ERROR : HUB_WARN, "database request failed",
             HUB_LS("path", req_path(req, path, sizeof(path))), HUB_LS("sqlstate", out->sqlstate),
@@ -884,6 +885,7 @@ struct api_turns {
     struct api_turns *next; /* in its table bucket */
     int running;
     int waiting;
+    int pins; /* turns_pump runs on it, perhaps nested: not freed meanwhile */
     struct hub_api_call *head, *tail; /* waiting, each with its turn_txn */
     char tenant[];
 };
@@ -915,7 +917,7 @@ static struct api_turns *turns_get(const char *tenant) {
 static void turns_drop_if_idle(struct api_turns *t) {
     struct api_turns **slot;
 
-    if (t->running > 0 || t->waiting > 0) {
+    if (t->running > 0 || t->waiting > 0 || t->pins > 0) {
         return;
     }
     slot = turns_slot(t->tenant);
@@ -925,8 +927,12 @@ static void turns_drop_if_idle(struct api_turns *t) {
 
 /* Hands free turns to the calls waiting, oldest first.  A call whose
  * request is gone gives its transaction up unsent: it completes at once
- * (hub_pg_txn_fail), its callback sees no request and frees the call. */
+ * (hub_pg_txn_fail), its callback sees no request and frees the call; so
+ * does one while no connection is up (its client hears 503 at once, as
+ * call_txn_new would have answered).  A submit may complete at once too,
+ * and its completion pump this entry again: pinned meanwhile. */
 static void turns_pump(struct api_turns *t) {
+    t->pins++;
     while (t->running < HUB_API_TENANT_RUNNING && t->head != NULL) {
         struct hub_api_call *call = t->head;
         struct hub_pg_txn *txn = call->turn_txn;
@@ -938,14 +944,16 @@ static void turns_pump(struct api_turns *t) {
         t->waiting--;
         call->turn_next = NULL;
         call->turn_txn = NULL;
-        if (call->req == NULL) {
+        if (call->req == NULL || hub_pg_connected(call->hub->pg) == 0) {
             call->turns = NULL;
-            hub_pg_txn_fail(txn, "the request is gone");
+            hub_pg_txn_fail(txn, call->req == NULL ? "the request is gone"
+                                                   : "the database is unavailable");
         } else {
             t->running++;
         }
         hub_pg_txn_submit(txn);
     }
+    t->pins--;
     turns_drop_if_idle(t);
 }
 

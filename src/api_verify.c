@@ -151,7 +151,8 @@ static json_t *probe_outcome_json(const struct subs_probe *p) {
 /* Answers the waiting /verify request, if any, from the recorded outcome. */
 static void probe_answer(struct subs_probe *p, const struct hub_pg_outcome *out) {
     struct subs_call *c = p->owner;
-    int first = p->idem_key != NULL ? 1 : 0; /* after the stale record's statement */
+    /* after the lock timeout's statement and the stale record's */
+    int first = p->idem_key != NULL ? 2 : 1;
     h2o_req_t *req;
     PGresult *r;
     json_t *obj;
@@ -205,7 +206,8 @@ static void probe_recorded(void *arg, const struct hub_pg_outcome *out) {
     } else if (out->status != HUB_PG_OK) {
         hub_log(HUB_WARN, "cannot record a verification outcome", HUB_LS("tenant", p->tenant_id),
                 HUB_LS("subscription", p->sub_id), HUB_LS("error", out->error));
-    } else if (out->results[0] == NULL || PQntuples(out->results[0]) == 0) {
+    } else if (out->results[1] == NULL || PQntuples(out->results[1]) == 0) {
+        /* (results[0] is the lock timeout's) */
         hub_log(HUB_INFO, "verification outcome ignored: the subscription changed meanwhile",
                 HUB_LS("tenant", p->tenant_id), HUB_LS("subscription", p->sub_id));
     }
@@ -235,6 +237,7 @@ static void probe_record(struct subs_probe *p) {
     }
     /* both are audited; a background result is guarded by the url (and
      * "pending") instead of answering anyone (store_subs.h) */
+    hub_pg_txn_add(txn, &hub_sql_subs_outcome_lock_timeout, 0, NULL, NULL, NULL);
     if (p->mode == PROBE_VERIFY) {
         char audit[64];
         json_t *v = probe_outcome_json(p);

@@ -581,12 +581,15 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
 
     /* Two pools: ingest writes in big pipelined transactions that would
      * make API requests wait behind them; the API pool also carries
-     * maintenance and the readiness probe. */
+     * maintenance and the dispatcher's upkeep (reclaims, samples). */
     hub->pg = hub_pg_new(hub->loop, hub->cfg.postgres_dsn, HUB_API_PG_CONNECTIONS,
                          "streaming-hub-api", NULL);
     if (hub->pg == NULL) {
         goto fail_cfg;
     }
+    /* one transaction per connection: pipelined, another tenant's request
+     * would wait behind a statement that waits (api_util.h) */
+    hub_pg_set_max_inflight(hub->pg, 1);
     /* the probe on a connection of its own: queued behind API work, it
      * would turn /readyz 503 whenever a tenant's statements wait */
     hub->pg_ready = hub_pg_new(hub->loop, hub->cfg.postgres_dsn, 1, "streaming-hub-ready", NULL);

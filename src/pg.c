@@ -149,6 +149,7 @@ struct hub_pg {
     struct hub_pg_txn *queue_tail;
     size_t queued;
     int closing;           /* hub_pg_close ran: nothing new is accepted */
+    int max_inflight;      /* per connection: PG_MAX_INFLIGHT, or hub_pg_set_max_inflight's */
     int lanes;             /* lane ids handed out */
     long long lane_serial; /* the last serial a lane's transaction set */
     int pending_closes;    /* retry timers still closing; the pool is freed at 0 */
@@ -951,8 +952,8 @@ fail:
 }
 
 /* Hands queued transactions to the least loaded connections with room
- * (fewer than PG_MAX_INFLIGHT in flight); what finds none waits for the
- * next completion or connect. */
+ * (fewer than the pool's max_inflight in flight); what finds none waits
+ * for the next completion or connect. */
 static void pg_pump(struct hub_pg *pg) {
     while (pg->queue_head != NULL) {
         struct pg_conn *best = NULL;
@@ -966,7 +967,7 @@ static void pg_pump(struct hub_pg *pg) {
         } else {
             for (int i = 0; i < pg->nconns; i++) {
                 struct pg_conn *c = &pg->conns[i];
-                if (c->state == C_UP && c->inflight < PG_MAX_INFLIGHT &&
+                if (c->state == C_UP && c->inflight < pg->max_inflight &&
                     (best == NULL || c->inflight < best->inflight)) {
                     best = c;
                 }
@@ -985,6 +986,10 @@ static void pg_pump(struct hub_pg *pg) {
          * out of the choice: the loop goes on with the others */
         pg_conn_send(best, txn);
     }
+}
+
+void hub_pg_set_max_inflight(struct hub_pg *pg, int n) {
+    pg->max_inflight = n >= 1 && n <= PG_MAX_INFLIGHT ? n : PG_MAX_INFLIGHT;
 }
 
 void hub_pg_txn_lane(struct hub_pg_txn *txn, struct hub_pg_lane *lane) {
@@ -1010,6 +1015,7 @@ struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const ch
         pg->options = NULL;
     }
     pg->nconns = nconns;
+    pg->max_inflight = PG_MAX_INFLIGHT;
     pg->conns = calloc((size_t)nconns, sizeof(*pg->conns));
     if (pg->dsn == NULL || pg->name == NULL || pg->options == NULL || pg->conns == NULL) {
         free(pg->dsn);

@@ -95,6 +95,15 @@ struct hub_pg *hub_pg_new(uv_loop_t *loop, const char *dsn, int nconns, const ch
  * closed_cb (may be NULL) runs then. */
 void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg);
 
+/*
+ * At most n transactions in flight on each connection (1..8; 8 by
+ * default).  Pipelining puts a transaction behind the ones sent before it on
+ * its connection: a pool whose transactions may wait long in the server (a
+ * lock, a long scan) and whose others must not wait behind them takes 1,
+ * and the rest wait in the pool's queue for a connection that is free.
+ */
+void hub_pg_set_max_inflight(struct hub_pg *pg, int n);
+
 /* Number of connections currently usable. */
 int hub_pg_connected(const struct hub_pg *pg);
 

@@ -195,6 +195,12 @@ const struct hub_sql hub_sql_subs_probe_load = {
     "SELECT " SUBS_JSON("s", "") ", " SUBS_PROBE_COLS("s") " FROM subscriptions s WHERE s.tenant_id = $1::text AND s.id = $2::uuid",
 };
 
+const struct hub_sql hub_sql_subs_outcome_lock_timeout = {
+    "subs_outcome_lock_timeout",
+    "SELECT set_config('lock_timeout', '2s', true)",
+    0,
+};
+
 /* The url guard: a PATCH to another url while /verify ran makes this a
  * no-op (no row), which the API answers as 409.  "o" locks the row first,
  * so a PATCH in progress is waited for and its url is the one compared,

@@ -124,6 +124,13 @@ extern const struct hub_sql hub_sql_subs_probe_load;
  */
 extern const struct hub_sql hub_sql_subs_verify_result;
 
+/* A verification outcome's first statement: its row locks wait at most
+ * 2 s (lock_timeout, for this transaction).  The outcome locks the
+ * subscription's row, which a replay holds FOR SHARE until it commits: its
+ * transaction, outside the tenant's API turns, would otherwise hold an API
+ * connection as long (hub_api_call_txn). */
+extern const struct hub_sql hub_sql_subs_outcome_lock_timeout;
+
 /*
  * $1 id, $2 ok, $3 url, $4 audit detail to add (jsonb text: the probe's
  * status).  The outcome of the background probe: verification_state

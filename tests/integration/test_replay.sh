@@ -230,11 +230,15 @@ prepare_one_tenants_waiting_requests_do_not_hold_the_api() {
     own_client
     SUB=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'transaction.*')
     OTHER=$(own_tenant_key other)
-    keep KEY SUB OTHER
+    OTHERS=""
+    for i in 1 2 3 4 5 6 7 8; do
+        OTHERS+=" $(own_tenant_key "other$i")"
+    done
+    keep KEY SUB OTHER OTHERS
 }
 
 scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
-    local holder i start ms ok
+    local holder i start ms ok key
     psql_q "SELECT pg_advisory_lock(hashtextextended('subscription_replay:' || '$SUB', 0)), pg_sleep(6)" \
         >/dev/null &
     holder=$!
@@ -251,6 +255,19 @@ scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
     log "another tenant's list while 40 replays wait: $(http_status) in $ms ms"
     assert_eq 200 "$(http_status)" "another tenant's request is answered"
     ((ms < 1000)) || fail "another tenant's request waited $ms ms behind the replays (limit 1000)"
+    # eight other tenants, two requests each at once: none is pipelined
+    # behind the connection the replay holds
+    i=0
+    for key in $OTHERS $OTHERS; do
+        i=$((i + 1))
+        curl -s -o /dev/null -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer $key" \
+            "$HUB_URL/v1/subscriptions" >"$WORK/other.$i" &
+    done
+    wait_until 8 "[[ \$(cat $WORK/other.* 2>/dev/null | wc -l) == 16 ]]" ||
+        fail "the other tenants' sixteen requests were not all answered within 8 s"
+    log "eight other tenants' sixteen at once: slowest $(sort -k2 -n "$WORK"/other.* | tail -n1)"
+    assert_eq 16 "$(grep -c '^200 0\.' "$WORK"/other.* | awk -F: '{s += $2} END {print s}')" \
+        "each of the sixteen answered 200 within a second"
     hub_curl GET /readyz >/dev/null
     assert_eq 200 "$(http_status)" "/readyz stays 200"
     wait "$holder"
