@@ -22,8 +22,10 @@ static const char *const STATE_NAME[] = {"closed", "open", "half_open"};
 
 struct breaker {
     struct breaker *next; /* hash chain */
-    /* the list of open and half-open breakers, a tenant's side by side */
+    /* open and half-open: in its tenant's list of them, and the first of
+     * each tenant's in the list of those firsts (hub_breakers.open_head) */
     struct breaker *onext, *oprev;
+    struct breaker *gnext, *gprev;
     int64_t tag; /* the caller's (hub_breaker_tag), -1 before */
     uint64_t hash;
     enum state state;
@@ -48,7 +50,7 @@ struct hub_breakers {
     size_t nslots; /* a power of two */
     size_t count;
     size_t nopen;              /* open + half-open */
-    struct breaker *open_head; /* ... listed, a tenant's side by side */
+    struct breaker *open_head; /* ... the first of each tenant's (gnext) */
     int64_t next_full_sweep_ms;
 };
 
@@ -77,44 +79,72 @@ static int64_t bucket_of(const struct hub_breakers *b, int64_t now_ms) {
     return now_ms > 0 ? now_ms / b->bucket_ms : 0;
 }
 
-/* Changes state, keeping the open gauge in step. */
 /* 1 when e and f are breakers of one tenant. */
 static int same_tenant(const struct breaker *e, const struct breaker *f) {
     return e->tenant_len == f->tenant_len && memcmp(e->key, f->key, e->tenant_len) == 0;
 }
 
-/* Lists e among the open ones, next to another of its tenant if any (a
- * scan of the list, once per opening), else first. */
-static void open_link(struct hub_breakers *b, struct breaker *e) {
-    struct breaker *at = b->open_head;
-
-    while (at != NULL && !same_tenant(at, e)) {
-        at = at->onext;
+/* Puts f in the list of tenants' firsts in the place of `was` (NULL: at its
+ * head). */
+static void firsts_put(struct hub_breakers *b, struct breaker *f, struct breaker *was) {
+    f->gprev = was != NULL ? was->gprev : NULL;
+    f->gnext = was != NULL ? was->gnext : b->open_head;
+    if (f->gnext != NULL) {
+        f->gnext->gprev = f;
     }
-    e->oprev = at;
-    e->onext = at != NULL ? at->onext : b->open_head;
+    if (f->gprev != NULL) {
+        f->gprev->gnext = f;
+    } else {
+        b->open_head = f;
+    }
+}
+
+/* Lists e among the open ones: second in its tenant's list (found by a
+ * scan of the tenants with open breakers, once per opening), or as its
+ * tenant's first. */
+static void open_link(struct hub_breakers *b, struct breaker *e) {
+    struct breaker *f = b->open_head;
+
+    while (f != NULL && !same_tenant(f, e)) {
+        f = f->gnext;
+    }
+    e->gnext = e->gprev = NULL;
+    if (f == NULL) {
+        e->onext = e->oprev = NULL;
+        firsts_put(b, e, NULL);
+        return;
+    }
+    e->oprev = f;
+    e->onext = f->onext;
     if (e->onext != NULL) {
         e->onext->oprev = e;
     }
-    if (at != NULL) {
-        at->onext = e;
-    } else {
-        b->open_head = e;
-    }
+    f->onext = e;
 }
 
 static void open_unlink(struct hub_breakers *b, struct breaker *e) {
-    if (e->oprev != NULL) {
+    if (e->oprev != NULL) { /* not its tenant's first */
         e->oprev->onext = e->onext;
-    } else {
-        b->open_head = e->onext;
+        if (e->onext != NULL) {
+            e->onext->oprev = e->oprev;
+        }
+    } else if (e->onext != NULL) { /* the next of its tenant's is first now */
+        e->onext->oprev = NULL;
+        firsts_put(b, e->onext, e);
+    } else { /* its tenant's last */
+        if (e->gprev != NULL) {
+            e->gprev->gnext = e->gnext;
+        } else {
+            b->open_head = e->gnext;
+        }
+        if (e->gnext != NULL) {
+            e->gnext->gprev = e->gprev;
+        }
     }
-    if (e->onext != NULL) {
-        e->onext->oprev = e->oprev;
-    }
-    e->onext = e->oprev = NULL;
+    e->onext = e->oprev = e->gnext = e->gprev = NULL;
 }
 
+/* Changes state, keeping the open gauge and the open lists in step. */
 static void set_state(struct hub_breakers *b, struct breaker *e, enum state to) {
     if (e->state == ST_CLOSED && to != ST_CLOSED) {
         b->nopen++;
@@ -518,14 +548,17 @@ void hub_breaker_tag(struct hub_breakers *b, const char *tenant, const char *ori
 
 size_t hub_breakers_each_open(const struct hub_breakers *b, size_t per_tenant,
                               hub_breakers_open_cb cb, void *arg) {
-    size_t n = 0, run = 0;
+    size_t n = 0;
 
-    for (const struct breaker *e = b != NULL ? b->open_head : NULL; e != NULL; e = e->onext) {
-        run = e->oprev != NULL && same_tenant(e->oprev, e) ? run + 1 : 1;
-        if (run <= per_tenant) {
-            cb(arg, e->key, e->key + e->tenant_len + 1, e->tag);
-            n++;
+    for (const struct breaker *f = b != NULL ? b->open_head : NULL; f != NULL; f = f->gnext) {
+        size_t k = 0;
+        for (const struct breaker *e = f; e != NULL && k < per_tenant; e = e->onext) {
+            if (e->tag > 0) {
+                cb(arg, e->key, e->key + e->tenant_len + 1, e->tag);
+                k++;
+            }
         }
+        n += k;
     }
     return n;
 }

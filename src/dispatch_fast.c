@@ -88,14 +88,12 @@ static void room_entry(void *arg, const char *tenant, int64_t origin, int room) 
 
 /* hub_breakers_each_open's callback: an open or half-open breaker gives
  * its (tenant, origin) pair a room of 0; its tag is the origin's id, kept
- * by the outcomes that opened it (none, or a job of no named origin: the
- * pair is not blocked, and a job leased to it is shed by the attempt, as a
- * claimed one would be). */
+ * by the outcomes that opened it (none, or a job of no named origin: not
+ * listed, and a job leased to it is shed by the attempt, as a claimed one
+ * would be). */
 static void block_breaker(void *arg, const char *tenant, const char *origin, int64_t origin_id) {
     (void)origin;
-    if (origin_id > 0) {
-        room_entry(arg, tenant, origin_id, 0);
-    }
+    room_entry(arg, tenant, origin_id, 0);
 }
 
 struct hub_dispatch_fast *hub_dispatch_fast_offer(struct hub_dispatch *d, size_t records,
