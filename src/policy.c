@@ -553,6 +553,8 @@ static void trip_clear(struct hub_policy *p) {
     }
     free(p->trips_of);
     p->trips_of = NULL;
+    free(p->trips_none.fail_ms);
+    memset(&p->trips_none, 0, sizeof(p->trips_none));
 }
 
 /* Trips p for the tenant of slot i, or for every tenant (i < 0): its calls
@@ -594,10 +596,9 @@ static void trip(struct hub_policies *ps, struct hub_policy *p, int i, int64_t n
  * The slot of the tenant's trip record, made when it has none (in a free
  * slot, else the one whose last failure is oldest among those with no
  * cool-down running); -1 when every slot holds a cool-down, or out of
- * memory.
+ * memory (trips_of not made).
  */
-static int trip_slot(struct hub_policies *ps, struct hub_policy *p, const char *tenant,
-                     int64_t now_ms) {
+static int trip_slot(struct hub_policy *p, const char *tenant, int64_t now_ms) {
     uint64_t owner = policy_trip_owner(tenant);
     int free_i = -1, old_i = -1, take;
 
@@ -618,9 +619,7 @@ static int trip_slot(struct hub_policies *ps, struct hub_policy *p, const char *
         }
     }
     take = free_i >= 0 ? free_i : old_i;
-    if (take < 0 || (p->trips_of[take].fail_ms == NULL &&
-                     (p->trips_of[take].fail_ms =
-                          calloc((size_t)ps->lim.trip_failures, sizeof(int64_t))) == NULL)) {
+    if (take < 0) {
         return -1;
     }
     /* until first: a thread reading the new owner never sees the old
@@ -634,41 +633,51 @@ static int trip_slot(struct hub_policies *ps, struct hub_policy *p, const char *
     return take;
 }
 
+/* Counts a failure at now in t's ring; 1 when it is the trip_failures-th
+ * within trip_window_ms (0 too when the ring cannot be made). */
+static int trip_count(const struct hub_policies *ps, struct policy_trip *t, int64_t now) {
+    int n = ps->lim.trip_failures;
+
+    if (t->fail_ms == NULL && (t->fail_ms = calloc((size_t)n, sizeof(int64_t))) == NULL) {
+        return 0;
+    }
+    t->last_ms = now;
+    t->fail_ms[t->fail_at] = now;
+    t->fail_at = (t->fail_at + 1) % n;
+    t->fail_n += t->fail_n < n;
+    /* full: fail_at is now the oldest of the last n */
+    return t->fail_n == n && now - t->fail_ms[t->fail_at % n] <= ps->lim.trip_window_ms;
+}
+
 /*
  * Records a call of p for `tenant` stopped for time or memory (err: its
  * message): trips p for that tenant when it is the tenant's trip_failures-th
- * within trip_window_ms.  Calls that were already running when it tripped
- * do not count toward the next trip.
+ * within trip_window_ms.  The tenants that find no slot (every one holds a
+ * cool-down) count together, in one record: their trip_failures-th within
+ * the window trips p for every tenant.  Calls that were already running
+ * when it tripped do not count toward the next trip.
  */
 static void trip_note(struct hub_policies *ps, struct hub_policy *p, const char *tenant,
                       const char *err) {
-    int n = ps->lim.trip_failures;
     int64_t now = now_unix_ms();
     char *copy = strdup(err);
-    struct policy_trip *t;
     int i;
 
     if (copy != NULL) {
         free(p->last_call_error);
         p->last_call_error = copy;
     }
-    if (n <= 0 || trip_active(p, policy_trip_owner(tenant), now)) {
+    if (ps->lim.trip_failures <= 0 || trip_active(p, policy_trip_owner(tenant), now)) {
         return;
     }
-    if ((i = trip_slot(ps, p, tenant, now)) < 0) {
-        if (p->trips_of != NULL) {
-            trip(ps, p, -1, now);
+    if ((i = trip_slot(p, tenant, now)) >= 0) {
+        if (trip_count(ps, &p->trips_of[i], now)) {
+            trip(ps, p, i, now);
         }
-        return;
-    }
-    t = &p->trips_of[i];
-    t->last_ms = now;
-    t->fail_ms[t->fail_at] = now;
-    t->fail_at = (t->fail_at + 1) % n;
-    t->fail_n += t->fail_n < n;
-    /* full: fail_at is now the oldest of the last n */
-    if (t->fail_n == n && now - t->fail_ms[t->fail_at % n] <= ps->lim.trip_window_ms) {
-        trip(ps, p, i, now);
+    } else if (p->trips_of != NULL && trip_count(ps, &p->trips_none, now)) {
+        p->trips_none.fail_n = 0; /* after the cool-down it takes fresh failures */
+        p->trips_none.fail_at = 0;
+        trip(ps, p, -1, now);
     }
 }
 
@@ -678,7 +687,13 @@ static void trip_message(const struct hub_policies *ps, struct hub_policy_call *
     int64_t now = now_unix_ms();
     int64_t until = policy_trip_until(c->policy, policy_trip_owner(c->ev.tenant), now);
 
-    hub_rfc3339((until > 0 ? until : now) * 1000, 3, when, sizeof(when));
+    /* 0: the cool-down ended (or a reload cleared it) since a thread
+     * found it running */
+    if (until > 0) {
+        hub_rfc3339(until * 1000, 3, when, sizeof(when));
+    } else {
+        snprintf(when, sizeof(when), "moments ago");
+    }
     snprintf(c->err, sizeof(c->err),
              "%s: %s.lua: tripped until %s after %d timeouts or memory stops within %lld ms; "
              "not run. Last: %s",

@@ -12,9 +12,11 @@
  *   - the name, hash, source, limits and defs are written once by the
  *     compile and read-only afterwards;
  *   - the idle list, the state count and the hub.log limiter are under mu;
- *   - memory and tripped_until_ms are atomics (a state's owner adds its
- *     growth after each call; the loop sets the trip, threads read it);
- *   - the trip record (fail_ms ...) belongs to the loop (policy.c);
+ *   - memory and the trip tags (trip_tags, all_until_ms) are atomics (a
+ *     state's owner adds its growth after each call; the loop sets the
+ *     trips, threads read them);
+ *   - the trip records (trips_of, trips_none) belong to the loop
+ *     (policy.c);
  *   - a state's fields belong to the thread running a call on it.
  */
 #ifndef HUB_POLICY_INT_H
@@ -43,12 +45,13 @@ struct policy_defs {
     size_t n_schedule;
 };
 
-/* The allocator's cache of freed blocks (policy_sandbox.c): size classes
- * of 16 bytes up to 256, then four per power of two up to 4 KiB. */
 /* Tenants with a trip record at once per policy version (struct
  * hub_policy), and a tenant id's longest (the API's). */
 #define POLICY_TRIP_SLOTS 64
 #define POLICY_TENANT_MAX 256
+
+/* The allocator's cache of freed blocks (policy_sandbox.c): size classes
+ * of 16 bytes up to 256, then four per power of two up to 4 KiB. */
 #define POLICY_BLOCK_CLASSES 32
 #define POLICY_BLOCK_MAX 4096
 
@@ -85,6 +88,14 @@ struct policy_state {
     uint64_t ev_last_serial;          /* ... its serial (0 = none) */
 };
 
+/* The loop's half of a tenant's trip record (the tag's slot). */
+struct policy_trip {
+    char tenant[POLICY_TENANT_MAX + 1];
+    int64_t *fail_ms; /* ring of the last trip_failures failures (Unix ms) */
+    int fail_n, fail_at;
+    int64_t last_ms; /* its last failure */
+};
+
 struct hub_policy {
     atomic_int refs;
     char name[HUB_POLICY_NAME_MAX + 1];
@@ -110,25 +121,19 @@ struct hub_policy {
      * record takes one of POLICY_TRIP_SLOTS slots while it has failures
      * within the window or a cool-down running.  Its tag is what the
      * policy threads read (policy_trip_until); the rest is the loop's
-     * (policy.c).  A tenant that finds every slot held by cool-downs trips
-     * the version for every tenant (all_until_ms): so many tenants
-     * tripping it at once is the policy's fault, not theirs. */
+     * (policy.c).  The tenants that find every slot held by a cool-down
+     * count their failures together (trips_none): trip_failures of them
+     * within the window trip the version for every tenant (all_until_ms),
+     * as so many tenants tripping it at once is the policy's fault. */
     struct policy_trip_tag {
         atomic_ullong owner;   /* policy_trip_owner() of its tenant; 0: free */
         atomic_llong until_ms; /* Unix ms; 0 or past: its calls run */
     } trip_tags[POLICY_TRIP_SLOTS];
     atomic_llong all_until_ms;
-    struct policy_trip *trips_of; /* POLICY_TRIP_SLOTS, made at the first failure */
-    uint64_t trips;               /* of all tenants */
-    char *last_call_error;        /* of the last timeout or memory stop */
-};
-
-/* The loop's half of a tenant's trip record (the tag's slot). */
-struct policy_trip {
-    char tenant[POLICY_TENANT_MAX + 1];
-    int64_t *fail_ms; /* ring of the last trip_failures failures (Unix ms) */
-    int fail_n, fail_at;
-    int64_t last_ms; /* its last failure */
+    struct policy_trip *trips_of;  /* POLICY_TRIP_SLOTS, made at the first failure */
+    struct policy_trip trips_none; /* the failures of tenants that found no slot */
+    uint64_t trips;                /* of all tenants */
+    char *last_call_error;         /* of the last timeout or memory stop */
 };
 
 /* A tenant's tag owner: its id's hash, never 0 (NULL counts as ""). */

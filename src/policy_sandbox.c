@@ -713,6 +713,7 @@ void policy_destroy(struct hub_policy *p) {
         free(p->trips_of[i].fail_ms);
     }
     free(p->trips_of);
+    free(p->trips_none.fail_ms);
     free(p->last_call_error);
     free(p);
     if (pool != NULL) {
