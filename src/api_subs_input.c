@@ -56,33 +56,51 @@ struct subs_resolve {
 /*
  * Lookups running, per tenant and in the process.  libuv runs them on at
  * most half of its thread pool (UV_THREADPOOL_SIZE, which main.c raises to
- * 16 unless set: 8 lookups at once), and one that hangs (a name in a zone
- * whose servers never answer) holds its thread for the resolver's timeouts,
- * 10 s and more: without a bound, one tenant's names queued every other
- * tenant's subscription changes behind them, and the schema checks that
- * share the pool lost half of it.  Past VET_TENANT_MAX of a tenant's or
- * VET_PROCESS_MAX in all, a lookup is refused with 503 and Retry-After: the
- * lookups of four tenants at once cannot fill what the others need.  A slot
- * is held until its lookup ends, also when its client has gone.
+ * 16 unless set: 8 at once), first come first served, and one that hangs
+ * (a name in a zone whose servers never answer) holds its thread for the
+ * resolver's timeouts, 10 s and more: without a bound, one tenant's names
+ * queued every other tenant's subscription changes behind them.  The
+ * process runs at most as many as libuv has threads for (vet_cap), so a
+ * lookup admitted never queues; a tenant runs one, and a second only while
+ * fewer than half of those run.  So a tenant with none running finds room
+ * unless that many tenants' lookups hang at once; past the bounds a
+ * lookup is refused with 503 and Retry-After.  A slot is held until its
+ * lookup ends, also when its client has gone.
  */
-#define VET_TENANT_MAX 2
-#define VET_PROCESS_MAX 8
+#define VET_SLOTS 64
 struct vet_tenant {
     int running;
     char id[HUB_API_TENANT_ID_MAX + 1];
 };
-static struct vet_tenant vet_tenants[VET_PROCESS_MAX]; /* loop thread only */
+static struct vet_tenant vet_tenants[VET_SLOTS]; /* loop thread only */
 static int vet_running;
+
+/* The lookups libuv runs at once: half its pool, as libuv sizes the pool
+ * (1 to 1024 threads, 4 by default; up to VET_SLOTS). */
+static int vet_cap(void) {
+    static int cap;
+    const char *v;
+    int n;
+
+    if (cap == 0) {
+        v = getenv("UV_THREADPOOL_SIZE");
+        n = v != NULL ? atoi(v) : 4;
+        n = n < 1 ? 1 : n > 1024 ? 1024 : n;
+        cap = (n + 1) / 2 < VET_SLOTS ? (n + 1) / 2 : VET_SLOTS;
+    }
+    return cap;
+}
 
 /* The tenant's count with room for one more lookup, or NULL when it or the
  * process has none. */
 static struct vet_tenant *vet_take(const char *tenant) {
     struct vet_tenant *t = NULL, *free_slot = NULL;
+    int cap = vet_cap();
 
-    if (vet_running >= VET_PROCESS_MAX || strlen(tenant) >= sizeof(t->id)) {
+    if (vet_running >= cap || strlen(tenant) >= sizeof(t->id)) {
         return NULL;
     }
-    for (int i = 0; i < VET_PROCESS_MAX && t == NULL; i++) {
+    for (int i = 0; i < VET_SLOTS && t == NULL; i++) {
         if (vet_tenants[i].running > 0 && strcmp(vet_tenants[i].id, tenant) == 0) {
             t = &vet_tenants[i];
         } else if (vet_tenants[i].running == 0 && free_slot == NULL) {
@@ -90,10 +108,10 @@ static struct vet_tenant *vet_take(const char *tenant) {
         }
     }
     if (t == NULL) {
-        t = free_slot; /* fewer than VET_PROCESS_MAX run: one is free */
+        t = free_slot; /* fewer than cap <= VET_SLOTS run: one is free */
         strcpy(t->id, tenant);
     }
-    if (t->running >= VET_TENANT_MAX) {
+    if (t->running >= 2 || (t->running == 1 && vet_running >= cap / 2)) {
         return NULL;
     }
     t->running++;
