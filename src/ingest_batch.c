@@ -473,6 +473,92 @@ static void batch_check_json(struct ingest_batch *b) {
     hub_pg_txn_submit(txn);
 }
 
+/* ---------------------------------------- keys the schema refused -- */
+
+/* A record the schema step refused whose key may be stored already. */
+static int rec_schema_refused(const struct hub_ingest_rec *r) {
+    return r->state == REC_REFUSED && r->ok &&
+           (r->verdict == HUB_V_QUARANTINED_SCHEMA ||
+            r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA);
+}
+
+/* What is stored under the refused keys came back: a key stored with the
+ * same payload is that event again, a duplicate (a producer's retry of an
+ * event stored before its type had a schema, or had this one); with
+ * another payload, the digest conflict it would be without the schema;
+ * with nothing stored, the refusal stands. */
+static void batch_stored_cb(void *arg, const struct hub_pg_outcome *out) {
+    struct ingest_batch *b = arg;
+    PGresult *res = out->n_results > 0 ? out->results[0] : NULL;
+
+    b->in_txn = 0;
+    if (out->status != HUB_PG_OK || res == NULL) {
+        batch_failed(b, out);
+        return;
+    }
+    for (int row = 0; row < PQntuples(res); row++) {
+        int ord = atoi(PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_ORD));
+        struct hub_ingest_rec *r;
+        char hex[65];
+        if (ord < 0 || (size_t)ord >= b->n || !rec_schema_refused(&b->recs[ord]) ||
+            PQgetisnull(res, row, HUB_STORED_DIGESTS_COL_DIGEST)) {
+            continue;
+        }
+        r = &b->recs[ord];
+        hub_hex(r->ev.digest, sizeof(r->ev.digest), hex);
+        if (strcmp(hex, PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_DIGEST)) == 0) {
+            rec_settle(b, r, HUB_V_DUPLICATE);
+        } else {
+            r->verdict = HUB_V_QUARANTINED_CONFLICT;
+            r->state = REC_CONFLICT;
+        }
+    }
+    ingest_batch_submit(b);
+}
+
+/* Looks up the keys of the records the schema step refused, once per
+ * batch; returns 1 when the lookup has the batch (or it failed), 0 when
+ * there is none to look up. */
+static int batch_check_stored(struct ingest_batch *b) {
+    struct hub_pgarr a[HUB_STORED_DIGESTS_NPARAMS];
+    struct hub_pg_txn *txn;
+    int n = 0;
+
+    if (b->stored_done) {
+        return 0;
+    }
+    b->stored_done = 1;
+    hub_pgarr_init(&a[0], HUB_OID_INT4);
+    for (int k = 1; k < HUB_STORED_DIGESTS_NPARAMS; k++) {
+        hub_pgarr_init(&a[k], HUB_OID_TEXT);
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        const struct hub_ingest_rec *r = &b->recs[i];
+        if (rec_schema_refused(r)) {
+            hub_pgarr_add_i32(&a[0], (int32_t)i);
+            hub_pgarr_add_text(&a[1], r->ev.tenant);
+            hub_pgarr_add_text(&a[2], r->ev.source);
+            hub_pgarr_add_text(&a[3], r->ev.id);
+            n++;
+        }
+    }
+    if (n == 0 || (txn = hub_pg_txn_new(b->pg, batch_stored_cb, b)) == NULL) {
+        for (int k = 0; k < HUB_STORED_DIGESTS_NPARAMS; k++) {
+            hub_pgarr_free(&a[k]);
+        }
+        if (n == 0) {
+            return 0;
+        }
+        batch_failed(b, &ingest_outcome_oom);
+        return 1;
+    }
+    /* on OOM the txn is marked failed and fails through its callback */
+    hub_pgarr_txn_add(txn, &hub_sql_ingest_stored_digests, a, HUB_STORED_DIGESTS_NPARAMS);
+    b->in_txn = 1;
+    hub_pg_txn_submit(txn);
+    return 1;
+}
+
 /* ------------------------------------------------------ the schema step -- */
 
 /* Hands the batch to the schema step (ingest_schema.c) once, before its
@@ -615,6 +701,9 @@ void ingest_batch_submit(struct ingest_batch *b) {
     if (batch_schema_step(b)) {
         return; /* the schema step has the batch, or it failed */
     }
+    if (batch_check_stored(b)) {
+        return; /* the lookup has the batch, or it failed */
+    }
     if (batch_json_unchecked(b, 1)) {
         /* a repeat of a key in the batch is not inserted, so the insert
          * would not check its payload: check them all row by row */
@@ -667,5 +756,6 @@ void ingest_batch_start(struct ingest_batch *b) {
     b->in_step = INGEST_STEP_NONE;
     b->attempts = 0;
     b->races = 0;
+    b->stored_done = 0;
     ingest_batch_submit(b);
 }

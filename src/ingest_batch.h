@@ -103,6 +103,7 @@ struct ingest_batch {
     int marked;      /* in-batch repeats are marked */
     int races;       /* transactions in a row that left a raced key to run again */
     int schema_done; /* the schema step has looked at the batch (ingest_schema.c) */
+    int stored_done; /* the keys it refused were looked up (ingest_batch.c) */
     int in_step;     /* the step holds it: INGEST_STEP_CHECKING or INGEST_STEP_WAITING */
     /* the fast path's offer to the transaction in flight (dispatch.h), or NULL */
     struct hub_dispatch_fast *fast;

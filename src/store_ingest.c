@@ -228,6 +228,14 @@ const struct hub_sql hub_sql_ingest_insert_fast_prepared = {
     0,
 };
 
+const struct hub_sql hub_sql_ingest_stored_digests = {
+    "ingest_stored_digests",
+    "SELECT u.ord, encode((SELECT e.digest FROM event_inbox e WHERE e.tenant_id = u.tenant"
+    "                        AND e.source = u.source AND e.event_id = u.id LIMIT 1), 'hex')"
+    "  FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[]) u(ord, tenant, source, id)",
+    0,
+};
+
 /* hub_json_error() (migrations/0004) catches what the cast raises, row by
  * row: slow, and run only after an insert failed on a bad payload. */
 const struct hub_sql hub_sql_ingest_json_errors = {

@@ -162,6 +162,23 @@ int hub_store_ingest_rows_txn_add(struct hub_store_ingest_rows *rows,
  * 1 when sqlstate (may be NULL) is one of them. */
 int hub_sqlstate_json_grammar(const char *sqlstate);
 
+/* ----------------------------------------- keys the schema refused -- */
+
+/*
+ * What is stored under the keys of records the schema step refused:
+ * $1 ord int4[], $2 tenant text[], $3 source text[], $4 event_id text[].
+ * One result row per key (text): its ord, and the stored payload's digest
+ * in hex, NULL when nothing is stored under it (every day partition is
+ * probed by its unique index: refused records only).
+ */
+#define HUB_STORED_DIGESTS_NPARAMS 4
+extern const struct hub_sql hub_sql_ingest_stored_digests;
+
+enum hub_stored_digests_col {
+    HUB_STORED_DIGESTS_COL_ORD = 0,
+    HUB_STORED_DIGESTS_COL_DIGEST,
+};
+
 /* --------------------------------------------------- the JSON check -- */
 
 /*

@@ -199,6 +199,27 @@ scenario_http_validation() {
     assert_contains "$body" '"status":202' "the good one stored"
 }
 
+# A producer's retry of an event stored before its type had a schema (its
+# answer lost) is the stored event: a duplicate, as any retry is, not a 422
+# that tells the producer it was refused while it is stored and delivered.
+# The same key with another payload is the conflict it always was.
+scenario_a_retry_of_a_stored_event_stays_a_duplicate() {
+    local body
+    own_client
+    body=$(ev_schema "$KEY" early-1 '{"id":5}' 1.0.0)
+    assert_eq 202 "$(http_status)" "stored before the type has a schema: $body"
+    tput "$KEY" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "then a schema it does not meet"
+    until_422 50 0.1 probe
+    assert_eq 422 "$code" "the schema is in use"
+    body=$(ev_schema "$KEY" early-1 '{"id":5}' 1.0.0)
+    assert_eq "200 duplicate" "$(http_status) $(json_str verdict "$body")" "the retry: $body"
+    body=$(ev_schema "$KEY" early-1 '{"id":6}' 1.0.0)
+    assert_eq 409 "$(http_status)" "the key with another payload: $body"
+    assert_eq 1 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'early-1'")" \
+        "stored once"
+}
+
 # The validator reads a payload as PostgreSQL's json grammar does (integers
 # beyond 64 bits, "\u0000" in strings), refuses repeated member names (it
 # would check the last, a consumer may read the first), and an event's
