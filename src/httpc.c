@@ -955,6 +955,12 @@ static int httpc_setup(struct hub_httpc *c, struct httpc_req *r,
     HTTPC_SETOPT(e, CURLOPT_PIPEWAIT, https ? 1L : 0L);
     HTTPC_SETOPT(e, CURLOPT_TIMEOUT_MS, (long)timeout);
     HTTPC_SETOPT(e, CURLOPT_CONNECTTIMEOUT_MS, (long)connect);
+    /* a transfer removed while its name is still being looked up (timed
+     * out, aborted) leaves the lookup thread to end alone: by default
+     * libcurl's cleanup joins it, on the loop, for as long as a resolver
+     * whose servers never answer takes (a destination's name can hold the
+     * whole hub for seconds per attempt) */
+    HTTPC_SETOPT(e, CURLOPT_QUICK_EXIT, 1L);
     /* the size first: COPYPOSTFIELDS copies that many bytes (binary safe) */
     HTTPC_SETOPT(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     if (req->body_len > 0) {

@@ -1018,6 +1018,30 @@ scenario_host_lookups_that_hang_hold_no_other_tenant() {
     assert_eq "$body" "$internal" "both answers read alike"
 }
 
+# An attempt (here the verification probe) to a name whose lookup hangs
+# (libhub-slow-dns.so: 3 s) and that times out first (1 s): libcurl's
+# cleanup of the transfer waited on the loop for its lookup thread, and
+# the whole hub stopped answering for the rest of the lookup (~2 s).
+hub_env_a_destination_whose_name_hangs_does_not_stall_the_hub() {
+    echo STREAMING_HUB_DELIVERY_TIMEOUT=1s LD_PRELOAD="$BUILD/libhub-slow-dns.so" \
+        ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0"
+}
+
+scenario_a_destination_whose_name_hangs_does_not_stall_the_hub() {
+    local i worst=0 t
+    own_client
+    api "$KEY" POST /v1/subscriptions "$(sub_body "http://stall.hang.test/hook")" >/dev/null
+    assert_eq 201 "$(http_status)" "created (no lookup: private sinks are allowed here)"
+    for i in $(seq 1 30); do
+        t=$(curl -s -o /dev/null -w '%{time_total}' "$HUB_URL/healthz")
+        worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
+        sleep 0.1
+    done
+    log "the slowest /healthz while the probe's lookup hung: ${worst} s"
+    assert_eq 1 "$(awk -v w="$worst" 'BEGIN { print (w < 0.3) }')" \
+        "the loop answered within 300 ms throughout (slowest ${worst} s)"
+}
+
 scenario_without_a_kek_secrets_cannot_be_used() {
     local id2 body
     own_client
