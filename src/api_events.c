@@ -191,15 +191,11 @@ static int header_wanted(const h2o_iovec_t *name, enum ingest_mode mode) {
     return mode == MODE_BINARY && name->len > 3 && strncasecmp(name->base, "ce-", 3) == 0;
 }
 
-/* What an event's headers may hold (ce-*, content-type, traceparent,
- * tracestate): each is copied into every event's quarantine evidence
- * (over HTTP/2, since turned off, a repeated header cost the client one
- * byte: 400,000 copies of a 4 KB one fit in one request and became
- * gigabytes of evidence). */
-#define EVENT_HEADERS_MAX 256
-#define EVENT_HEADER_BYTES_MAX (64 * 1024)
-
-/* 1 when the headers an event would be parsed with pass those bounds. */
+/* 1 when the headers an event would be parsed with pass the bounds of
+ * ingest.h (ce-*, content-type, traceparent, tracestate; over HTTP/2,
+ * since turned off, a repeated header cost the client one byte: 400,000
+ * copies of a 4 KB one fit in one request and became gigabytes of
+ * evidence). */
 static int headers_over(const h2o_req_t *req, enum ingest_mode mode) {
     size_t n = 0, bytes = 0;
 
@@ -210,7 +206,7 @@ static int headers_over(const h2o_req_t *req, enum ingest_mode mode) {
             bytes += e->name->len + e->value.len;
         }
     }
-    return n > EVENT_HEADERS_MAX || bytes > EVENT_HEADER_BYTES_MAX;
+    return n > HUB_EVENT_HEADERS_MAX || bytes > HUB_EVENT_HEADER_BYTES_MAX;
 }
 
 /* The headers an event of this request is parsed with, in req's pool. */

@@ -128,12 +128,47 @@ static char *header_text(const rd_kafka_message_t *m, const char *attr) {
 
 /* Out of memory is not the record's fault: it is not refused (that would
  * quarantine it for good), only left unparsed for the batch's next try. */
+size_t hub_ingest_msg_header_bytes(const void *msg, size_t *n) {
+    const rd_kafka_message_t *m = msg;
+    rd_kafka_headers_t *hdrs = NULL;
+    const char *name;
+    const void *val;
+    size_t size, bytes = 0, k = 0;
+
+    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (; rd_kafka_header_get_all(hdrs, k, &name, &val, &size) == 0; k++) {
+            bytes += strlen(name) + (val != NULL ? size : 0);
+        }
+    }
+    if (n != NULL) {
+        *n = k;
+    }
+    return bytes;
+}
+
+/* 1 when the record's headers pass the bounds of ingest.h. */
+static int msg_headers_over(const rd_kafka_message_t *m) {
+    size_t n, bytes = hub_ingest_msg_header_bytes(m, &n);
+    return n > HUB_EVENT_HEADERS_MAX || bytes > HUB_EVENT_HEADER_BYTES_MAX;
+}
+
 int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_limits *lim) {
     const rd_kafka_message_t *m = r->msg;
     struct hub_header stack[INGEST_STACK_HEADERS];
     size_t nh = 0;
-    struct hub_header *h =
-        hub_fault("kafka_headers") ? NULL : msg_headers(m, stack, INGEST_STACK_HEADERS, &nh);
+    struct hub_header *h;
+
+    if (msg_headers_over(m)) {
+        r->ok = 0;
+        memset(&r->err, 0, sizeof(r->err));
+        r->err.reason = HUB_ENVELOPE_TOO_LARGE;
+        snprintf(r->err.field, sizeof(r->err.field), "headers");
+        snprintf(r->err.message, sizeof(r->err.message),
+                 "the record's headers are over %d or %d bytes in all", HUB_EVENT_HEADERS_MAX,
+                 HUB_EVENT_HEADER_BYTES_MAX);
+        return 0;
+    }
+    h = hub_fault("kafka_headers") ? NULL : msg_headers(m, stack, INGEST_STACK_HEADERS, &nh);
 
     if (h == NULL) {
         r->ok = 0;
@@ -194,7 +229,10 @@ void ingest_rec_evidence(const struct hub_ingest_rec *r, struct hub_store_quaran
         row->value = r->value;
         row->value_len = r->value_len;
     } else {
-        row->headers_json = ev->owned[3] = headers_evidence(m);
+        /* headers past the bounds are left out ([]; the row's detail says
+         * why): a megabyte of them would become a megabyte of JSON, per
+         * record, on the loop */
+        row->headers_json = ev->owned[3] = msg_headers_over(m) ? strdup("[]") : headers_evidence(m);
         row->value = m->payload;
         row->value_len = m->len;
     }

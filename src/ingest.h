@@ -150,6 +150,14 @@ size_t hub_ingest_queue_waiting(const struct hub *hub);
 /* 1 when no HTTP ingest request is waiting or being stored (the drain). */
 int hub_ingest_queue_idle(const struct hub *hub);
 
+/* What an event's headers may hold, over HTTP (its ce-*, content-type and
+ * trace headers: 431) and Kafka (all the record's headers: quarantined
+ * too_large, field "headers", their evidence left out): each is copied
+ * into the event's quarantine evidence and parsed on the loop, and a
+ * record's headers are outside every byte budget that counts its value. */
+#define HUB_EVENT_HEADERS_MAX 256
+#define HUB_EVENT_HEADER_BYTES_MAX (64 * 1024)
+
 /* JSON evidence of a record's headers for the quarantine table: an array of
  * {"name","value"}; a name or value that is not UTF-8 text is kept as
  * "name_b64"/"value_b64".  Returns malloc'd text, or NULL on OOM. */

@@ -169,6 +169,11 @@ void ingest_batch_schema_done(struct ingest_batch *b);
  */
 int ingest_rec_parse_kafka(struct hub_ingest_rec *r, const struct hub_envelope_limits *lim);
 
+/* The bytes of a Kafka record's headers (names and values; msg is an
+ * rd_kafka_message_t), and in *n (may be NULL) how many there are: what a
+ * record holds beyond its value. */
+size_t hub_ingest_msg_header_bytes(const void *msg, size_t *n);
+
 /* Where r was read: its topic, partition and offset, or topic NULL for an
  * HTTP record.  The topic is borrowed from the record. */
 void ingest_rec_pos(const struct hub_ingest_rec *r, struct hub_store_kafka_pos *pos);

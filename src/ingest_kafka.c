@@ -212,6 +212,12 @@ static void part_drop_pending(struct ingest_part *p) {
 
 /* Appends m to the pending list, which takes it.  Returns 0, or HUB_ENOMEM
  * (m is then still the caller's). */
+/* What a record holds: its value and its headers (a record of a few bytes
+ * may carry a megabyte of headers, which a budget of values never saw). */
+static size_t msg_bytes(const rd_kafka_message_t *m) {
+    return m->len + hub_ingest_msg_header_bytes(m, NULL);
+}
+
 static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
     if (p->n_pending == p->cap_pending) {
         size_t cap = p->cap_pending ? p->cap_pending * 2 : 256;
@@ -223,8 +229,8 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
         p->cap_pending = cap;
     }
     p->pending[p->n_pending++] = m;
-    p->pending_bytes += m->len;
-    p->ing->pending_bytes += m->len;
+    p->pending_bytes += msg_bytes(m);
+    p->ing->pending_bytes += msg_bytes(m);
     return 0;
 }
 
@@ -621,8 +627,8 @@ static int part_batch_add(struct ingest_part *p, struct ingest_carrier *c, size_
     b->last_offset = p->pending[n - 1]->offset;
     for (size_t i = 0; i < n; i++) {
         c->w.recs[c->w.n + i].msg = p->pending[i];
-        p->pending_bytes -= p->pending[i]->len;
-        ing->pending_bytes -= p->pending[i]->len;
+        p->pending_bytes -= msg_bytes(p->pending[i]);
+        ing->pending_bytes -= msg_bytes(p->pending[i]);
     }
     memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
     p->n_pending -= n;

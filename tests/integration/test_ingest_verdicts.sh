@@ -280,6 +280,37 @@ scenario_invalid_records_are_quarantined_naming_the_field() {
         "no invalid record in event_inbox"
 }
 
+# A record's headers were counted nowhere (the pending budget and
+# librdkafka's count values) and parsed whole on the loop, then copied
+# into JSON evidence: a producer's records of a few bytes could carry a
+# megabyte of headers each.  Past 256 headers or 64 KiB they are
+# quarantined too_large, field headers, their evidence left out; the
+# partition goes on.
+scenario_records_with_too_many_headers_are_quarantined() {
+    local i extra=() big
+    TENANT=$(own_tenant)
+    counters_start
+    for i in $(seq 1 300); do
+        extra+=("+x-h$i=v$i")
+    done
+    rec many-hdrs /test/bad/many-headers "${extra[@]}"
+    send "$TOPIC" "$F/ok.json"
+    big=$(head -c 70000 /dev/zero | tr '\0' 'a')
+    rec big-hdrs /test/bad/big-headers "+x-big=$big"
+    send "$TOPIC" "$F/ok.json"
+    rec after-hdrs /test/ok/after-headers
+    send "$TOPIC" "$F/ok.json"
+    wait_records 3 "records with too many headers"
+    assert_eq 2 "$(growth quarantined too_large)" "both quarantined too_large"
+    assert_eq "too_large|headers|[]" \
+        "$(psql_q "SELECT reason || '|' || field || '|' || headers::text FROM quarantine
+                    WHERE source = '/test/bad/many-headers'")" "300 headers: field headers, evidence left out"
+    assert_eq "too_large|headers|[]" \
+        "$(psql_q "SELECT reason || '|' || field || '|' || headers::text FROM quarantine
+                    WHERE source = '/test/bad/big-headers'")" "70 KB of headers: the same"
+    assert_eq 1 "$(inbox_count "source = '/test/ok/after-headers'")" "the next record is stored"
+}
+
 # ---------------------------------------------------------------------------
 # dropped: unknown and inactive tenants leave no trace
 # ---------------------------------------------------------------------------
