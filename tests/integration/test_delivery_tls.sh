@@ -109,4 +109,29 @@ scenario_an_unknown_ca_fails_with_tls() {
     expect_refused "$(tls_subscription localhost untrusted)" untrusted "an unknown CA"
 }
 
+# A destination that offers only finite-field Diffie-Hellman (DHE) picks the
+# modulus, up to 10,000 bits, and each handshake's two exponentiations ran
+# on the hub's loop: a tenant's server could take half a second of it per
+# attempt.  Attempts now offer ECDHE only (TLS 1.2 and up, EC groups), and
+# such a server fails the attempt with "tls".
+scenario_a_destination_offering_only_dhe_fails_with_tls() {
+    local port sub tries=0
+    own_client
+    while :; do
+        port=$(random_port)
+        openssl s_server -accept "$port" -cert "$PKI/srv.pem" -key "$PKI/srv.key" -no_tls1_3 \
+            -cipher DHE-RSA-AES128-GCM-SHA256 -www >"$WORK/dhe.log" 2>&1 &
+        track_pid $!
+        wait_until 5 "port_in_use $port" >/dev/null && break
+        tries=$((tries + 1))
+        ((tries < 5)) || fatal "openssl s_server did not start: $(cat "$WORK/dhe.log")"
+    done
+    sub=$(subscribe_active "$KEY" "$(subscription_json tls.dhe "https://localhost:$port/$(own_id)")") ||
+        fail "the probe of the dhe subscription did not finish"
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix dhe- \
+        --type studio.lerian.tls.dhe >/dev/null
+    wait_until 30 "[[ -n \$(attempt_errors $sub) ]]" || fail "no attempt was made"
+    assert_eq tls:1 "$(attempt_errors "$sub")" "a DHE-only destination fails the attempt with tls"
+}
+
 scenarios_main "$@"
