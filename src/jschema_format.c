@@ -66,19 +66,13 @@ static __thread unsigned search_callouts;
  * value ends it, and pcre2_match returns it). */
 #define JS_REGEX_OVERTIME (-1000)
 
-uint64_t js_thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Every 32nd callout reads the clock (a system call): a few attempts of a
  * costly pattern, a fraction of a microsecond spread over cheap ones. */
 static int search_callout(pcre2_callout_block *block, void *data) {
     (void)block;
     (void)data;
     if ((++search_callouts & 31) == 0 && search_deadline_ns != 0 &&
-        js_thread_cpu_ns() > search_deadline_ns) {
+        hub_thread_cpu_ns() > search_deadline_ns) {
         return JS_REGEX_OVERTIME;
     }
     return 0;

@@ -134,13 +134,10 @@ pcre2_code *js_regex_compile(const char *src, size_t len, char *msg, size_t cap)
  * js_regex_search) on a match context, once, before it is shared. */
 void js_regex_context_init(pcre2_match_context *mctx);
 
-/* The calling thread's CPU clock, in nanoseconds. */
-uint64_t js_thread_cpu_ns(void);
-
 /*
  * Searches subject (valid UTF-8: a jansson string) for re with match data
  * md (the caller's, one per thread) under mctx's limits, until the thread's
- * CPU clock (js_thread_cpu_ns) passes deadline_ns (0: no deadline), and
+ * CPU clock (hub_thread_cpu_ns) passes deadline_ns (0: no deadline), and
  * adds its callouts (one before each pattern item tried) to *callouts.
  * Returns 1 match, 0 no match, -1 a limit was hit, -2 another PCRE2 error,
  * -3 the deadline passed.

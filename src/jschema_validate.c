@@ -22,6 +22,7 @@
 
 #include "error.h"
 #include "jschema_int.h"
+#include "util.h"
 
 /* The state of one validation. */
 struct js_vctx {
@@ -440,7 +441,7 @@ static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, 
         return stop(c, HUB_ENOMEM, HUB_JSCHEMA_LIMIT_NONE);
     }
     if (len > JS_REGEX_UNTIMED_BYTES) {
-        t0 = js_thread_cpu_ns();
+        t0 = hub_thread_cpu_ns();
     }
     r = js_regex_search(re, s, len, c->md, c->mctx_first, t0 != 0 ? t0 + left_ns(c) : 0, &callouts);
     if (r == -1) {
@@ -448,11 +449,11 @@ static int regex_search(struct js_vctx *c, const pcre2_code *re, const char *s, 
             return -1;
         }
         if (t0 == 0) {
-            t0 = js_thread_cpu_ns();
+            t0 = hub_thread_cpu_ns();
         }
         r = js_regex_search(re, s, len, c->md, c->mctx, t0 + left_ns(c), &callouts);
     }
-    spent = callouts / 2 + (t0 != 0 ? (js_thread_cpu_ns() - t0) / JS_NS_PER_STEP : 0);
+    spent = callouts / 2 + (t0 != 0 ? (hub_thread_cpu_ns() - t0) / JS_NS_PER_STEP : 0);
     if (charge(c, spent) < 0 || r == -3) {
         return stop(c, HUB_ERANGE, HUB_JSCHEMA_LIMIT_STEPS);
     }

@@ -66,12 +66,6 @@ extern const size_t hub_lua_sandbox_len;
 
 /* ------------------------------------------------------------ deadline -- */
 
-static uint64_t thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * The thread's CPU clock is a system call (the vDSO reads only the wall
  * clocks) and most calls end before their first check: it is read at that
@@ -96,7 +90,7 @@ int64_t policy_cpu_spent_ns(const struct policy_state *s) {
     if (!s->checked) {
         return 0;
     }
-    return (int64_t)(thread_cpu_ns() - s->start_cpu_ns);
+    return (int64_t)(hub_thread_cpu_ns() - s->start_cpu_ns);
 }
 
 /*
@@ -120,13 +114,13 @@ static int64_t policy_left_ns(struct policy_state *s, int64_t need_ns) {
     now = hub_now_ns();
     wall = (int64_t)(now - s->start_ns);
     if (!s->checked) {
-        s->start_cpu_ns = thread_cpu_ns();
+        s->start_cpu_ns = hub_thread_cpu_ns();
         s->checked = 1;
     }
     if (s->timeout_ns - wall > need_ns) {
         return s->timeout_ns - wall;
     }
-    cpu = (int64_t)(thread_cpu_ns() - s->start_cpu_ns);
+    cpu = (int64_t)(hub_thread_cpu_ns() - s->start_cpu_ns);
     /* A call that has used little CPU is not stopped on the clock: on
      * saturated cores one preemption can outlast the backstop, and a short
      * healthy call caught by it would be condemned (and count toward

@@ -237,6 +237,12 @@ uint64_t hub_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t hub_thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int64_t hub_unix_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -78,6 +78,10 @@ int hub_http_value_safe(const char *s, size_t len);
 /* Monotonic clock in nanoseconds. */
 uint64_t hub_now_ns(void);
 
+/* The calling thread's CPU clock, in nanoseconds (a system call: the vDSO
+ * reads only the wall clocks). */
+uint64_t hub_thread_cpu_ns(void);
+
 /* Wall clock in Unix microseconds. */
 int64_t hub_unix_us(void);
 
