@@ -412,16 +412,27 @@ static int batch_json_unchecked(const struct ingest_batch *b, int repeats_only) 
     return 0;
 }
 
+/* A read of the batch's (the JSON check, the refused keys) answered: its
+ * rows, or NULL once the batch is handed back because it failed.  No
+ * result at all is not "no rows": the read did not run. */
+static PGresult *batch_read_done(struct ingest_batch *b, const struct hub_pg_outcome *out) {
+    PGresult *res = out->n_results > 0 ? out->results[0] : NULL;
+
+    b->in_txn = 0;
+    if (out->status != HUB_PG_OK || res == NULL) {
+        batch_failed(b, out);
+        return NULL;
+    }
+    return res;
+}
+
 /* The row-by-row check answered: the payloads it lists are refused (their
  * events freed), every other one passed; then the batch is written again. */
 static void batch_json_cb(void *arg, const struct hub_pg_outcome *out) {
     struct ingest_batch *b = arg;
-    PGresult *res = out->n_results > 0 ? out->results[0] : NULL;
+    PGresult *res = batch_read_done(b, out);
 
-    b->in_txn = 0;
-    /* no rows at all is not "all passed": the check did not run */
-    if (out->status != HUB_PG_OK || res == NULL) {
-        batch_failed(b, out);
+    if (res == NULL) {
         return;
     }
     for (int row = 0; row < PQntuples(res); row++) {
@@ -489,11 +500,9 @@ static int rec_schema_refused(const struct hub_ingest_rec *r) {
  * with nothing stored, the refusal stands. */
 static void batch_stored_cb(void *arg, const struct hub_pg_outcome *out) {
     struct ingest_batch *b = arg;
-    PGresult *res = out->n_results > 0 ? out->results[0] : NULL;
+    PGresult *res = batch_read_done(b, out);
 
-    b->in_txn = 0;
-    if (out->status != HUB_PG_OK || res == NULL) {
-        batch_failed(b, out);
+    if (res == NULL) {
         return;
     }
     for (int row = 0; row < PQntuples(res); row++) {
