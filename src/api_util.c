@@ -942,6 +942,7 @@ static void turns_pump(struct api_turns *t) {
             t->tail = NULL;
         }
         t->waiting--;
+        call->hub->metrics.api_turns_waiting--;
         call->turn_next = NULL;
         call->turn_txn = NULL;
         if (call->req == NULL || hub_pg_connected(call->hub->pg) == 0) {
@@ -1019,6 +1020,7 @@ struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb c
         return txn;
     }
     if (status == 429) {
+        call->hub->metrics.api_turns_refused++;
         h2o_add_header(&call->req->pool, &call->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
                        H2O_STRLIT("1"));
         hub_api_send_problem(call->req, 429,
@@ -1053,6 +1055,7 @@ void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
             }
             t->tail = call;
             t->waiting++;
+            call->hub->metrics.api_turns_waiting++;
             return;
         }
         t->running++;

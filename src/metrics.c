@@ -78,6 +78,12 @@ static void render_p3(const struct hub_metrics *m, FILE *out) {
         {"streaming_hub_verification_probes_refused_total", "counter",
          "Verification probes not sent: their tenant had as many in flight as it may.",
          (long long)m->verify_probes_refused},
+        {"streaming_hub_api_tenant_waiting", "gauge",
+         "API transactions waiting for their tenant's turn (a tenant's run one at a time).",
+         m->api_turns_waiting},
+        {"streaming_hub_api_tenant_refused_total", "counter",
+         "API requests answered 429: their tenant had 32 transactions waiting for its turn.",
+         (long long)m->api_turns_refused},
         {"streaming_hub_cluster_processes", "gauge",
          "Live hub processes the pull rate and ingest quotas are shared by.", m->cluster_processes},
     };

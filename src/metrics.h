@@ -107,6 +107,10 @@ struct hub_metrics {
     /* verification probes not sent: their tenant had as many in flight as
      * it may (api_verify.c) */
     uint64_t verify_probes_refused;
+    /* API transactions of a tenant waiting for its turn (api_util.c), and
+     * requests refused 429 because 32 already were */
+    int64_t api_turns_waiting;
+    uint64_t api_turns_refused;
     /* cluster membership (cluster.c): live processes sharing the limits */
     int64_t cluster_processes;
     /* the schema registry (schema_registry.c, ingest_schema.c): the

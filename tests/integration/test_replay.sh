@@ -238,11 +238,12 @@ prepare_one_tenants_waiting_requests_do_not_hold_the_api() {
 }
 
 scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
-    local holder i start ms ok key
+    local holder i start ms ok key refused0
     psql_q "SELECT pg_advisory_lock(hashtextextended('subscription_replay:' || '$SUB', 0)), pg_sleep(6)" \
         >/dev/null &
     holder=$!
     sleep 0.5
+    refused0=$(metric streaming_hub_api_tenant_refused_total)
     for i in $(seq 1 40); do
         curl -s -o "$WORK/held_body.$i" -w '%{http_code}\n' -X POST -H "Authorization: Bearer $KEY" \
             -H 'Content-Type: application/json' -d '{"since":"2000-01-01T00:00:00Z"}' \
@@ -270,6 +271,9 @@ scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
         "each of the sixteen answered 200 within a second"
     hub_curl GET /readyz >/dev/null
     assert_eq 200 "$(http_status)" "/readyz stays 200"
+    assert_eq 32 "$(metric streaming_hub_api_tenant_waiting)" "the gauge shows the 32 waiting"
+    assert_eq 7 "$(metric_delta streaming_hub_api_tenant_refused_total "$refused0")" \
+        "and the counter the 7 refused"
     wait "$holder"
     wait
     log "the replays: $(sort "$WORK"/held.* | uniq -c | tr -s " \n" " ")"
