@@ -26,7 +26,8 @@ struct breaker {
      * each tenant's in the list of those firsts (hub_breakers.open_head) */
     struct breaker *onext, *oprev;
     struct breaker *gnext, *gprev;
-    int64_t tag; /* the caller's (hub_breaker_tag), -1 before */
+    int64_t tag; /* the caller's (hub_breaker_tag), when tagged */
+    int tagged;
     uint64_t hash;
     enum state state;
     int consecutive;      /* failures in a row, across states */
@@ -306,7 +307,6 @@ static struct breaker *find_or_add(struct hub_breakers *b, const char *tenant, c
         return NULL;
     }
     e->hash = key_hash(tenant, tlen, origin, olen);
-    e->tag = -1;
     e->state = ST_CLOSED;
     e->open_ms = b->cfg.open_ms;
     e->head = bucket_of(b, now_ms);
@@ -543,6 +543,7 @@ void hub_breaker_tag(struct hub_breakers *b, const char *tenant, const char *ori
 
     if (e != NULL) {
         e->tag = tag;
+        e->tagged = 1;
     }
 }
 
@@ -551,9 +552,12 @@ size_t hub_breakers_each_open(const struct hub_breakers *b, size_t per_tenant,
     size_t n = 0;
 
     for (const struct breaker *f = b != NULL ? b->open_head : NULL; f != NULL; f = f->gnext) {
-        size_t k = 0;
-        for (const struct breaker *e = f; e != NULL && k < per_tenant; e = e->onext) {
-            if (e->tag > 0) {
+        size_t k = 0, seen = 0;
+        /* untagged ones are passed over, but count toward the visit's
+         * bound: the walk never grows with a tenant's breakers */
+        for (const struct breaker *e = f; e != NULL && k < per_tenant && seen < 2 * per_tenant;
+             e = e->onext, seen++) {
+            if (e->tagged) {
                 cb(arg, e->key, e->key + e->tenant_len + 1, e->tag);
                 k++;
             }

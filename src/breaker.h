@@ -150,11 +150,11 @@ typedef void (*hub_breakers_open_cb)(void *arg, const char *tenant, const char *
                                      int64_t tag);
 
 /*
- * Calls cb for the open and half-open breakers that were given a tag above
- * 0 (hub_breaker_tag), at most per_tenant of each tenant, without
+ * Calls cb for the open and half-open breakers that were given a tag
+ * (hub_breaker_tag; any value), at most per_tenant of each tenant, without
  * forgetting anything.  A hot path: it visits the tenants with open
- * breakers, and of each about per_tenant.  Returns how many it called cb
- * for.
+ * breakers, and of each at most 2 * per_tenant (untagged ones are passed
+ * over within that).  Returns how many it called cb for.
  */
 size_t hub_breakers_each_open(const struct hub_breakers *b, size_t per_tenant,
                               hub_breakers_open_cb cb, void *arg);

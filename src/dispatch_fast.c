@@ -87,10 +87,11 @@ static void room_entry(void *arg, const char *tenant, int64_t origin, int room) 
 }
 
 /* hub_breakers_each_open's callback: an open or half-open breaker gives
- * its (tenant, origin) pair a room of 0; its tag is the origin's id, kept
- * by the outcomes that opened it (none, or a job of no named origin: not
- * listed, and a job leased to it is shed by the attempt, as a claimed one
- * would be). */
+ * its (tenant, origin) pair a room of 0; its tag is the origin's id (any
+ * 64-bit value but 0: hub_origin_id, migrations/0013), kept by the outcomes
+ * that opened it (a job of no named origin, id 0, tags none: not listed,
+ * and a job leased to it is shed by the attempt, as a claimed one would
+ * be). */
 static void block_breaker(void *arg, const char *tenant, const char *origin, int64_t origin_id) {
     (void)origin;
     room_entry(arg, tenant, origin_id, 0);

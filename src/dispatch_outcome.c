@@ -306,7 +306,9 @@ void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int su
 
     if (!dispatch_lease_past(d, j, now)) {
         hub_breaker_report(d->breakers, j->tenant, j->origin, success, j->breaker_probe, now);
-        hub_breaker_tag(d->breakers, j->tenant, j->origin, j->origin_id); /* the fast path's */
+        if (j->origin_id != 0) { /* 0: no named origin; the fast path's */
+            hub_breaker_tag(d->breakers, j->tenant, j->origin, j->origin_id);
+        }
     } else if (j->breaker_probe) {
         hub_breaker_release(d->breakers, j->tenant, j->origin, now);
     }

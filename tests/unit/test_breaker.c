@@ -485,7 +485,9 @@ static void test_open_walk_is_per_tenant(void **state) {
         for (int k = 0; k < 5; k++) {
             hub_breaker_report(b, "acme", origin, 0, 0, T0);
         }
-        hub_breaker_tag(b, "acme", origin, i + 1);
+        /* origin ids are any 64-bit value but 0 (half are negative): a
+         * negative one was taken for no tag, and never blocked */
+        hub_breaker_tag(b, "acme", origin, -(i + 1));
     }
     for (int k = 0; k < 5; k++) {
         hub_breaker_report(b, "globex", ORIGIN, 0, 0, T0);
