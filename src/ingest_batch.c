@@ -503,8 +503,9 @@ static void batch_stored_cb(void *arg, const struct hub_pg_outcome *out) {
     PGresult *res = batch_read_done(b, out);
 
     if (res == NULL) {
-        return;
+        return; /* stored_done still 0: the batch's next try looks again */
     }
+    b->stored_done = 1;
     for (int row = 0; row < PQntuples(res); row++) {
         int ord = atoi(PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_ORD));
         struct hub_ingest_rec *r;
@@ -536,7 +537,20 @@ static int batch_check_stored(struct ingest_batch *b) {
     if (b->stored_done) {
         return 0;
     }
-    b->stored_done = 1;
+    for (size_t i = 0; i < b->n; i++) {
+        n += rec_schema_refused(&b->recs[i]);
+    }
+    if (n == 0) {
+        b->stored_done = 1;
+        return 0;
+    }
+    /* the keys an earlier batch of the partition stores are seen only
+     * after it: held as its writes would be, and behind them on its lane */
+    if (b->owner->may_write != NULL && !b->owner->may_write(b)) {
+        batch_mark_unsettled(b); /* held, not failed: not counted as a failure */
+        b->owner->failed(b, &ingest_outcome_held);
+        return 1;
+    }
     hub_pgarr_init(&a[0], HUB_OID_INT4);
     for (int k = 1; k < HUB_STORED_DIGESTS_NPARAMS; k++) {
         hub_pgarr_init(&a[k], HUB_OID_TEXT);
@@ -548,18 +562,17 @@ static int batch_check_stored(struct ingest_batch *b) {
             hub_pgarr_add_text(&a[1], r->ev.tenant);
             hub_pgarr_add_text(&a[2], r->ev.source);
             hub_pgarr_add_text(&a[3], r->ev.id);
-            n++;
         }
     }
-    if (n == 0 || (txn = hub_pg_txn_new(b->pg, batch_stored_cb, b)) == NULL) {
+    if ((txn = hub_pg_txn_new(b->pg, batch_stored_cb, b)) == NULL) {
         for (int k = 0; k < HUB_STORED_DIGESTS_NPARAMS; k++) {
             hub_pgarr_free(&a[k]);
         }
-        if (n == 0) {
-            return 0;
-        }
         batch_failed(b, &ingest_outcome_oom);
         return 1;
+    }
+    if (b->lane != NULL) {
+        hub_pg_txn_lane(txn, b->lane);
     }
     /* on OOM the txn is marked failed and fails through its callback */
     hub_pgarr_txn_add(txn, &hub_sql_ingest_stored_digests, a, HUB_STORED_DIGESTS_NPARAMS);

@@ -212,10 +212,11 @@ static void part_drop_pending(struct ingest_part *p) {
 
 /* Appends m to the pending list, which takes it.  Returns 0, or HUB_ENOMEM
  * (m is then still the caller's). */
-/* What a record holds: its value and its headers (a record of a few bytes
- * may carry a megabyte of headers, which a budget of values never saw). */
+/* What a record holds: its value, key and headers (a record of a few
+ * bytes may carry a megabyte of either, which a budget of values never
+ * saw). */
 static size_t msg_bytes(const rd_kafka_message_t *m) {
-    return m->len + hub_ingest_msg_header_bytes(m, NULL);
+    return m->len + m->key_len + hub_ingest_msg_header_bytes(m, NULL);
 }
 
 static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
