@@ -197,7 +197,7 @@ const struct hub_sql hub_sql_subs_probe_load = {
 
 const struct hub_sql hub_sql_subs_outcome_lock_timeout = {
     "subs_outcome_lock_timeout",
-    "SELECT set_config('lock_timeout', '2s', true)",
+    "SELECT set_config('lock_timeout', '200ms', true)",
     0,
 };
 

@@ -125,10 +125,11 @@ extern const struct hub_sql hub_sql_subs_probe_load;
 extern const struct hub_sql hub_sql_subs_verify_result;
 
 /* A verification outcome's first statement: its row locks wait at most
- * 2 s (lock_timeout, for this transaction).  The outcome locks the
+ * 200 ms (lock_timeout, for this transaction).  The outcome locks the
  * subscription's row, which a replay holds FOR SHARE until it commits: its
  * transaction, outside the tenant's API turns, would otherwise hold an API
- * connection as long (hub_api_call_txn). */
+ * connection as long (hub_api_call_txn), and a tenant's 8 probes' outcomes
+ * all four connections. */
 extern const struct hub_sql hub_sql_subs_outcome_lock_timeout;
 
 /*
