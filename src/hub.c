@@ -601,13 +601,19 @@ int hub_serve_with(struct hub_config *cfg, int banner) {
     /* every role: HTTP ingest runs in the delivery role too, and no batch
      * is checked (or stored) before the registry's first load */
     hub_schemas_start(hub);
+    /* the ingest writers, in every role: the delivery role serves HTTP
+     * ingest too (two connections there), and on the API pool, one
+     * transaction a connection, its groups would take the connections
+     * every tenant's API requests need */
+    hub->pg_ingest = hub_pg_new(hub->loop, hub->cfg.postgres_dsn,
+                                hub_role_ingest(hub) || hub->cfg.ingest_pg_connections < 2
+                                    ? (int)hub->cfg.ingest_pg_connections
+                                    : 2,
+                                "streaming-hub-ingest", HUB_PG_GENERIC_PLANS);
+    if (hub->pg_ingest == NULL) {
+        goto fail_pg;
+    }
     if (hub_role_ingest(hub)) {
-        hub->pg_ingest =
-            hub_pg_new(hub->loop, hub->cfg.postgres_dsn, (int)hub->cfg.ingest_pg_connections,
-                       "streaming-hub-ingest", HUB_PG_GENERIC_PLANS);
-        if (hub->pg_ingest == NULL) {
-            goto fail_pg;
-        }
         /* the embedded cluster runs in this process, on librdkafka's
          * threads: it lives as long as the hub and is stopped after the loop */
         if (strcmp(hub->cfg.kafka_brokers, "embedded") == 0) {

@@ -246,8 +246,7 @@ static void group_start(struct hub *hub, struct hub_ingest_queue *q) {
         rec->sent = 0;
     }
     b->hub = hub;
-    b->pg = hub->pg_ingest != NULL ? hub->pg_ingest : hub->pg; /* the delivery role has no
-                                                                 ingest pool */
+    b->pg = hub->pg_ingest;
     b->recs = g->recs;
     b->n = n;
     b->started_ns = hub_now_ns();
