@@ -98,9 +98,13 @@ scenario_failed_conflict_quarantine_keeps_stored_events_answered() {
 
     # two single events that share one transaction: the first two requests
     # hold both running transactions (the inbox is locked), so these two
-    # wait and go together into the next
+    # wait and go together into the next.  The second holder is sent once
+    # the first has its transaction: sent at once, under load they could
+    # arrive in one loop turn and share one, leaving the other free
     inbox_lock
     ev_post_bg "$WORK/fq-h1" "$KEY" hold-1
+    wait_until 10 '[[ $(hub_ingest_inflight) == 1 && $(ingest_waiting) == 0 ]]' ||
+        fail "the first holding request did not start its transaction"
     ev_post_bg "$WORK/fq-h2" "$KEY" hold-2
     wait_until 10 '[[ $(hub_ingest_inflight) == 2 && $(ingest_waiting) == 0 ]]' ||
         fail "the two holding requests did not start their transactions"
