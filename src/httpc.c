@@ -993,7 +993,7 @@ static int httpc_setup(struct hub_httpc *c, struct httpc_req *r,
      * server could take half a second of it per attempt. */
     HTTPC_SETOPT(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
     HTTPC_SETOPT(e, CURLOPT_SSL_CIPHER_LIST, "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE+AES");
-    HTTPC_SETOPT(e, CURLOPT_SSL_EC_CURVES, "X25519:P-256:P-384");
+    HTTPC_SETOPT(e, CURLOPT_SSL_EC_CURVES, "X25519:P-256:P-384:P-521");
     if (c->ca_file != NULL) {
         HTTPC_SETOPT(e, CURLOPT_CAINFO, c->ca_file);
     }
