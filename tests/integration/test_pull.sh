@@ -487,8 +487,10 @@ scenario_pages_not_read_are_bounded_per_tenant() {
         printf 'GET /v1/events?after=0&limit=500 HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer %s\r\n\r\n' \
             "$KEY" >&"$fd"
     done
-    # forty pages of ~7 MiB (seven events each) are over the 256 MiB
-    wait_until 10 "[[ \$(pull '/v1/events?after=0&limit=1' >/dev/null; http_status) == 429 ]]"
+    # forty pages of ~7 MiB (seven events each) are over the 256 MiB.  A
+    # tenant's transactions take turns (api_util.h): its forty pulls read
+    # their pages one after another, seconds under a loaded machine
+    wait_until 30 "[[ \$(pull '/v1/events?after=0&limit=1' >/dev/null; http_status) == 429 ]]"
     assert_eq 429 "$(http_status)" "with 40 pages of ~7 MiB unread, the tenant's next pull → 429"
     assert_match "$(last_header retry-after)" '^[0-9]+$' "… with Retry-After"
     other_key=$(own_tenant_key other)
