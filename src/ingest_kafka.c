@@ -229,9 +229,11 @@ static int part_push(struct ingest_part *p, rd_kafka_message_t *m) {
         p->pending = a;
         p->cap_pending = cap;
     }
+    size_t bytes = msg_bytes(m);
+
     p->pending[p->n_pending++] = m;
-    p->pending_bytes += msg_bytes(m);
-    p->ing->pending_bytes += msg_bytes(m);
+    p->pending_bytes += bytes;
+    p->ing->pending_bytes += bytes;
     return 0;
 }
 
@@ -627,9 +629,11 @@ static int part_batch_add(struct ingest_part *p, struct ingest_carrier *c, size_
     b->first_offset = p->pending[0]->offset;
     b->last_offset = p->pending[n - 1]->offset;
     for (size_t i = 0; i < n; i++) {
+        size_t bytes = msg_bytes(p->pending[i]);
+
         c->w.recs[c->w.n + i].msg = p->pending[i];
-        p->pending_bytes -= msg_bytes(p->pending[i]);
-        ing->pending_bytes -= msg_bytes(p->pending[i]);
+        p->pending_bytes -= bytes;
+        ing->pending_bytes -= bytes;
     }
     memmove(p->pending, p->pending + n, sizeof(*p->pending) * (p->n_pending - n));
     p->n_pending -= n;
