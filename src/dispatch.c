@@ -120,9 +120,10 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
      * holds its share of the workers, not all of them.  A fast one may keep
      * the queue's own run-ahead waiting past its cap (two claim batches),
      * so that claims stay whole batches.  One tenant's lanes together never
-     * hold the last workers (dispatch_tenant_max): many hanging
-     * destinations of one tenant would otherwise take every worker, and
-     * every other tenant would wait for their timeouts. */
+     * hold the last workers (dispatch_tenant_max), and each further tenant
+     * leaves as many free as it holds (hub_caps_ready): many hanging
+     * destinations of one tenant, or of two, would otherwise take every
+     * worker, and every other tenant would wait for their timeouts. */
     d->caps = hub_caps_new(&(struct hub_caps_cfg){
         .origin_max = (int)hub->cfg.dispatch_origin_max,
         .tenant_origin_max = (int)hub->cfg.dispatch_tenant_origin_max,
@@ -131,6 +132,7 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
         .ahead_ms = hub->cfg.dispatch_queue_ahead_ms,
         .ahead_floor = 2 * (int)hub->cfg.dispatch_claim_batch,
         .tenant_max = dispatch_tenant_max((int)hub->cfg.dispatch_workers),
+        .workers = (int)hub->cfg.dispatch_workers,
     });
     /* Claims and outcome writes have connections of their own: a claim
      * never queues behind a batch of outcomes or an API request.  A claim's

@@ -86,6 +86,7 @@ struct hub_cap_lane {
 
 struct hub_caps {
     struct hub_caps_cfg cfg;
+    int inflight; /* attempts started and not ended, every lane's */
     struct cap_table origins;
     struct cap_table lanes;
     struct cap_table tenants;
@@ -364,6 +365,20 @@ static int tenant_at_max(const struct hub_caps *c, const struct hub_cap_lane *l)
     return c->cfg.tenant_max > 0 && l->t->inflight >= c->cfg.tenant_max;
 }
 
+/* 1 when the lane's tenant, starting one more attempt, leaves as many
+ * workers free as it then holds, or the reserve (hub_caps_ready).  Only
+ * where attempts start: a claim or a fast-path offer runs ahead of free
+ * workers by design, and its jobs wait for this in the queue. */
+static int tenant_leaves_enough(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    int reserve = c->cfg.workers - c->cfg.tenant_max;
+    int held = l->t->inflight;
+
+    if (c->cfg.tenant_max <= 0 || reserve <= 0) {
+        return 1;
+    }
+    return c->cfg.workers - c->inflight - 1 >= (held < reserve ? held : reserve);
+}
+
 /* A lane's offer is the least of its own room and its origin's, both net of
  * what this claim booked already; the booking makes it count for the
  * lanes offered after it. */
@@ -450,7 +465,7 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
  * run-ahead, which waits (see ahead()). */
 int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
     return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max &&
-           !tenant_at_max(c, l);
+           !tenant_at_max(c, l) && tenant_leaves_enough(c, l);
 }
 
 /* Held and not started: waiting in the queue (or being loaded).  The
@@ -471,6 +486,7 @@ void hub_caps_start(struct hub_caps *c, struct hub_cap_lane *l, int64_t due_unix
     l->t->inflight++;
     o->inflight++;
     o->started++;
+    c->inflight++;
     l->last_ms = o->last_ms = now_unix_ms;
     /* the decrease this attempt's failure may cause is the next one */
     *epoch = l->epoch;
@@ -537,7 +553,6 @@ void hub_caps_report(struct hub_caps *c, struct hub_cap_lane *l, uint32_t epoch,
 /* Nothing is freed here: an entry holding nothing is forgotten by the
  * sweep once idle, so that a lane keeps its limit between bursts. */
 void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, int64_t now_ms) {
-    (void)c;
     if (l == NULL) {
         return;
     }
@@ -547,6 +562,7 @@ void hub_caps_release(struct hub_caps *c, struct hub_cap_lane *l, int started, i
         l->inflight--;
         l->t->inflight--;
         l->origin->inflight--;
+        c->inflight--;
     }
     l->last_ms = l->origin->last_ms = now_ms;
 }

@@ -75,6 +75,8 @@ struct hub_caps_cfg {
                             * cap: the dispatcher's own (2 x DISPATCH_CLAIM_BATCH) */
     int tenant_max;        /* attempts in flight of one tenant over all its lanes (the
                             * workers but a reserve for the others); 0: no bound */
+    int workers;           /* the dispatcher's: with tenant_max, what a tenant leaves
+                            * free for the others as it starts more (hub_caps_ready) */
 };
 
 /* What an attempt's result says about its destination's load. */
@@ -127,7 +129,12 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
 
 /*
  * Whether the held slot's job may start now: 1 when its lane's and its
- * origin's attempts in flight leave room under their caps.  A job that may
+ * origin's attempts in flight leave room under their caps, and its tenant
+ * leaves free, after it starts, as many of the workers as it holds (at
+ * most the reserve, workers - tenant_max): a tenant alone reaches
+ * tenant_max, and each further tenant whose attempts hang takes at most
+ * half of what those before it left, so a tenant with nothing in flight
+ * finds a worker while fewer than log2(reserve) + 2 tenants hang.  A job that may
  * not waits in the local queue (its breaker sheds it: it starts anyway, it
  * makes no request) ...
  */

@@ -244,30 +244,49 @@ scenario_a_url_change_moves_pending_jobs_to_the_new_origin() {
 }
 
 hub_env_one_tenant_never_holds_every_worker() {
-    echo STREAMING_HUB_DISPATCH_WORKERS=8
+    echo STREAMING_HUB_DISPATCH_WORKERS=16
 }
 
-# Eight workers, tenant E's destination hangs (attempts time out after
-# 3 s): its jobs took every worker (a lane starts at 16 slots), and F's fresh
-# events waited for E's timeouts.  A tenant's lanes together now hold at
-# most the workers but an eighth (7 of 8): F's events go at once.  The bound
-# is per tenant: two tenants hanging at once can still take all eight, so
-# the earlier scenarios' backlogs (A's hanging jobs) are parked first.
+# Sixteen workers, the destinations of tenants E and H hang (3 s).  E's
+# jobs took every worker (a lane starts at 16 slots) and F's fresh events
+# waited for E's timeouts, until a tenant's lanes together held at most the
+# workers but the reserve (14 of 16); H then took the reserve, and F waited
+# again.  Each tenant now leaves free as many workers as it holds (the
+# reserve at most): E 14, H 1, and F's events go at once.  The three
+# subscriptions are made first (a hanging destination's probe takes the 3
+# s), earlier scenarios' backlogs (A's hanging jobs) are parked.
 scenario_one_tenant_never_holds_every_worker() {
-    local e f worst lat
+    local e h f worst lat first last
     psql_q "UPDATE delivery_jobs SET state = 'parked' WHERE state IN ('pending', 'in_flight')" >/dev/null
     e=$(own_tenant e)
-    subscribe "$e" "$HANG_URL/hang/$e" >/dev/null
-    produce --topic "$TOPIC" --tenant "$e" --count 20 --id-prefix e- --payload-bytes 64 >/dev/null
-    wait_until 20 "(( \$(in_sink hang sink_count /hang/$e) >= 7 ))" || fail "E's attempts did not start"
+    h=$(own_tenant h)
     f=$(own_tenant f)
+    subscribe "$e" "$HANG_URL/hang/$e" >/dev/null
+    subscribe "$h" "$HANG_URL/hang/$h" >/dev/null
     subscribe "$f" "$SINK_URL/ok/$f/" >/dev/null
+    produce --topic "$TOPIC" --tenant "$e" --count 20 --id-prefix e- --payload-bytes 64 >/dev/null
+    wait_until 20 "(( \$(attempts_at hang /hang/$e e- | wc -l) >= 14 ))" || fail "E's attempts did not start"
+    produce --topic "$TOPIC" --tenant "$h" --count 20 --id-prefix h- --payload-bytes 64 >/dev/null
+    wait_until 20 "(( \$(attempts_at hang /hang/$h h- | wc -l) >= 1 ))" || fail "H's attempts did not start"
+    sleep 0.2 # for H to take all it may
     fresh_events "$f" "/ok/$f/" 3 >"$WORK/latency-f"
     worst=$(sort -n "$WORK/latency-f" | tail -n1)
     lat=$(sort -n "$WORK/latency-f" | paste -sd' ')
-    log "F's latencies (ms): $lat; E's attempts open at once at most: $(sink_most_open hang "/hang/$e" 2900)"
-    assert_le "${worst:-99999}" 1000 "F: each event within 1 s beside E's hanging attempts (worst ${worst} ms)"
-    assert_le "$(sink_most_open hang "/hang/$e" 2900)" 7 "E held at most 7 of the 8 workers"
+    first=$(attempts_at hang "/hang/$e" e- | sort -n | head -n1)
+    last=$(sink_ts "/ok/$f/" | sort -n | tail -n1)
+    log "F's latencies (ms): $lat, the last $((last - first)) ms after E's first attempt; attempts open at once at most: E $(sink_most_open hang "/hang/$e" 2900), H $(sink_most_open hang "/hang/$h" 2900)"
+    assert_le "$((last - first))" 2900 "F's events were delivered while E's first attempts still hung"
+    assert_le "${worst:-99999}" 1000 "F: each event within 1 s beside E's and H's hanging attempts (worst ${worst} ms)"
+    assert_eq 14 "$(sink_most_open hang "/hang/$e" 2900)" "E held 14 of the 16 workers"
+    assert_eq 1 "$(sink_most_open hang "/hang/$h" 2900)" "H held 1 of the 2 E left"
+}
+
+# attempts_at NAME PREFIX IDS: the receipt times (ms) of the attempts of
+# events whose ids start with IDS (the verification probe aside) the extra
+# sink NAME received under PREFIX.
+attempts_at() {
+    paste -d, <(in_sink "$1" sink_header "$2" x-lerian-event-id) <(in_sink "$1" sink_ts "$2") |
+        awk -F, -v ids="$3" 'index($1, ids) == 1 { print $2 }'
 }
 
 scenarios_main "$@"

@@ -255,6 +255,58 @@ static void test_tenant_bound(void **state) {
     hub_caps_free(c);
 }
 
+/* Starts attempts of the tenant on its own origins (one lane each, 8 at
+ * most a lane) while it may; returns how many started. */
+static int start_while_ready(struct hub_caps *c, const char *tenant, int64_t origin0) {
+    uint32_t e;
+    int n = 0;
+
+    for (int64_t o = origin0;; o++) {
+        for (int i = 0; i < 8; i++) {
+            struct hub_cap_lane *l = hub_caps_hold(c, tenant, o, T0);
+            assert_non_null(l);
+            if (!hub_caps_ready(c, l)) {
+                hub_caps_release(c, l, 0, T0);
+                return n;
+            }
+            hub_caps_start(c, l, T0, T0, &e);
+            n++;
+        }
+    }
+}
+
+/* Two tenants whose destinations hang each took what the other left: a
+ * tenant could hold all the workers but the reserve (56 of 64), and a
+ * second one the reserve, so a third tenant's events waited for their
+ * timeouts.  Each tenant now leaves free as many workers as it holds (the
+ * reserve at most): 56, then 4, 2, 1, and the fifth takes the last one; a
+ * tenant with nothing in flight starts while any is free, and an offer
+ * (the claim's run-ahead) is not cut by it. */
+static void test_tenants_leave_workers_to_the_next(void **state) {
+    (void)state;
+    struct hub_caps_cfg cfg = {.origin_max = 100,
+                               .tenant_origin_max = 8,
+                               .start = 8,
+                               .ahead_ms = 50,
+                               .tenant_max = 56,
+                               .workers = 64};
+    struct hub_caps *c = hub_caps_new(&cfg);
+    struct hub_cap_lane *x;
+
+    assert_non_null(c);
+    assert_int_equal(start_while_ready(c, "a", 1000), 56);
+    assert_int_equal(start_while_ready(c, "b", 2000), 4);
+    assert_int_equal(hub_caps_offer(c, "b", 2999, 8, 1, 0, T0), 8);
+    assert_int_equal(start_while_ready(c, "c", 3000), 2);
+    assert_int_equal(start_while_ready(c, "d", 4000), 1);
+    x = hub_caps_hold(c, "f", 6000, T0);
+    assert_int_equal(hub_caps_ready(c, x), 1); /* one worker left: f holds none */
+    assert_int_equal(start_while_ready(c, "e", 5000), 1);
+    assert_int_equal(hub_caps_ready(c, x), 0); /* none left */
+    hub_caps_release(c, x, 0, T0);
+    hub_caps_free(c);
+}
+
 /* The dispatcher's own run-ahead (ahead_floor) lets a fast lane keep more
  * waiting than its cap, so that a claim is not cut to what the workers
  * leave of the cap; a slow lane still keeps only what it frees in 50 ms. */
@@ -343,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_slow_answer),
         cmocka_unit_test(test_ready_and_run_ahead),
         cmocka_unit_test(test_tenant_bound),
+        cmocka_unit_test(test_tenants_leave_workers_to_the_next),
         cmocka_unit_test(test_run_ahead_floor),
         cmocka_unit_test(test_sweep_and_metrics),
         cmocka_unit_test(test_status_signal),
