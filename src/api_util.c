@@ -1036,12 +1036,18 @@ struct hub_pg_txn *hub_api_call_txn(struct hub_api_call *call, hub_api_call_cb c
 /* in_flight before submit: the completion may run inside
  * hub_pg_txn_submit, and it must find the flag set to clear.  A tenant's
  * call runs in one of its tenant's turns, the one it holds from its last
- * transaction or a free one, else waits for one; any other call (the
- * operator's, a key's lookup) runs at once. */
+ * transaction or a free one, else waits for one, and its statements run
+ * at most STREAMING_HUB_API_STATEMENT_TIMEOUT each; any other call (the
+ * operator's, a key's lookup) runs at once, unbounded. */
 void hub_api_call_submit(struct hub_api_call *call, struct hub_pg_txn *txn) {
     struct api_turns *t;
 
     call->in_flight = 1;
+    if (call->tenant[0] != '\0') {
+        /* a tenant's statement that waits (a lock, a long scan) gives its
+         * connection back in time: four of them would hold the pool */
+        hub_pg_txn_timeout(txn, call->hub->cfg.api_statement_timeout_ms);
+    }
     if (call->turn_held) {
         call->turn_held = 0;
     } else if (call->tenant[0] != '\0' && (t = turns_get(call->tenant)) != NULL) {

@@ -82,6 +82,7 @@ struct hub_pg_txn {
     unsigned lane_fails; /* lane->fails then: one more since, and it must not run */
     /* the parameters of the check and the mark (pg_conn_send) */
     char lane_name[32], lane_prev[24], lane_self[24];
+    char timeout[24]; /* hub_pg_txn_timeout's, "<ms>ms"; empty: none */
 };
 
 enum { LANE_NONE = 0, LANE_QUEUED, LANE_SENT };
@@ -610,6 +611,7 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
  */
 #define PG_OPTIONS "-c jit=off"
 #define PG_CUSTOM_PLAN_SQL "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
+#define PG_TIMEOUT_SQL "SELECT set_config('statement_timeout', $1, true)"
 /* A lane's mark and check (hub_pg_lane): $1 the lane's setting, $2 a
  * serial.  The mark is a session setting (false: not local), which
  * PostgreSQL undoes with the transaction that set it if that one rolls
@@ -880,6 +882,13 @@ static int pg_conn_send(struct pg_conn *c, struct hub_pg_txn *txn) {
         lane->sent++;
         txn->lane_state = LANE_SENT;
     }
+    if (txn->timeout[0] != '\0') {
+        const char *v[1] = {txn->timeout};
+        if (PQsendQueryParams(c->conn, PG_TIMEOUT_SQL, 1, NULL, v, NULL, NULL, 0) != 1 ||
+            exp_push(c, EXP_SETUP, txn, 0) != 0) {
+            goto fail;
+        }
+    }
     /* behind another transaction of its lane: first the check that it
      * committed (its mark is there) */
     if (txn->lane_check) {
@@ -994,6 +1003,14 @@ void hub_pg_set_max_inflight(struct hub_pg *pg, int n) {
 
 void hub_pg_txn_lane(struct hub_pg_txn *txn, struct hub_pg_lane *lane) {
     txn->lane = lane;
+}
+
+void hub_pg_txn_timeout(struct hub_pg_txn *txn, int64_t ms) {
+    if (ms > 0) {
+        snprintf(txn->timeout, sizeof(txn->timeout), "%lldms", (long long)ms);
+    } else {
+        txn->timeout[0] = '\0';
+    }
 }
 
 /* ---------------------------------------------------------------- pool -- */

@@ -184,6 +184,12 @@ struct hub_pg_lane {
  * callback has run. */
 void hub_pg_txn_lane(struct hub_pg_txn *txn, struct hub_pg_lane *lane);
 
+/* Bounds each statement of txn (not yet submitted) to ms milliseconds
+ * (statement_timeout, local to the transaction): past it the statement
+ * fails with SQLSTATE 57014, which hub_pg_sqlstate_transient counts as
+ * transient.  0 leaves the session's setting. */
+void hub_pg_txn_timeout(struct hub_pg_txn *txn, int64_t ms);
+
 /* Routes the server's notices and warnings on conn (may be NULL) to the
  * hub's log (SPEC §10: one JSON object per line on stderr). */
 void hub_pg_log_notices(PGconn *conn);

@@ -283,4 +283,58 @@ scenario_one_tenants_waiting_requests_do_not_hold_the_api() {
         "one running and 32 waiting: the other 7 were refused at once"
 }
 
+# Four tenants whose replays wait on a lock held 5 s took the API pool's
+# four connections, and every other tenant's request waited for the lock.
+# A tenant's statements run at most STREAMING_HUB_API_STATEMENT_TIMEOUT (1
+# s here): the four are answered 503 with Retry-After and give their
+# connections back.
+hub_env_a_tenants_waiting_statement_gives_its_connection_back() {
+    echo STREAMING_HUB_API_STATEMENT_TIMEOUT=1s
+}
+
+prepare_a_tenants_waiting_statement_gives_its_connection_back() {
+    local i key
+    KEYS="" SUBS=""
+    for i in 1 2 3 4; do
+        key=$(own_tenant_key "slow$i")
+        KEYS+=" $key"
+        SUBS+=" $(subscribe_at "$key" "/ok/$(own_id)-$i/" 'transaction.*')"
+    done
+    OTHER=$(own_tenant_key other)
+    keep KEYS SUBS OTHER
+}
+
+scenario_a_tenants_waiting_statement_gives_its_connection_back() {
+    local locks="" holder i=0 sub key start ms
+    local -a keys
+    read -ra keys <<<"$KEYS"
+    for sub in $SUBS; do
+        locks+="pg_advisory_lock(hashtextextended('subscription_replay:' || '$sub', 0)), "
+    done
+    psql_q "SELECT ${locks}pg_sleep(5)" >/dev/null &
+    holder=$!
+    sleep 0.5
+    for sub in $SUBS; do
+        key=${keys[i]}
+        i=$((i + 1))
+        curl -s -D "$WORK/slow_headers.$i" -o /dev/null -w '%{http_code} %{time_total}\n' -X POST \
+            -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+            -d '{"since":"2000-01-01T00:00:00Z"}' "$HUB_URL/v1/subscriptions/$sub/replay" >"$WORK/slow.$i" &
+    done
+    sleep 0.3
+    start=$(date +%s%N)
+    hub_curl GET /v1/subscriptions "" -H "Authorization: Bearer $OTHER" >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    log "another tenant's list while four tenants' replays wait on a lock: $(http_status) in $ms ms"
+    assert_eq 200 "$(http_status)" "another tenant's request is answered"
+    ((ms < 2000)) || fail "another tenant's request waited $ms ms behind four tenants' statements (limit 2000)"
+    wait_until 5 "[[ \$(cat $WORK/slow.* 2>/dev/null | wc -l) == 4 ]]" ||
+        fail "the four replays were not answered within 5 s"
+    log "the four replays: $(sort "$WORK"/slow.* | tr '\n' ' ')"
+    assert_eq 4 "$(grep -c '^503 [01]\.' "$WORK"/slow.* | awk -F: '{s += $2} END {print s}')" \
+        "each waiting replay answered 503 within 2 s"
+    assert_eq 4 "$(grep -il '^retry-after: 1' "$WORK"/slow_headers.* | wc -l)" "each with Retry-After"
+    wait "$holder"
+}
+
 scenarios_main "$@"
