@@ -212,12 +212,13 @@ static void dispatch_handle_closed(uv_handle_t *h) {
 }
 
 /* Once asked to stop: no attempt in flight, no claim, every outcome written.
- * open_handles below DISPATCH_TIMERS: the timers are closing already, and
- * must not be closed twice. */
+ * Once it closed the pools and the timers, it is called still (an HTTP
+ * ingest group's commit ends here until the hub forgets the dispatcher,
+ * after the timers' close callbacks): closing makes those calls no-ops.
+ * Set before the pools close, whose callbacks may call back here. */
 void dispatch_maybe_done(struct hub_dispatch *d) {
-    if (!d->stop_asked || d->inflight > 0 || d->n_queue > 0 || d->claiming || d->loading > 0 ||
-        d->flushing || d->aux_inflight > 0 || d->fast_offers > 0 ||
-        d->open_handles < DISPATCH_TIMERS) {
+    if (!d->stop_asked || d->closing || d->inflight > 0 || d->n_queue > 0 || d->claiming ||
+        d->loading > 0 || d->flushing || d->aux_inflight > 0 || d->fast_offers > 0) {
         return;
     }
     if (d->n_outcomes > 0) {
@@ -225,6 +226,7 @@ void dispatch_maybe_done(struct hub_dispatch *d) {
         dispatch_flush(d);
         return;
     }
+    d->closing = 1;
     hub_pg_close(d->pg_claim, NULL, NULL);
     hub_pg_close(d->pg_load, NULL, NULL);
     hub_pg_close(d->pg_out, NULL, NULL);

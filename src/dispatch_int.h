@@ -167,6 +167,7 @@ struct hub_dispatch {
     int aux_inflight; /* reclaim and sampling queries not answered yet */
     int stopping;     /* no new work (hub_dispatch_quiesce) */
     int stop_asked;   /* hub_dispatch_stop: free once nothing is left */
+    int closing;      /* dispatch_maybe_done closed the pools and timers: never twice */
     int open_handles;
     void (*done_cb)(void *arg);
     void *done_arg;
