@@ -19,7 +19,8 @@
  * many subscriptions (/ok/tenant-a, /status/503/sub-1, ...).
  *
  * The address actually bound ("127.0.0.1:PORT") goes to stdout and, written
- * atomically, to --port-file.  SIGTERM/SIGINT: stop listening, end every
+ * atomically, to --port-file.  SIGUSR1: /slow/MS answers at once from then
+ * on (a test's backlog drains after its timed part).  SIGTERM/SIGINT: stop listening, end every
  * connection, dispose of h2o, exit 0.  Exit status 2 on bad usage or set-up
  * errors, 1 when the connections did not close within the grace period.
  */
@@ -125,6 +126,7 @@ struct sink {
     uv_tcp_t listener;
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sigusr1;
     uv_timer_t hang_check;
     uv_timer_t stop_deadline;
     int record_fd;
@@ -135,6 +137,7 @@ struct sink {
     struct sink_pending *pending;
     struct sink_flaky *flaky;
     char *filler; /* SINK_BIG_CHUNK bytes of 'x', immutable once filled */
+    int slow_off; /* SIGUSR1 came: /slow/MS answers at once */
     int stopping;
     int listener_closed;
     int disposed;
@@ -890,7 +893,7 @@ static void route(struct sink *s, h2o_req_t *req, h2o_iovec_t path) {
             bad_path(req);
             return;
         }
-        pending_start(s, req, SINK_PENDING_SLOW, a);
+        pending_start(s, req, SINK_PENDING_SLOW, s->slow_off ? 0 : a);
     } else if (has_prefix(path, "/hang")) {
         pending_start(s, req, SINK_PENDING_HANG, 0);
     } else if (has_prefix(path, "/echo-after/")) {
@@ -997,6 +1000,7 @@ static void sink_stop(struct sink *s, const char *why) {
             s->n_conns, s->n_recorded);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
+    uv_close((uv_handle_t *)&s->sigusr1, NULL);
     uv_close((uv_handle_t *)&s->hang_check, NULL);
     uv_close((uv_handle_t *)&s->listener, listener_closed);
     for (struct sink_conn *c = s->conns; c != NULL; c = c->next) {
@@ -1009,6 +1013,15 @@ static void sink_stop(struct sink *s, const char *why) {
         pending_answer(s->pending, 503, "sink stopping\n");
     }
     uv_timer_start(&s->stop_deadline, stop_deadline_fired, SINK_STOP_GRACE_MS, 0);
+}
+
+/* A test's timed part is over: the rest of a slow backlog may drain at
+ * once (requests already waiting keep their delay). */
+static void on_sigusr1(uv_signal_t *handle, int signum) {
+    struct sink *s = handle->data;
+    (void)signum;
+    s->slow_off = 1;
+    fprintf(stderr, "hub-sink: SIGUSR1: /slow/MS answers at once from now on\n");
 }
 
 static void on_signal(uv_signal_t *handle, int signum) {
@@ -1211,6 +1224,9 @@ int main(int argc, char **argv) {
     s->sigterm.data = s->sigint.data = s;
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
+    uv_signal_init(&s->loop, &s->sigusr1);
+    s->sigusr1.data = s;
+    uv_signal_start(&s->sigusr1, on_sigusr1, SIGUSR1);
     uv_timer_init(&s->loop, &s->hang_check);
     s->hang_check.data = s;
     uv_timer_start(&s->hang_check, hang_check_fired, SINK_HANG_CHECK_MS, SINK_HANG_CHECK_MS);
