@@ -29,10 +29,11 @@ struct hub_cluster {
     char id[128]; /* host/pid/random */
     char host[64];
     char pid[16];
-    int live;    /* processes seen at the last heartbeat (>= 1) */
-    int beating; /* a heartbeat is in flight */
-    int failing; /* heartbeats are failing (logged once until one works) */
-    int started; /* the sidecar is open (hub_cluster_start) */
+    int live;        /* processes seen at the last heartbeat (>= 1) */
+    int dispatchers; /* ... of which deliver (>= 1) */
+    int beating;     /* a heartbeat is in flight */
+    int failing;     /* heartbeats are failing (logged once until one works) */
+    int started;     /* the sidecar is open (hub_cluster_start) */
 };
 
 /* ------------------------------------------------------------ heartbeat -- */
@@ -53,6 +54,13 @@ static void heartbeat_params(const struct hub_cluster *cl, const struct hub_conf
 /* The heartbeat timer (one shot, re-armed by each send). */
 static void heartbeat_cb(uv_timer_t *t) {
     heartbeat_send(t->data);
+}
+
+/* The heartbeat's count of processes that deliver, at least one (a
+ * process asking for it delivers). */
+static int counted_dispatchers(const PGresult *r) {
+    int n = atoi(PQgetvalue(r, 0, HUB_CLUSTER_COL_DISPATCHERS));
+    return n < 1 ? 1 : n;
 }
 
 /* A heartbeat came back: the live count, kept until the next one works. */
@@ -76,6 +84,7 @@ static void heartbeat_done(void *arg, const struct hub_pg_outcome *out) {
     if (live < 1) {
         live = 1;
     }
+    cl->dispatchers = counted_dispatchers(r);
     if (live != cl->live || cl->failing) {
         hub_log(HUB_INFO, "cluster membership", HUB_LS("process", cl->id),
                 HUB_LI("processes", live));
@@ -145,6 +154,7 @@ int hub_cluster_join(struct hub *hub, PGconn *conn) {
     if (cl->live < 1) {
         cl->live = 1;
     }
+    cl->dispatchers = counted_dispatchers(res);
     PQclear(res);
     hub_log(HUB_INFO, "cluster membership", HUB_LS("process", cl->id),
             HUB_LI("processes", cl->live));
@@ -226,6 +236,10 @@ void hub_cluster_stop(struct hub *hub) {
 
 int hub_cluster_size(const struct hub *hub) {
     return hub->cluster != NULL ? hub->cluster->live : 1;
+}
+
+int hub_cluster_dispatchers(const struct hub *hub) {
+    return hub->cluster != NULL ? hub->cluster->dispatchers : 1;
 }
 
 double hub_cluster_take(struct hub *hub, struct hub_buckets **table, const char *key, double rate,

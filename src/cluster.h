@@ -54,6 +54,10 @@ void hub_cluster_stop(struct hub *hub);
 /* Live processes, this one included (>= 1). */
 int hub_cluster_size(const struct hub *hub);
 
+/* Live processes that deliver (roles all and delivery), this one included
+ * (>= 1): a subscription's max_rate is shared by them (dispatch_attempt.c). */
+int hub_cluster_dispatchers(const struct hub *hub);
+
 /*
  * Charges `cost` tokens of a cluster-wide limit (`rate` per second, `burst`
  * at once, for the whole deployment) to key's bucket in *table: the bucket

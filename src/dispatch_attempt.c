@@ -34,6 +34,7 @@
 #include "backoff.h"
 #include "breaker.h"
 #include "bucket.h"
+#include "cluster.h"
 #include "dispatch_int.h"
 #include "hub.h"
 #include "log.h"
@@ -112,11 +113,14 @@ static int url_parse_cached(struct hub_dispatch *d, const char *url, struct hub_
  * (hub_bucket_take_queued), so a backlog is deferred about once per job,
  * not rewritten whole at every token.  No later than the longest retry
  * step, since a rate far below one a day would wait longer than a
- * timestamp can say.
+ * timestamp can say.  The rate is the subscription's for the deployment:
+ * each process that delivers runs its bucket at its share, as the cluster
+ * limits do (hub_cluster_take); a burst below one token is one.
  */
 static int64_t rate_take(struct hub_dispatch *d, const char *sub_id, double rate) {
+    double share = rate / (double)hub_cluster_dispatchers(d->hub);
     double wait =
-        hub_bucket_take_queued(&d->rates, sub_id, rate, rate > 1 ? rate : 1, hub_now_ns());
+        hub_bucket_take_queued(&d->rates, sub_id, share, share > 1 ? share : 1, hub_now_ns());
     double wait_ms = wait * 1000.0;
 
     if (wait <= 0.0) {

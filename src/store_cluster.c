@@ -20,7 +20,9 @@ const struct hub_sql hub_sql_cluster_heartbeat = {
     "), gone AS ("
     "  DELETE FROM hub_processes WHERE seen_at < now() - interval '1 hour' AND id <> $1"
     ")"
-    " SELECT 1 + count(*) FROM hub_processes"
+    " SELECT 1 + count(*),"
+    "        ($2 IN ('all', 'delivery'))::int + count(*) FILTER (WHERE role IN ('all', 'delivery'))"
+    "   FROM hub_processes"
     "  WHERE id <> $1 AND seen_at > now() - $5::int8 * interval '1 millisecond'",
     0,
 };

@@ -15,11 +15,12 @@
  *   $1 id (text, unique per process)  $2 role  $3 host  $4 pid (int4)
  *   $5 member timeout (ms, int8): rows seen within it are live
  * One row: HUB_CLUSTER_COL_LIVE, the live processes, this one included
- * (int8 text, >= 1).
+ * (int8 text, >= 1); HUB_CLUSTER_COL_DISPATCHERS, those of them that
+ * deliver (roles all and delivery), this one included if it does.
  */
 #define HUB_SQL_CLUSTER_HEARTBEAT_NPARAMS 5
 extern const struct hub_sql hub_sql_cluster_heartbeat;
-enum hub_cluster_heartbeat_col { HUB_CLUSTER_COL_LIVE };
+enum hub_cluster_heartbeat_col { HUB_CLUSTER_COL_LIVE, HUB_CLUSTER_COL_DISPATCHERS };
 
 /* $1 id: deletes this process's row (a clean stop).  No rows. */
 #define HUB_SQL_CLUSTER_LEAVE_NPARAMS 1

@@ -9,7 +9,9 @@
 # Covers: membership (each process sees 3); with requests spread
 # round-robin over the three for 10 s, a tenant gets within 10% of its
 # configured rate plus one burst, for pulls and for HTTP ingest, while
-# another tenant at a modest rate is never refused; a process that stops
+# another tenant at a modest rate is never refused; a subscription's
+# max_rate holds for the deployment (each delivering process takes 1/3);
+# a process that stops
 # cleanly leaves at once, one that is killed ages out within the member
 # timeout, one that starts joins within a heartbeat; a process that starts
 # while the others' rows cannot be written yet charges its share from its
@@ -19,6 +21,10 @@
 set -uo pipefail
 # shellcheck source=tests/support/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
 TOPIC=lerian.streaming.cluster
 RATE=20
@@ -30,7 +36,9 @@ setup() {
     command -v jq >/dev/null || fatal "jq is required by this test"
     pg_start
     kafka_start --topic "$TOPIC:3"
+    sink_start
     CLUSTER_ENV=(STREAMING_HUB_PULL_RATE=$RATE STREAMING_HUB_PULL_BURST=$BURST
+        STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
         STREAMING_HUB_CLUSTER_HEARTBEAT=500ms STREAMING_HUB_CLUSTER_MEMBER_TIMEOUT=2s
         STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64 -w0)")
     hub_shared "${CLUSTER_ENV[@]}"
@@ -197,6 +205,32 @@ scenario_ingest_quota_holds_across_processes() {
     within "$ok" "$ms" "quotas.ingest_rate=$RATE across 3 processes"
     stored=$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT'")
     assert_eq "$ok" "$stored" "exactly the accepted events are stored"
+}
+
+# A subscription's max_rate is the deployment's (SPEC §7.9), but each of the
+# three processes that deliver ran its bucket at the whole rate: the
+# destination got up to three times it.  Each runs its share now (1/3 here,
+# a third of the burst each).
+scenario_max_rate_holds_across_processes() {
+    local path first n
+    own_client
+    path=/ok/$(own_id)/
+    wait_until 10 all_see\ 3 || fail "not every process counts 3"
+    subscribe_at "$KEY" "$path" 'transaction.*' ',"max_rate":10' >/dev/null
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 200 --id-prefix mr- >/dev/null
+    wait_until 20 "[[ -n \$(receipts '$path' | head -n1) ]]" || fail "no event was delivered"
+    first=$(receipts "$path" | sort -n | head -n1)
+    sleep 3.5
+    n=$(receipts "$path" | awk -v t=$((first + 3000)) '$1 < t { n++ } END { print n + 0 }')
+    log "max_rate 10/s over three delivering processes: $n delivered in the first 3 s"
+    assert_le "$n" 41 "at most 10/s x 3 s plus one burst (10) and a token: $n"
+    assert_ge "$n" 10 "and at least a third of that went out: $n"
+}
+
+# receipts PATH: the sink's receipt times (ms) of the events (ids mr-*)
+# under PATH, the verification probe aside.
+receipts() {
+    paste -d, <(sink_header "$1" x-lerian-event-id) <(sink_ts "$1") | awk -F, 'index($1, "mr-") == 1 { print $2 }'
 }
 
 scenario_processes_leave_and_join() {
