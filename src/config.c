@@ -129,6 +129,10 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"API_STATEMENT_TIMEOUT", CFG_DURATION, "30s", OFF(api_statement_timeout_ms), 100, H10, NULL,
      "longest one database statement of a tenant's API request runs (a replay, a list); past "
      "it the request is answered 503 with Retry-After and the connection is free again"},
+    {"MAINTENANCE_INTERVAL", CFG_DURATION, "1h", OFF(maintenance_interval_ms), 1000, 86400000.0,
+     NULL,
+     "how often partition upkeep runs (coming days' partitions, days past the retention); "
+     "it waits at most 200 ms for a table lock and is retried at its next run"},
     {"EVENT_RETENTION", CFG_DURATION, "168h", OFF(event_retention_ms), 1000, BIG, NULL,
      "how long stored events (and so the dedup window) are kept at least, by whole UTC days"},
     {"MAX_EVENT_BYTES", CFG_INT, "1048576", OFF(max_event_bytes), 1, 64.0 * 1024 * 1024, NULL,

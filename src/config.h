@@ -80,6 +80,7 @@ struct hub_config {
     int64_t pull_page_bytes;           /* a pull page's stored bytes at most */
     int64_t pull_hold_max_ms;          /* longest a pull waits for its horizon */
     int64_t api_statement_timeout_ms;  /* a tenant's API statements run at most this long */
+    int64_t maintenance_interval_ms;   /* partition upkeep period */
     int64_t stats_retention_ms;        /* hourly rollups kept this long */
     int64_t stats_flush_ms;            /* counts written this often */
     int64_t cluster_heartbeat_ms;      /* membership row refreshed this often */

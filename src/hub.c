@@ -66,7 +66,6 @@
 /* Four: a tenant's API transactions run one at a time (api_util.h), so
  * others find a connection unless four tenants' statements wait at once */
 #define HUB_API_PG_CONNECTIONS 4
-#define HUB_MAINTENANCE_MS (3600 * 1000)
 /* In the first minutes of a UTC day partition upkeep runs every
  * HUB_DAYSTART_EVERY_MS: the new day's partition gets statistics once it has
  * rows (migrations/0006_partition_stats.sql). */
@@ -269,24 +268,28 @@ static void maintenance_done(void *arg, const struct hub_pg_outcome *out) {
 
 /* When partition upkeep runs next, from now (unix ms): hourly, at the start
  * of each UTC day, and every HUB_DAYSTART_EVERY_MS in its first minutes. */
-static uint64_t maintenance_next_ms(int64_t now) {
+static uint64_t maintenance_next_ms(int64_t now, int64_t every_ms) {
     int64_t into_day = now % HUB_DAY_MS;
     int64_t to_next_day = HUB_DAY_MS - into_day;
 
-    if (into_day < HUB_DAYSTART_WINDOW_MS) {
+    if (into_day < HUB_DAYSTART_WINDOW_MS && HUB_DAYSTART_EVERY_MS < every_ms) {
         return HUB_DAYSTART_EVERY_MS;
     }
-    return (uint64_t)(to_next_day < HUB_MAINTENANCE_MS ? to_next_day : HUB_MAINTENANCE_MS);
+    return (uint64_t)(to_next_day < every_ms ? to_next_day : every_ms);
 }
 
 static void maintenance_cb(uv_timer_t *t);
 
 static void maintenance_arm(struct hub *hub) {
-    uv_timer_start(&hub->maintenance, maintenance_cb, maintenance_next_ms(hub_unix_us() / 1000), 0);
+    uv_timer_start(&hub->maintenance, maintenance_cb,
+                   maintenance_next_ms(hub_unix_us() / 1000, hub->cfg.maintenance_interval_ms), 0);
 }
 
 /* Creates the coming days' partitions, drops the ones past the retention,
- * and analyzes a partition recorded as empty that has rows now. */
+ * and analyzes a partition recorded as empty that has rows now; purges the
+ * midnight keys apart, so that a partition lock not granted in time (its
+ * run is only put off: partitions are made three days ahead) leaves the
+ * purge alone. */
 static void maintenance_cb(uv_timer_t *t) {
     struct hub *hub = t->data;
     char retention[64];
@@ -294,15 +297,17 @@ static void maintenance_cb(uv_timer_t *t) {
     struct hub_pg_txn *txn;
 
     maintenance_arm(hub);
-    txn = hub_pg_txn_new(hub->pg, maintenance_done, hub);
-    if (txn == NULL) {
-        return;
-    }
     snprintf(retention, sizeof(retention), "%lld milliseconds",
              (long long)hub->cfg.event_retention_ms);
-    hub_pg_txn_add(txn, &hub_sql_maintain_partitions, 1, params, NULL, NULL);
-    hub_pg_txn_add(txn, &hub_sql_purge_midnight_keys, 0, NULL, NULL, NULL);
-    hub_pg_txn_submit(txn);
+    if ((txn = hub_pg_txn_new(hub->pg, maintenance_done, hub)) != NULL) {
+        hub_pg_txn_add(txn, &hub_sql_maintain_lock_timeout, 0, NULL, NULL, NULL);
+        hub_pg_txn_add(txn, &hub_sql_maintain_partitions, 1, params, NULL, NULL);
+        hub_pg_txn_submit(txn);
+    }
+    if ((txn = hub_pg_txn_new(hub->pg, maintenance_done, hub)) != NULL) {
+        hub_pg_txn_add(txn, &hub_sql_purge_midnight_keys, 0, NULL, NULL, NULL);
+        hub_pg_txn_submit(txn);
+    }
 }
 
 /* Closes h unless it is closing already (hub_finish may meet handles the

@@ -27,6 +27,10 @@ extern const struct hub_sql hub_sql_maintain_partitions;
 /* No parameters, no rows: forgets the dedup keys stored near a UTC midnight
  * more than an hour ago (inbox_midnight_keys, migrations/0010).  Run with
  * the hourly partition upkeep. */
+/* Ahead of hub_sql_maintain_partitions in the periodic upkeep: a table
+ * lock waited for more than 200 ms fails the upkeep (55P03), retried at its
+ * next run; start-up waits as long as it takes. */
+extern const struct hub_sql hub_sql_maintain_lock_timeout;
 extern const struct hub_sql hub_sql_purge_midnight_keys;
 
 /*

@@ -1048,6 +1048,40 @@ scenario_sigterm_while_posting_exits_cleanly() {
         "events were being stored when SIGTERM came"
 }
 
+# Creating or dropping a day's partition locks its parent: the periodic
+# upkeep waited behind any reader of the inbox (a pg_dump, a long replay)
+# with no bound, and every ingest queued behind it for as long as the
+# reader read.  It now waits at most 200 ms for the lock and tries again at
+# its next run (every second here; hourly by default).
+hub_env_partition_upkeep_never_holds_ingest() {
+    echo STREAMING_HUB_MAINTENANCE_INTERVAL=1s
+}
+
+scenario_partition_upkeep_never_holds_ingest() {
+    local far holder start ms worst=0 i
+    own_client
+    far=event_inbox_$(date -u -d '+3 days' +%Y%m%d)
+    psql_q "DROP TABLE IF EXISTS $far" >/dev/null # the upkeep has a partition to make
+    psql_q "BEGIN; SELECT 1 FROM event_inbox LIMIT 1; SELECT pg_sleep(5); COMMIT" >/dev/null &
+    holder=$!
+    sleep 1.2 # the upkeep has run into the reader's lock
+    for i in 1 2 3 4 5; do
+        ce "upkeep-$i"
+        start=$(date +%s%N)
+        post_bin "$KEY" application/json '{"n":1}' >/dev/null
+        ms=$((($(date +%s%N) - start) / 1000000))
+        assert_eq 202 "$(http_status)" "event $i accepted while a reader holds the inbox"
+        ((ms > worst)) && worst=$ms
+        sleep 0.3
+    done
+    log "slowest of five events beside a 5-s reader and the upkeep: $worst ms"
+    assert_le "$worst" 1000 "no event waited for the reader behind the upkeep ($worst ms)"
+    wait "$holder"
+    wait_until 10 "[[ \$(psql_q \"SELECT to_regclass('$far') IS NOT NULL\") == t ]]" ||
+        fail "the upkeep did not make $far once the reader was done"
+    pass "the upkeep made $far once the reader was done"
+}
+
 # the pull rate limit: PULL_RATE=1 PULL_BURST=3, per tenant
 hub_env_pull_rate_limit_429() {
     echo STREAMING_HUB_PULL_RATE=1 STREAMING_HUB_PULL_BURST=3
