@@ -292,6 +292,32 @@ scenario_a_recovered_destination_is_enabled_again() {
     wait "$D_SINK" 2>/dev/null
 }
 
+# Enabled again by PATCH {"enabled":true}, a subscription kept the failure
+# streak that disabled it: its next failure (one timeout, one 500) found a
+# streak far past the window and the spread and disabled it again at once.
+# Enabling it starts a new streak, as a successful /verify does.
+prepare_a_subscription_enabled_again_starts_a_new_streak() {
+    own_client
+    R_PATH=/status/500/$(own_id)/
+    R_ID=$(subscribe "$R_PATH" again.fails)
+    keep TENANT KEY R_ID R_PATH
+}
+
+scenario_a_subscription_enabled_again_starts_a_new_streak() {
+    q "UPDATE subscriptions SET enabled = false, disabled_reason = 'auto_disabled',
+              failure_first_at = now() - interval '1 hour', failure_last_at = now() - interval '1 minute'
+        WHERE id = '$R_ID'" >/dev/null
+    patch "$R_ID" '{"enabled":true}' >/dev/null
+    assert_eq 200 "$(http_status)" "PATCH {\"enabled\":true} accepted"
+    assert_eq "true|true" "$(sub_field "$R_ID" "(failure_first_at IS NULL) || '|' || (failure_last_at IS NULL)")" \
+        "enabling it again clears the old streak"
+    events again.fails r- 1 10
+    wait_until 10 "(( \$(SINK_LOG=$SINK_LOG sink_count '$R_PATH') >= 1 ))" || fail "no attempt reached the destination"
+    sleep 0.5 # its outcome written
+    assert_eq "true|" "$(sub_field "$R_ID" "enabled || '|' || coalesce(disabled_reason, '')")" \
+        "its next failure starts a new streak and does not disable it"
+}
+
 # /hang: every attempt stays in flight for the 2s delivery timeout, so when one
 # failure disables the subscription others are still in flight; their failures
 # must not bring the jobs back to pending (they are parked, never attempted).
