@@ -427,10 +427,13 @@ static void claim_jobs(struct hub_dispatch *d, PGresult *r, int rows, struct cla
         struct job_rows x = {{r, r, r}, {i, i, i}, {0, HUB_CLAIM_SUB, HUB_CLAIM_EVENT}};
         struct hub_cap_lane *none = NULL;
         size_t len;
-        /* a job whose event is gone (its partition dropped) stays leased: it
-         * is reclaimed, and dead as poison in the end */
-        if (rows_value(&x, ROWS_EVENT, HUB_LOAD_EVENT_KEY, &len) == NULL ||
-            rows_value(&x, ROWS_SUB, HUB_LOAD_SUB_ID, &len) == NULL) {
+        if (rows_value(&x, ROWS_SUB, HUB_LOAD_SUB_ID, &len) == NULL) {
+            continue; /* its subscription went, and the job with it */
+        }
+        if (rows_value(&x, ROWS_EVENT, HUB_LOAD_EVENT_KEY, &len) == NULL) {
+            /* its event is gone (retention dropped the day) */
+            dispatch_outcome_expired(d, atoll(PQgetvalue(r, i, HUB_CLAIM_ID)),
+                                     PQgetvalue(r, i, HUB_CLAIM_SUB_ID), stamp.serial);
             continue;
         }
         queue_job(d, &x, stamp, slots != NULL ? &slots[i] : &none);
@@ -486,7 +489,7 @@ static void load_release(struct hub_dispatch *d, PGresult *claim, uint64_t seria
  * row names its job's row of the claim, whose subscription is found in subs
  * through by_id. */
 static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *subs,
-                        const struct sub_row *by_id, PGresult *evs) {
+                        const struct sub_row *by_id, PGresult *evs, unsigned char *found) {
     int rows = PQntuples(l->claim);
     struct hub_cap_lane *none;
 
@@ -498,6 +501,7 @@ static void load_events(struct hub_dispatch *d, const struct load *l, PGresult *
         if (x.i[ROWS_CLAIM] < 0 || x.i[ROWS_CLAIM] >= rows) {
             continue;
         }
+        found[x.i[ROWS_CLAIM]] = 1;
         key.id = PQgetvalue(l->claim, x.i[ROWS_CLAIM], HUB_CLAIM_SUB_ID);
         s = bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id), sub_row_cmp);
         if (s == NULL) {
@@ -517,22 +521,33 @@ static void load_done(void *arg, const struct hub_pg_outcome *out) {
     int rows = PQntuples(l->claim);
     PGresult *subs = out->n_results == 1 + l->days ? out->results[0] : NULL;
     struct sub_row *by_id = NULL;
+    unsigned char *found = NULL; /* per claimed row: its event was read */
 
     d->loading -= (size_t)rows;
     if (out->status != HUB_PG_OK || subs == NULL ||
-        (by_id = sub_rows_sorted(subs, HUB_LOAD_SUB_ID)) == NULL) {
+        (by_id = sub_rows_sorted(subs, HUB_LOAD_SUB_ID)) == NULL ||
+        (found = calloc((size_t)rows + 1, 1)) == NULL) {
         hub_log(HUB_WARN, "claimed jobs could not be loaded: released",
                 HUB_LS("error", out->status != HUB_PG_OK ? out->error : "out of memory"),
                 HUB_LI("jobs", rows));
         load_release(d, l->claim, l->stamp.serial);
     } else {
-        /* a job whose event is gone (its partition dropped) has no row and
-         * stays leased: it is reclaimed, and dead as poison in the end; one
-         * whose subscription is gone went with it */
         for (int k = 1; k <= l->days; k++) {
-            load_events(d, l, subs, by_id, out->results[k]);
+            load_events(d, l, subs, by_id, out->results[k], found);
+        }
+        /* a job whose event is gone (retention dropped the day) has no
+         * row: dead, "expired"; one whose subscription is gone went with
+         * it */
+        for (int i = 0; i < rows; i++) {
+            struct sub_row key = {.id = PQgetvalue(l->claim, i, HUB_CLAIM_SUB_ID)};
+            if (!found[i] && bsearch(&key, by_id, (size_t)PQntuples(subs), sizeof(*by_id),
+                                     sub_row_cmp) != NULL) {
+                dispatch_outcome_expired(d, atoll(PQgetvalue(l->claim, i, HUB_CLAIM_ID)), key.id,
+                                         l->stamp.serial);
+            }
         }
     }
+    free(found);
     free(by_id);
     /* the rows that made no job (given back, or left leased for the
      * reclaim): their slots */

@@ -316,6 +316,13 @@ void dispatch_job_unattempted(struct hub_dispatch *d, struct job *j, const char 
 void dispatch_outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
                                   uint64_t claim, const char *state, int64_t delay_ms);
 
+/* A claimed job whose stored event is gone (retention dropped its day) is
+ * dead, reason "expired", without an attempt: left leased, it was reclaimed
+ * POISON_THRESHOLD times and ended as poison, a fifo subscription stalled
+ * behind it a lease at a time. */
+void dispatch_outcome_expired(struct hub_dispatch *d, int64_t id, const char *sub_id,
+                              uint64_t claim);
+
 /* 1 when this process knows j's lease is over (its claim answered more
  * than a lease ago, on this clock): its outcome will not be written. */
 int dispatch_lease_past(const struct hub_dispatch *d, const struct job *j, int64_t now_ms);

@@ -119,20 +119,32 @@ static void schedule_flush(struct hub_dispatch *d) {
     }
 }
 
-void dispatch_outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
-                                  uint64_t claim, const char *state, int64_t delay_ms) {
+/* An outcome without an attempt: the statement leaves the attempts table
+ * and the streak alone, and the job's attempt_count as it is. */
+static void unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id, uint64_t claim,
+                        const char *state, const char *reason, int64_t delay_ms) {
     struct outcome *o = outcome_push(d);
-    /* no attempt: the statement leaves the attempts table and the streak
-     * alone, and the job's attempt_count as it is */
+
     if (o != NULL) { /* else the lease expires and the job is reclaimed */
         o->id = id;
         o->claim = claim;
         o->state = state;
+        o->reason = reason;
         o->delay_ms = delay_ms;
         o->started_unix_ms = dispatch_unix_ms();
         snprintf(o->sub_id, sizeof(o->sub_id), "%s", sub_id);
         schedule_flush(d);
     }
+}
+
+void dispatch_outcome_unattempted(struct hub_dispatch *d, int64_t id, const char *sub_id,
+                                  uint64_t claim, const char *state, int64_t delay_ms) {
+    unattempted(d, id, sub_id, claim, state, NULL, delay_ms);
+}
+
+void dispatch_outcome_expired(struct hub_dispatch *d, int64_t id, const char *sub_id,
+                              uint64_t claim) {
+    unattempted(d, id, sub_id, claim, "dead", "expired", 0);
 }
 
 /* The job's claim serial goes with it: the write is fenced by that claim's

@@ -257,6 +257,36 @@ scenario_fifo_retries_the_head_before_the_rest() {
     assert_eq "ff-0 ff-0 ff-0 ff-1 ff-2 ff-3 ff-4 " "$order" "fifo: the head is retried until it succeeds, then the rest in order"
 }
 
+# A job whose stored event is gone (retention dropped its day while the job
+# waited, parked or retrying) was left leased by the claim: reclaimed
+# POISON_THRESHOLD times a lease apart, then dead as poison, with its fifo
+# subscription stalled behind it all along.  It is dead at once now, reason
+# "expired", and the next job goes.
+prepare_a_job_whose_event_expired_is_dead_at_once() {
+    own_client
+    # the probe takes the first 503, ex-0's attempt the second; then 200s
+    EXP_PATH=/flaky/2/$(own_id)/
+    EXP_ID=$(subscribe_at "$KEY" "$EXP_PATH" expired.tested ',"ordering":"fifo","retry_schedule":["1h"]')
+    events expired.tested ex- 3 --partitions 1
+    wait_sql 20 1 "SELECT attempt_count FROM delivery_jobs WHERE subscription_id = '$EXP_ID' AND event_id = 'ex-0'" ||
+        fatal "ex-0 was not attempted"
+    keep TENANT KEY EXP_ID EXP_PATH
+}
+
+scenario_a_job_whose_event_expired_is_dead_at_once() {
+    local order
+    # what retention does to ex-0's day while it waits for its retry, for
+    # that one event alone; then its retry is due
+    psql_q "DELETE FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id = 'ex-0'" >/dev/null
+    psql_q "UPDATE delivery_jobs SET next_attempt_at = now() WHERE subscription_id = '$EXP_ID' AND event_id = 'ex-0'" >/dev/null
+    wait_jobs "$EXP_ID" succeeded 2 20 || fail "the jobs behind the expired one were not delivered: $(job_states "$EXP_ID")"
+    assert_eq "dead|expired|1|0" "$(psql_q "SELECT state, reason, attempt_count, reclaims FROM delivery_jobs
+                                            WHERE subscription_id = '$EXP_ID' AND event_id = 'ex-0'")" \
+        "the job whose event expired: dead, expired, no second attempt, never reclaimed"
+    order=$(sink_header "$EXP_PATH" x-lerian-event-id | grep '^ex-' | tr '\n' ' ')
+    assert_eq "ex-0 ex-1 ex-2 " "$order" "the fifo subscription's next jobs went in order"
+}
+
 # max_rate: deferred over the rate, not failed
 prepare_max_rate_defers_without_failing() {
     own_client
