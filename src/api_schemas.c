@@ -778,7 +778,7 @@ void hub_api_schemas_admin(struct hub *hub, h2o_req_t *req, const h2o_iovec_t *s
  * the tenant's scope. */
 static void tenant_authed(struct hub_api_call *call, const char *tenant_id, int status) {
     struct schemas_call *c = (struct schemas_call *)call;
-    char who[160];
+    char who[sizeof("tenant:") + HUB_API_TENANT_ID_MAX];
     int oom = 0;
 
     if (status != 200) {

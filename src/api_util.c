@@ -561,7 +561,9 @@ int hub_api_query_param(h2o_req_t *req, const char *name, const char **value) {
 /* Tenant ids (SPEC §5): [a-zA-Z0-9._-]{1,256}, safe in paths, logs and
  * the idempotency scope without escaping. */
 int hub_api_tenant_id_valid(const char *s, size_t len) {
-    if (len == 0 || len > HUB_API_TENANT_ID_MAX) {
+    /* "." and ".." are path segments h2o resolves: no /admin/tenants/{id}
+     * request could ever reach such a tenant */
+    if (len == 0 || len > HUB_API_TENANT_ID_MAX || (len <= 2 && memcmp(s, "..", len) == 0)) {
         return 0;
     }
     for (size_t i = 0; i < len; i++) {

@@ -170,7 +170,7 @@ int hub_api_reject_unknown_members(const json_t *obj, const char *const *allowed
  */
 int hub_api_query_param(h2o_req_t *req, const char *name, const char **value);
 
-/* 1 when s[0..len) is a valid tenant id: [a-zA-Z0-9._-]{1,256}. */
+/* 1 when s[0..len) is a valid tenant id: [a-zA-Z0-9._-]{1,256}, not "." or "..". */
 int hub_api_tenant_id_valid(const char *s, size_t len);
 
 /* 1 when s[0..len) is a canonical textual UUID (8-4-4-4-12 hex digits). */

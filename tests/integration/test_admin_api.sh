@@ -98,6 +98,13 @@ scenario_tenant_create_and_validation() {
     long=$(printf 'x%.0s' $(seq 1 257))
     admin_curl POST /admin/tenants "{\"id\":\"$long\"}" >/dev/null
     assert_eq 400 "$(http_status)" "257-character id → 400"
+    # path segments h2o resolves: no /admin/tenants/{id} request could reach them
+    admin_curl POST /admin/tenants '{"id":"."}' >/dev/null
+    assert_eq 400 "$(http_status)" "id \".\" → 400"
+    admin_curl POST /admin/tenants '{"id":".."}' >/dev/null
+    assert_eq 400 "$(http_status)" "id \"..\" → 400"
+    admin_curl POST /admin/tenants '{"id":"..."}' >/dev/null
+    assert_eq 201 "$(http_status)" "id \"...\" → 201"
     ok256=$(printf 'y%.0s' $(seq 1 256))
     admin_curl POST /admin/tenants "{\"id\":\"$ok256\"}" >/dev/null
     assert_eq 201 "$(http_status)" "256-character id → 201"

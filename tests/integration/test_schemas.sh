@@ -152,6 +152,18 @@ scenario_compat_409() {
     assert_eq 201 "$(http_status)" "a new major is free"
 }
 
+# The registrant was recorded cut to 152 characters of the tenant's id
+# ("tenant:" in 160 bytes): two tenants sharing those looked alike.
+scenario_a_long_tenant_id_is_recorded_whole() {
+    local t key
+    t=lt-$(printf 'z%.0s' $(seq 1 253)) # 256 characters, the longest id
+    tenant_create "$t" active
+    key=$(tenant_key "$t")
+    tput "$key" "$TYPE" 1.0.0 "$SCHEMA_V1" >/dev/null
+    assert_eq 201 "$(http_status)" "a 256-character tenant's schema"
+    assert_eq "tenant:$t" "$(json_str registered_by)" "registered_by names the whole id"
+}
+
 scenario_http_validation() {
     local body q0 seq
     own_client
