@@ -73,6 +73,7 @@ struct store_group {
     struct store_req *reqs;
     struct hub_ingest_rec *recs;
     size_t n;
+    int retried; /* group_failed ran it once more */
 };
 
 /* The outcome of requests that never got a transaction because the hub is
@@ -172,9 +173,20 @@ static void group_stored(struct ingest_batch *b) {
     free(b);
 }
 
-/* HTTP ingest does not retry: the failure goes to the clients, who do. */
+/* HTTP ingest does not retry: the failure goes to the clients, who do.
+ * Save once: a subscription deleted while the transaction ran fails its
+ * job's foreign key at the statement's end (23503), which says nothing
+ * about any request of the group; run again, the match no longer finds
+ * it. */
 static void group_failed(struct ingest_batch *b, const struct hub_pg_outcome *out) {
-    group_done(b->owner_arg, out);
+    struct store_group *g = b->owner_arg;
+
+    if (!g->retried && out->status == HUB_PG_ESTMT && strcmp(out->sqlstate, "23503") == 0) {
+        g->retried = 1;
+        ingest_batch_submit(b);
+        return;
+    }
+    group_done(g, out);
     free(b);
 }
 

@@ -28,6 +28,10 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"
 # shellcheck source=tests/support/ingest_http.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/ingest_http.sh"
+# shellcheck source=tests/support/sink.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/sink.sh"
+# shellcheck source=tests/support/delivery.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/delivery.sh"
 
 M='streaming_hub_ingest_records_total'
 
@@ -35,7 +39,8 @@ setup() {
     command -v jq >/dev/null || fatal "jq is required by this test"
     pg_start
     kafka_start --topic lerian.streaming.answers:1
-    hub_shared
+    sink_start
+    hub_shared STREAMING_HUB_KEK="$(head -c 32 /dev/urandom | base64)" STREAMING_HUB_ALLOW_PRIVATE_SINKS=true
 }
 
 # jqb EXPR: jq -r EXPR over the last answer's body.
@@ -167,6 +172,34 @@ scenario_raced_key_runs_again_alone() {
     assert_eq 3 "$(metric_delta "$M{verdict=\"accepted\",reason=\"\"}" "$acc0")" "3 accepted counted"
     assert_eq 1 "$(metric_delta "$M{verdict=\"duplicate\",reason=\"\"}" "$dup0")" "1 duplicate counted"
     psql_q "DROP TRIGGER hold_rk ON event_inbox; DROP FUNCTION hold_rk();" >/dev/null
+}
+
+# A subscription deleted while an ingest transaction that matched it was
+# still running: the job's foreign key failed at the statement's end
+# (23503), and every request of the shared transaction, any tenant's, was
+# answered 500.  The transaction runs once more, where the subscription is
+# no longer matched.
+scenario_a_subscription_deleted_meanwhile_fails_no_request() {
+    local sub g
+    own_client
+    sub=$(subscribe_at "$KEY" "/ok/$(own_id)/" 'account.*')
+    psql_q "CREATE FUNCTION hold_fk() RETURNS trigger LANGUAGE plpgsql AS
+              \$\$BEGIN PERFORM pg_sleep(1.5); RETURN NULL; END\$\$;
+            CREATE TRIGGER hold_fk AFTER INSERT ON event_inbox FOR EACH ROW
+              WHEN (NEW.event_id = 'fk-1' AND NEW.tenant_id = '$TENANT')
+              EXECUTE FUNCTION hold_fk();" >/dev/null || fatal "cannot create the trigger"
+    ev_batch_bg "$WORK/fk-g1" "$KEY" "$(ev_json fk-1)"
+    wait_sql 10 1 "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+                     AND query LIKE '%event_inbox%'" || fail "the transaction is not held"
+    hub_curl DELETE "/v1/subscriptions/$sub" "" -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 204 "$(http_status)" "the subscription is deleted while the transaction holds"
+    wait_until 20 "[[ -s $WORK/fk-g1 ]]" || fail "the event was not answered"
+    psql_q "DROP TRIGGER hold_fk ON event_inbox; DROP FUNCTION hold_fk();" >/dev/null
+    g=$(cat "$WORK/fk-g1")
+    assert_eq "207 202" "${g%% *} $(jq -r '[.results[].status] | join(" ")' <<<"${g#* }" 2>/dev/null)" \
+        "the event is stored (202), not failed with the deleted subscription"
+    assert_eq "1 0" "$(id_count fk-1) $(psql_q "SELECT count(*) FROM delivery_jobs WHERE event_id = 'fk-1'")" \
+        "stored once, with no job for the deleted subscription"
 }
 
 # ---------------------------------------------------------------------------
