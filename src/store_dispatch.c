@@ -100,7 +100,9 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
  * whatever the statistics say (planning this statement costs more than
  * running it: the claim connection forces generic plans).
  *
- * A fifo head is the first entry of its subscription in the fifo index,
+ * A fifo head is the first entry of its subscription in the fifo index
+ * (by arrival sequence, SPEC 3.3: a replay's new jobs have higher ids than
+ * the older ones it re-arms),
  * found by a skip scan over the tenant's subscriptions with open fifo jobs:
  * the backlog behind a head is never read, and a head whose lane or origin
  * is at its cap is passed over (one row per fifo subscription, not a
@@ -140,7 +142,7 @@ const struct hub_sql hub_sql_dispatch_due_tenants = {
     "     SELECT h.id, h.next_attempt_at FROM f CROSS JOIN LATERAL ("                              \
     "        SELECT o.id, o.state, o.next_attempt_at, o.origin_id FROM delivery_jobs o"            \
     "         WHERE o.fifo AND o.state IN ('pending', 'in_flight') AND o.tenant_id = t.tenant_id"  \
-    "           AND o.subscription_id = f.sub ORDER BY o.id LIMIT 1) h"                            \
+    "           AND o.subscription_id = f.sub ORDER BY o.event_seq LIMIT 1) h"                            \
     "      CROSS JOIN LATERAL (SELECT 1 FROM subscriptions s WHERE s.id = f.sub"                   \
     "                           AND s.enabled AND s.verification_state = 'active' LIMIT 1) s"      \
     "      WHERE t.fifo AND h.state = 'pending' AND h.next_attempt_at <= now()"                    \

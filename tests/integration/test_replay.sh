@@ -116,6 +116,48 @@ scenario_a_replay_delivers_the_stored_events_of_its_window() {
     assert_eq 6 "$(sink_header "$PATH_" x-lerian-event-id | grep -c '^early-')" "the replayed ones are the early transaction events"
 }
 
+# A fifo subscription replayed over a window where one event has no job (it
+# arrived while the subscription was disabled): the replay re-arms the two
+# old jobs and makes the missing one with a higher id.  The head went by job
+# id, so the window came out of order (fa, fc, fb); it goes by arrival
+# sequence now (SPEC 3.3).
+prepare_a_replay_keeps_a_fifo_subscription_in_arrival_order() {
+    own_client
+    PATH_=/ok/$(own_id)/
+    SUB=$(subscribe_at "$KEY" "$PATH_" 'transaction.*' ',"ordering":"fifo"')
+    T0=$(date +%s.%N)
+    fifo_event fa
+    wait_until 30 "sink_header '$PATH_' x-lerian-event-id | grep -q '^fa-'" || fatal "fa was not delivered"
+    hub_curl PATCH "/v1/subscriptions/$SUB" '{"enabled":false}' -H "Authorization: Bearer $KEY" >/dev/null
+    fifo_event fb
+    wait_sql 30 1 "SELECT count(*) FROM event_inbox WHERE tenant_id = '$TENANT' AND event_id LIKE 'fb-%'" ||
+        fatal "fb was not stored"
+    hub_curl PATCH "/v1/subscriptions/$SUB" '{"enabled":true}' -H "Authorization: Bearer $KEY" >/dev/null
+    fifo_event fc
+    wait_until 30 "sink_header '$PATH_' x-lerian-event-id | grep -q '^fc-'" || fatal "fc was not delivered"
+    T1=$(date +%s.%N)
+    keep TENANT KEY SUB PATH_ T0 T1
+}
+
+fifo_event() { # fifo_event PREFIX: one transaction event PREFIX-0 of $TENANT
+    produce --topic "$TOPIC" --tenant "$TENANT" --count 1 --id-prefix "$1-" \
+        --type studio.lerian.transaction.posted >/dev/null
+}
+
+scenario_a_replay_keeps_a_fifo_subscription_in_arrival_order() {
+    local body
+    assert_eq "fa-0 fc-0" "$(sink_header "$PATH_" x-lerian-event-id | grep '^f' | paste -sd' ')" \
+        "fb arrived while the subscription was disabled: no job"
+    body=$(replay "$KEY" "$SUB" "{$(window)}")
+    assert_eq 202 "$(http_status)" "replay → 202"
+    assert_contains "$body" '"created":1' "one new job (fb)"
+    assert_contains "$body" '"rearmed":2' "two re-armed (fa, fc)"
+    wait_until 30 "(( \$(sink_header '$PATH_' x-lerian-event-id | grep -c '^f') >= 5 ))" ||
+        fail "the replayed events were not delivered"
+    assert_eq "fa-0 fb-0 fc-0" "$(sink_header "$PATH_" x-lerian-event-id | grep '^f' | tail -n 3 | paste -sd' ')" \
+        "the replay went out in arrival order"
+}
+
 # rate limit, then the same window again with every type: the 6 delivered
 # jobs are re-armed and the 4 balance events get new jobs; audited
 prepare_a_replay_is_rate_limited_and_rearms_finished_jobs() {
