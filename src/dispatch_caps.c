@@ -463,9 +463,13 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
 
 /* The caps bound attempts in flight: jobs held beyond them are the
  * run-ahead, which waits (see ahead()). */
-int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
+int hub_caps_room(const struct hub_caps *c, const struct hub_cap_lane *l) {
     return l->inflight < lane_cap(l) && l->origin->inflight < c->cfg.origin_max &&
-           !tenant_at_max(c, l) && tenant_leaves_enough(c, l);
+           !tenant_at_max(c, l);
+}
+
+int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l) {
+    return hub_caps_room(c, l) && tenant_leaves_enough(c, l);
 }
 
 /* Held and not started: waiting in the queue (or being loaded).  The

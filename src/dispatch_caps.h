@@ -140,6 +140,11 @@ struct hub_cap_lane *hub_caps_hold(struct hub_caps *c, const char *tenant, int64
  */
 int hub_caps_ready(const struct hub_caps *c, const struct hub_cap_lane *l);
 
+/* hub_caps_ready but the tenant's share of the free workers: 1 when a job
+ * of the lane that may not start waits only for workers to free up (as
+ * any job does while all of them are busy), not for its destination. */
+int hub_caps_room(const struct hub_caps *c, const struct hub_cap_lane *l);
+
 /* ... unless more of its lane's (or origin's) claimed jobs wait than may
  * (its run-ahead fell since the claim: the limit fell, or the attempts got
  * slower): then 1, and the job is to be given back (its slot released). */

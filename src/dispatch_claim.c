@@ -180,6 +180,13 @@ static enum job_readiness job_ready(struct hub_dispatch *d, const struct job *j,
     if (name[0] != '\0' && hub_breaker_sheds(d->breakers, j->tenant, name, now)) {
         return JOB_STARTS;
     }
+    if (hub_caps_room(d->caps, j->slot)) {
+        /* held back for the other tenants' share of the workers: it waits
+         * for workers to free up, and the run-ahead rule (which a hanging
+         * destination's lane keeps at 0) would give it back at once, to be
+         * claimed again by the next claim */
+        return JOB_WAITS;
+    }
     return hub_caps_waiting_over(d->caps, j->slot) ? JOB_GIVE_BACK : JOB_WAITS;
 }
 

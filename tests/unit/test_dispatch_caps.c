@@ -297,6 +297,10 @@ static void test_tenants_leave_workers_to_the_next(void **state) {
     assert_int_equal(start_while_ready(c, "a", 1000), 56);
     assert_int_equal(start_while_ready(c, "b", 2000), 4);
     assert_int_equal(hub_caps_offer(c, "b", 2999, 8, 1, 0, T0), 8);
+    x = hub_caps_hold(c, "b", 2999, T0);
+    assert_int_equal(hub_caps_ready(c, x), 0); /* held back for the others... */
+    assert_int_equal(hub_caps_room(c, x), 1);  /* ... not for its destination */
+    hub_caps_release(c, x, 0, T0);
     assert_int_equal(start_while_ready(c, "c", 3000), 2);
     assert_int_equal(start_while_ready(c, "d", 4000), 1);
     x = hub_caps_hold(c, "f", 6000, T0);
