@@ -312,8 +312,9 @@ scenario_a_subscription_enabled_again_starts_a_new_streak() {
     assert_eq "true|true" "$(sub_field "$R_ID" "(failure_first_at IS NULL) || '|' || (failure_last_at IS NULL)")" \
         "enabling it again clears the old streak"
     events again.fails r- 1 10
-    wait_until 10 "(( \$(SINK_LOG=$SINK_LOG sink_count '$R_PATH') >= 1 ))" || fail "no attempt reached the destination"
-    sleep 0.5 # its outcome written
+    # the attempt's row and the streak's update commit together
+    wait_sql 10 1 "SELECT count(*) FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+                    WHERE j.subscription_id = '$R_ID'" || fail "no attempt was recorded"
     assert_eq "true|" "$(sub_field "$R_ID" "enabled || '|' || coalesce(disabled_reason, '')")" \
         "its next failure starts a new streak and does not disable it"
 }

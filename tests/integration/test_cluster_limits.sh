@@ -223,7 +223,10 @@ scenario_max_rate_holds_across_processes() {
     sleep 3.5
     n=$(receipts "$path" | awk -v t=$((first + 3000)) '$1 < t { n++ } END { print n + 0 }')
     log "max_rate 10/s over three delivering processes: $n delivered in the first 3 s"
-    assert_le "$n" 41 "at most 10/s x 3 s plus one burst (10) and a token: $n"
+    # 10/s x 3 s plus one burst (10), and room for a heartbeat late under
+    # load (a process that counts two others for a moment runs at 1/2);
+    # each process at the whole rate sent 75-97
+    assert_le "$n" 50 "at most 10/s x 3 s plus one burst (10), with a margin: $n"
     assert_ge "$n" 10 "and at least a third of that went out: $n"
 }
 
