@@ -474,24 +474,31 @@ scenario_a_page_counts_attributes_as_they_go_out() {
 # (256 MiB): past that its pulls are 429, another tenant's are not, and once
 # the clients go the tenant pulls again.
 scenario_pages_not_read_are_bounded_per_tenant() {
-    local i fds=() other_key code
+    local i wave fds=() other_key code
     own_client
     { printf '"'; head -c 1048574 /dev/zero | tr '\0' 'k'; printf '"'; } >"$WORK/held.json"
     for i in $(seq 1 9); do
         EV_BODY=@$WORK/held.json post_event "held-$i" /pull/held >/dev/null
         [[ $(http_status) == 202 ]] || fail "event held-$i: $(http_status)"
     done
-    for i in $(seq 1 40); do
-        exec {fd}<>"/dev/tcp/127.0.0.1/${HUB_URL##*:}"
-        fds+=("$fd")
-        printf 'GET /v1/events?after=0&limit=500 HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer %s\r\n\r\n' \
-            "$KEY" >&"$fd"
-    done
     # forty pages of ~7 MiB (seven events each) are over the 256 MiB.  A
-    # tenant's transactions take turns (api_util.h): its forty pulls read
-    # their pages one after another, seconds under a loaded machine
+    # tenant's transactions take turns (api_util.h), 32 waiting at most:
+    # sent in two waves of twenty, the second once the first has read its
+    # pages, none is refused for waiting
+    for wave in 1 2; do
+        for i in $(seq 1 20); do
+            exec {fd}<>"/dev/tcp/127.0.0.1/${HUB_URL##*:}"
+            fds+=("$fd")
+            printf 'GET /v1/events?after=0&limit=500 HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer %s\r\n\r\n' \
+                "$KEY" >&"$fd"
+        done
+        sleep 0.5
+        wait_until 60 "[[ \$(metric streaming_hub_api_tenant_waiting) == 0 ]]" ||
+            fail "wave $wave of the pulls still waits for its turns"
+    done
     wait_until 30 "[[ \$(pull '/v1/events?after=0&limit=1' >/dev/null; http_status) == 429 ]]"
     assert_eq 429 "$(http_status)" "with 40 pages of ~7 MiB unread, the tenant's next pull → 429"
+    assert_contains "$(last_body)" "pages not yet read" "… refused for the pages not read, not for waiting turns"
     assert_match "$(last_header retry-after)" '^[0-9]+$' "… with Retry-After"
     other_key=$(own_tenant_key other)
     code=$(KEY=$other_key pull "/v1/events?limit=1" >/dev/null; http_status)
