@@ -266,8 +266,10 @@ static void maintenance_done(void *arg, const struct hub_pg_outcome *out) {
     }
 }
 
-/* When partition upkeep runs next, from now (unix ms): hourly, at the start
- * of each UTC day, and every HUB_DAYSTART_EVERY_MS in its first minutes. */
+/* When partition upkeep runs next, from now (unix ms): every
+ * STREAMING_HUB_MAINTENANCE_INTERVAL (hourly), at the start of each UTC
+ * day, and every HUB_DAYSTART_EVERY_MS in its first minutes (unless the
+ * interval is shorter). */
 static uint64_t maintenance_next_ms(int64_t now, int64_t every_ms) {
     int64_t into_day = now % HUB_DAY_MS;
     int64_t to_next_day = HUB_DAY_MS - into_day;
