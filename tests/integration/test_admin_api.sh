@@ -99,12 +99,10 @@ scenario_tenant_create_and_validation() {
     admin_curl POST /admin/tenants "{\"id\":\"$long\"}" >/dev/null
     assert_eq 400 "$(http_status)" "257-character id → 400"
     # path segments h2o resolves: no /admin/tenants/{id} request could reach them
-    admin_curl POST /admin/tenants '{"id":"."}' >/dev/null
-    assert_eq 400 "$(http_status)" "id \".\" → 400"
-    admin_curl POST /admin/tenants '{"id":".."}' >/dev/null
-    assert_eq 400 "$(http_status)" "id \"..\" → 400"
-    admin_curl POST /admin/tenants '{"id":"..."}' >/dev/null
-    assert_eq 201 "$(http_status)" "id \"...\" → 201"
+    for c in '.|400' '..|400' '...|201'; do
+        admin_curl POST /admin/tenants "{\"id\":\"${c%|*}\"}" >/dev/null
+        assert_eq "${c#*|}" "$(http_status)" "id \"${c%|*}\" → ${c#*|}"
+    done
     ok256=$(printf 'y%.0s' $(seq 1 256))
     admin_curl POST /admin/tenants "{\"id\":\"$ok256\"}" >/dev/null
     assert_eq 201 "$(http_status)" "256-character id → 201"

@@ -218,22 +218,16 @@ scenario_max_rate_holds_across_processes() {
     wait_until 10 all_see\ 3 || fail "not every process counts 3"
     subscribe_at "$KEY" "$path" 'transaction.*' ',"max_rate":10' >/dev/null
     produce --topic "$TOPIC" --tenant "$TENANT" --count 200 --id-prefix mr- >/dev/null
-    wait_until 20 "[[ -n \$(receipts '$path' | head -n1) ]]" || fail "no event was delivered"
-    first=$(receipts "$path" | sort -n | head -n1)
+    wait_until 20 "[[ -n \$(sink_event_ts '$path' mr- | head -n1) ]]" || fail "no event was delivered"
+    first=$(sink_event_ts "$path" mr- | sort -n | head -n1)
     sleep 3.5
-    n=$(receipts "$path" | awk -v t=$((first + 3000)) '$1 < t { n++ } END { print n + 0 }')
+    n=$(sink_event_ts "$path" mr- | awk -v t=$((first + 3000)) '$1 < t { n++ } END { print n + 0 }')
     log "max_rate 10/s over three delivering processes: $n delivered in the first 3 s"
     # 10/s x 3 s plus one burst (10), and room for a heartbeat late under
     # load (a process that counts two others for a moment runs at 1/2);
     # each process at the whole rate sent 75-97
     assert_le "$n" 50 "at most 10/s x 3 s plus one burst (10), with a margin: $n"
     assert_ge "$n" 10 "and at least a third of that went out: $n"
-}
-
-# receipts PATH: the sink's receipt times (ms) of the events (ids mr-*)
-# under PATH, the verification probe aside.
-receipts() {
-    paste -d, <(sink_header "$1" x-lerian-event-id) <(sink_ts "$1") | awk -F, 'index($1, "mr-") == 1 { print $2 }'
 }
 
 scenario_processes_leave_and_join() {

@@ -270,20 +270,20 @@ scenario_one_tenant_never_holds_every_worker() {
     subscribe "$h" "$HANG_URL/hang/$h" >/dev/null
     subscribe "$f" "$SINK_URL/ok/$f/" >/dev/null
     produce --topic "$TOPIC" --tenant "$e" --count 20 --id-prefix e- --payload-bytes 64 >/dev/null
-    wait_until 20 "(( \$(attempts_at hang /hang/$e e- | wc -l) >= 14 ))" || fail "E's attempts did not start"
+    wait_until 20 "(( \$(in_sink hang sink_event_ts /hang/$e e- | wc -l) >= 14 ))" || fail "E's attempts did not start"
     produce --topic "$TOPIC" --tenant "$h" --count 20 --id-prefix h- --payload-bytes 64 >/dev/null
-    wait_until 20 "(( \$(attempts_at hang /hang/$h h- | wc -l) >= 1 ))" || fail "H's attempts did not start"
+    wait_until 20 "(( \$(in_sink hang sink_event_ts /hang/$h h- | wc -l) >= 1 ))" || fail "H's attempts did not start"
     upd0=$(job_updates)
     sleep 0.2 # for H to take all it may
     fresh_events "$f" "/ok/$f/" 3 >"$WORK/latency-f"
     worst=$(sort -n "$WORK/latency-f" | tail -n1)
     lat=$(sort -n "$WORK/latency-f" | paste -sd' ')
-    first=$(attempts_at hang "/hang/$e" e- | sort -n | head -n1)
+    first=$(in_sink hang sink_event_ts "/hang/$e" e- | sort -n | head -n1)
     last=$(sink_ts "/ok/$f/" | sort -n | tail -n1)
     # attempts that began before E's first could time out (3 s) were all
     # open at once then
-    e_open=$(attempts_at hang "/hang/$e" e- | awk -v t=$((first + 2900)) '$1 < t' | wc -l)
-    h_open=$(attempts_at hang "/hang/$h" h- | awk -v t=$((first + 2900)) '$1 < t' | wc -l)
+    e_open=$(in_sink hang sink_event_ts "/hang/$e" e- | awk -v t=$((first + 2900)) '$1 < t' | wc -l)
+    h_open=$(in_sink hang sink_event_ts "/hang/$h" h- | awk -v t=$((first + 2900)) '$1 < t' | wc -l)
     sleep 1.1 # the backends' statistics flushed
     updates=$(($(job_updates) - upd0))
     log "F's latencies (ms): $lat, the last $((last - first)) ms after E's first attempt; attempts open at once: E $e_open, H $h_open; job updates meanwhile: $updates"
@@ -299,12 +299,5 @@ job_updates() {
     psql_q "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'delivery_jobs'"
 }
 
-# attempts_at NAME PREFIX IDS: the receipt times (ms) of the attempts of
-# events whose ids start with IDS (the verification probe aside) the extra
-# sink NAME received under PREFIX.
-attempts_at() {
-    paste -d, <(in_sink "$1" sink_header "$2" x-lerian-event-id) <(in_sink "$1" sink_ts "$2") |
-        awk -F, -v ids="$3" 'index($1, ids) == 1 { print $2 }'
-}
 
 scenarios_main "$@"

@@ -181,3 +181,10 @@ sink_ts() {
         BEGIN { prefix = ENVIRON["SINK_PREFIX"] }
         sink_path_ok($0) { s = substr($0, 10); print substr(s, 1, index(s, ",") - 1) }' "$SINK_LOG"
 }
+
+# sink_event_ts PATH_PREFIX IDS: ts_ms of each matching request that carries
+# an event whose id starts with IDS (the verification probe aside).
+sink_event_ts() {
+    paste -d, <(sink_header "$1" x-lerian-event-id) <(sink_ts "$1") |
+        awk -F, -v ids="$2" 'index($1, ids) == 1 { print $2 }'
+}
