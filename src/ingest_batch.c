@@ -493,11 +493,13 @@ static int rec_schema_refused(const struct hub_ingest_rec *r) {
             r->verdict == HUB_V_QUARANTINED_UNKNOWN_SCHEMA);
 }
 
-/* What is stored under the refused keys came back: a key stored with the
- * same payload is that event again, a duplicate (a producer's retry of an
- * event stored before its type had a schema, or had this one); with
- * another payload, the digest conflict it would be without the schema;
- * with nothing stored, the refusal stands. */
+/* What is stored under the refused keys came back.  The roster gate comes
+ * first, as in the insert (SPEC §3.2): a tenant not on the roster, or not
+ * active, has its record dropped, never quarantined.  Then a key stored
+ * with the same payload is that event again, a duplicate (a producer's
+ * retry of an event stored before its type had a schema, or had this
+ * one); with another payload, the digest conflict it would be without the
+ * schema; with nothing stored, the refusal stands. */
 static void batch_stored_cb(void *arg, const struct hub_pg_outcome *out) {
     struct ingest_batch *b = arg;
     PGresult *res = batch_read_done(b, out);
@@ -510,11 +512,21 @@ static void batch_stored_cb(void *arg, const struct hub_pg_outcome *out) {
         int ord = atoi(PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_ORD));
         struct hub_ingest_rec *r;
         char hex[65];
-        if (ord < 0 || (size_t)ord >= b->n || !rec_schema_refused(&b->recs[ord]) ||
-            PQgetisnull(res, row, HUB_STORED_DIGESTS_COL_DIGEST)) {
+        if (ord < 0 || (size_t)ord >= b->n || !rec_schema_refused(&b->recs[ord])) {
             continue;
         }
         r = &b->recs[ord];
+        if (PQgetisnull(res, row, HUB_STORED_DIGESTS_COL_TENANT_STATUS)) {
+            rec_settle(b, r, HUB_V_DROPPED_UNKNOWN_TENANT);
+            continue;
+        }
+        if (strcmp(PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_TENANT_STATUS), "active") != 0) {
+            rec_settle(b, r, HUB_V_DROPPED_INACTIVE_TENANT);
+            continue;
+        }
+        if (PQgetisnull(res, row, HUB_STORED_DIGESTS_COL_DIGEST)) {
+            continue;
+        }
         hub_hex(r->ev.digest, sizeof(r->ev.digest), hex);
         if (strcmp(hex, PQgetvalue(res, row, HUB_STORED_DIGESTS_COL_DIGEST)) == 0) {
             rec_settle(b, r, HUB_V_DUPLICATE);

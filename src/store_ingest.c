@@ -231,7 +231,8 @@ const struct hub_sql hub_sql_ingest_insert_fast_prepared = {
 const struct hub_sql hub_sql_ingest_stored_digests = {
     "ingest_stored_digests",
     "SELECT u.ord, encode((SELECT e.digest FROM event_inbox e WHERE e.tenant_id = u.tenant"
-    "                        AND e.source = u.source AND e.event_id = u.id LIMIT 1), 'hex')"
+    "                        AND e.source = u.source AND e.event_id = u.id LIMIT 1), 'hex'),"
+    "       (SELECT t.status FROM tenants t WHERE t.id = u.tenant)"
     "  FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[]) u(ord, tenant, source, id)",
     0,
 };

@@ -167,9 +167,10 @@ int hub_sqlstate_json_grammar(const char *sqlstate);
 /*
  * What is stored under the keys of records the schema step refused:
  * $1 ord int4[], $2 tenant text[], $3 source text[], $4 event_id text[].
- * One result row per key (text): its ord, and the stored payload's digest
- * in hex, NULL when nothing is stored under it (every day partition is
- * probed by its unique index: refused records only).
+ * One result row per key (text): its ord, the stored payload's digest in
+ * hex, NULL when nothing is stored under it (every day partition is probed
+ * by its unique index: refused records only), and the tenant's status,
+ * NULL when the tenant is not on the roster.
  */
 #define HUB_STORED_DIGESTS_NPARAMS 4
 extern const struct hub_sql hub_sql_ingest_stored_digests;
@@ -177,6 +178,7 @@ extern const struct hub_sql hub_sql_ingest_stored_digests;
 enum hub_stored_digests_col {
     HUB_STORED_DIGESTS_COL_ORD = 0,
     HUB_STORED_DIGESTS_COL_DIGEST,
+    HUB_STORED_DIGESTS_COL_TENANT_STATUS,
 };
 
 /* --------------------------------------------------- the JSON check -- */

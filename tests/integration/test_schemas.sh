@@ -11,7 +11,8 @@
 # the event, invalid → 422 with errors[] by pointer and a schema_violation
 # quarantine row with evidence, a payload that is not JSON → 422 too; an
 # unknown major accepted by default (counted) and quarantined by the type's
-# setting; Kafka ingest quarantined the same way; the tenant's versions of a
+# setting; Kafka ingest quarantined the same way, a tenant off the roster
+# or inactive dropped, not quarantined; the tenant's versions of a
 # major hide the platform's, and never reach another tenant; a hostile
 # payload does not hold up another tenant; a schema of 9,000 costly patterns
 # is refused quickly with 400 naming the pattern; a big schema registers without
@@ -372,6 +373,38 @@ scenario_kafka_quarantine() {
     wait_sql 30 3 "SELECT count(*) FROM quarantine WHERE tenant_id = '$t' AND reason = 'schema_violation'" ||
         fail "the Kafka records were not quarantined schema_violation"
     assert_eq 0 "$(psql_q "SELECT count(*) FROM event_inbox WHERE tenant_id = '$t'")" "none stored"
+}
+
+# The roster gate comes before the schema's refusal (SPEC §3.2): a record
+# of a tenant not on the roster, or inactive, is dropped and leaves no
+# quarantine row, even when its payload fails a platform schema.
+scenario_kafka_roster_before_schema() {
+    local ghost inactive u0 i0 s0
+    ghost=$(own_id ghost)
+    inactive=$(own_tenant inactive inactive)
+    admin_curl PUT "/admin/schemas/kafkaroster.tested/1.0.0" '{"type":"object","required":["id"]}' >/dev/null
+    assert_eq 201 "$(http_status)" "registered"
+    sleep 0.5 # the registry's poll (100 ms here)
+    u0=$(metric "$M{verdict=\"dropped\",reason=\"unknown_tenant\"}")
+    i0=$(metric "$M{verdict=\"dropped\",reason=\"inactive_tenant\"}")
+    s0=$(metric "$M{verdict=\"quarantined\",reason=\"schema_violation\"}")
+    printf '{"no":"id"}' >"$WORK/kafka-roster.json"
+    produce --topic "$TOPIC" --tenant "$ghost" --type studio.lerian.kafkaroster.tested \
+        --count 3 --payload-file "$WORK/kafka-roster.json" --id-prefix "$ghost-"
+    produce --topic "$TOPIC" --tenant "$inactive" --type studio.lerian.kafkaroster.tested \
+        --count 2 --payload-file "$WORK/kafka-roster.json" --id-prefix "$inactive-"
+    wait_until 30 '(( $(metric_delta "$M{verdict=\"dropped\",reason=\"unknown_tenant\"}" "$u0") +
+        $(metric_delta "$M{verdict=\"dropped\",reason=\"inactive_tenant\"}" "$i0") +
+        $(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0") >= 5 ))' ||
+        fail "the five records got no verdict in 30 s"
+    assert_eq 3 "$(metric_delta "$M{verdict=\"dropped\",reason=\"unknown_tenant\"}" "$u0")" \
+        "the unknown tenant's records dropped unknown_tenant"
+    assert_eq 2 "$(metric_delta "$M{verdict=\"dropped\",reason=\"inactive_tenant\"}" "$i0")" \
+        "the inactive tenant's records dropped inactive_tenant"
+    assert_eq 0 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0")" \
+        "none quarantined schema_violation"
+    assert_eq 0 "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id IN ('$ghost', '$inactive')")" \
+        "no quarantine row for either tenant"
 }
 
 scenario_hostile_does_not_stall_others() {
