@@ -323,11 +323,102 @@ static json_t *changes_errors(const json_t *changes) {
  * Registration steps on the threadpool run one at a time per process: the
  * threadpool also checks every tenant's events against their schemas, and
  * one tenant's burst of large registrations must not take all its threads.
- * Loop-only state, so file-static.
+ * The steps waiting for their turn queue by scope (a tenant, or the
+ * platform), and the scopes take turns, a step each: a tenant's burst of
+ * costly registrations waits behind itself, never in front of another
+ * tenant's.  A scope holds at most SCHEMAS_WAIT_MAX registrations waiting;
+ * one more is refused 429 before it is read.  Loop-only state, so
+ * file-static.
  */
 #define SCHEMAS_WORK_MAX 1
+#define SCHEMAS_WAIT_MAX 8
+
+/* A scope's waiting steps, in the ring of the scopes that have some. */
+struct work_scope {
+    struct work_scope *next; /* the next scope in the ring */
+    struct schemas_call *head, *tail;
+    size_t n;
+    char scope[]; /* '' or the tenant id */
+};
+
 static int work_running;
-static struct schemas_call *work_head, *work_tail;
+static struct work_scope *work_last; /* the ring's last scope: its next has the turn */
+
+static struct work_scope *work_scope_find(const char *scope) {
+    struct work_scope *w = work_last;
+    if (w == NULL) {
+        return NULL;
+    }
+    do {
+        w = w->next;
+        if (strcmp(w->scope, scope) == 0) {
+            return w;
+        }
+    } while (w != work_last);
+    return NULL;
+}
+
+/* The number of c's scope's steps waiting for their turn. */
+static size_t work_waiting(const struct schemas_call *c) {
+    const struct work_scope *w = work_scope_find(c->scope);
+    return w != NULL ? w->n : 0;
+}
+
+/* Queues c behind its scope's waiting steps; a scope new to the ring takes
+ * its turn after every scope already there.  Returns 0, or -1 when out of
+ * memory. */
+static int work_queue(struct schemas_call *c) {
+    struct work_scope *w = work_scope_find(c->scope);
+    if (w == NULL) {
+        size_t len = strlen(c->scope) + 1;
+        if ((w = calloc(1, sizeof(*w) + len)) == NULL) {
+            return -1;
+        }
+        memcpy(w->scope, c->scope, len);
+        if (work_last == NULL) {
+            w->next = w;
+        } else {
+            w->next = work_last->next;
+            work_last->next = w;
+        }
+        work_last = w;
+    }
+    c->queued = NULL;
+    if (w->tail != NULL) {
+        w->tail->queued = c;
+    } else {
+        w->head = c;
+    }
+    w->tail = c;
+    w->n++;
+    return 0;
+}
+
+/* Takes the first waiting step of the scope whose turn it is, and moves the
+ * turn to the next scope; NULL when none waits. */
+static struct schemas_call *work_next(void) {
+    struct work_scope *w;
+    struct schemas_call *c;
+
+    if (work_last == NULL) {
+        return NULL;
+    }
+    w = work_last->next;
+    c = w->head;
+    w->head = c->queued;
+    w->n--;
+    if (w->head != NULL) {
+        work_last = w; /* its next step waits for a whole round */
+        return c;
+    }
+    if (w == work_last) {
+        work_last = NULL; /* it was the only scope */
+    } else {
+        work_last->next = w->next;
+    }
+    free(w);
+    return c;
+}
 
 /* Starts c's step; a call whose request went away meanwhile skips it (its
  * end runs at once, as cancelled, and frees the call). */
@@ -343,39 +434,34 @@ static void work_start(struct schemas_call *c) {
 
 /* Runs work(c) on the threadpool when its turn comes, leaving its result
  * in *rc, then answer(c) on the loop if the request is still there; the
- * call waits meanwhile (hub_api_call_wait). */
-static void work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
-                        void (*answer)(struct hub_api_call *call, void *arg)) {
+ * call waits meanwhile (hub_api_call_wait).  Returns 0, or -1 when out of
+ * memory (nothing started; the caller answers). */
+static int work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
+                       void (*answer)(struct hub_api_call *call, void *arg)) {
     c->work.data = c;
     c->work_cb = work;
     c->work_rc = rc;
     c->answer = answer;
-    c->queued = NULL;
+    if (work_running >= SCHEMAS_WORK_MAX || work_last != NULL) {
+        if (work_queue(c) != 0) {
+            return -1;
+        }
+        hub_api_call_wait(&c->call);
+        return 0;
+    }
     hub_api_call_wait(&c->call);
-    if (work_running < SCHEMAS_WORK_MAX) {
-        work_start(c);
-        return;
-    }
-    if (work_tail != NULL) {
-        work_tail->queued = c;
-    } else {
-        work_head = c;
-    }
-    work_tail = c;
+    work_start(c);
+    return 0;
 }
 
 /* A step ended (or was skipped): the next waiting one starts, and the
  * call's wait ends (freeing it when its request went away meanwhile). */
 static void work_done(uv_work_t *w, int status) {
     struct schemas_call *c = w->data;
+    struct schemas_call *next;
 
     work_running--;
-    if (work_head != NULL && work_running < SCHEMAS_WORK_MAX) {
-        struct schemas_call *next = work_head;
-        work_head = next->queued;
-        if (work_head == NULL) {
-            work_tail = NULL;
-        }
+    if (work_running < SCHEMAS_WORK_MAX && (next = work_next()) != NULL) {
         work_start(next);
     }
     if (status != 0) {
@@ -495,7 +581,9 @@ static void prior_done(struct hub_api_call *call, const struct hub_pg_outcome *o
         hub_api_send_oom(call->req);
         return;
     }
-    work_submit(c, compat_work, &c->compat_rc, compat_answered);
+    if (work_submit(c, compat_work, &c->compat_rc, compat_answered) != 0) {
+        hub_api_send_oom(call->req);
+    }
 }
 
 /*
@@ -579,7 +667,7 @@ static void put_compiled(struct hub_api_call *call, void *arg) {
  * threadpool: even under the validator's limits a large schema costs tens
  * of milliseconds to parse and as many to compile, which the loop (every
  * tenant's requests) must not wait for.  Returns 0 with the call waiting
- * (put_compiled continues), or answers (413, 400, 500) and returns -1.
+ * (put_compiled continues), or answers (413, 400, 429, 500) and returns -1.
  */
 static int put_read(struct schemas_call *c) {
     h2o_req_t *req = c->call.req;
@@ -595,6 +683,14 @@ static int put_read(struct schemas_call *c) {
         hub_api_send_problem(req, 400, "a JSON object is required as the request body", NULL);
         return -1;
     }
+    if (work_waiting(c) >= SCHEMAS_WAIT_MAX) {
+        snprintf(detail, sizeof(detail),
+                 "%d registrations of this scope are waiting to be compiled; retry later",
+                 SCHEMAS_WAIT_MAX);
+        hub_api_add_header(req, "Retry-After", "1");
+        hub_api_send_problem(req, 429, detail, NULL);
+        return -1;
+    }
     c->body = malloc(req->entity.len);
     if (c->body == NULL) {
         hub_api_send_oom(req);
@@ -602,7 +698,10 @@ static int put_read(struct schemas_call *c) {
     }
     memcpy(c->body, req->entity.base, req->entity.len);
     c->body_len = req->entity.len;
-    work_submit(c, put_compile_work, &c->compile_rc, put_compiled);
+    if (work_submit(c, put_compile_work, &c->compile_rc, put_compiled) != 0) {
+        hub_api_send_oom(req);
+        return -1;
+    }
     return 0;
 }
 

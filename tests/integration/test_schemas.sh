@@ -16,7 +16,9 @@
 # major hide the platform's, and never reach another tenant; a hostile
 # payload does not hold up another tenant; a schema of 9,000 costly patterns
 # is refused quickly with 400 naming the pattern; a big schema registers without
-# holding up /healthz (the compile runs off the loop), and clients that hang
+# holding up /healthz (the compile runs off the loop), tenants take turns
+# at the compile (a burst of one never holds another; 429 past 8 waiting),
+# and clients that hang
 # up on theirs leave nothing behind; a tenant at its cap
 # of live versions or bytes is refused with 409 naming it, and others are
 # not; a reload compiles only new schemas (one registered beside 3 MiB of
@@ -521,6 +523,46 @@ scenario_registration_compiles_off_the_loop() {
     done
     assert_ge "$n" 1 "/healthz asked while they registered (${put_ms} ms)"
     assert_le "$worst" 100 "/healthz answered within 100 ms meanwhile (worst ${worst} ms of $n)"
+}
+
+# Registrations wait for the compile thread in one queue per tenant, and
+# the tenants take turns: another tenant's registration waits for at most
+# the one step running, not for a tenant's burst of 16 big ones; a tenant
+# holds 8 waiting at most, and one more is refused 429 with Retry-After.
+scenario_registrations_take_turns_across_tenants() {
+    local key_b start ms v n201=0 n429=0 st # n201: compiled, 201 or 409
+    own_client a
+    key_b=$(own_tenant_key b)
+    big_schema "$WORK/turns-schema.json"
+    for v in $(seq 1 16); do
+        curl -s -D "$WORK/turns-$v.head" -o /dev/null -w '%{http_code}' --max-time 60 -X PUT \
+            -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+            --data-binary "@$WORK/turns-schema.json" "$HUB_URL/v1/schemas/turns.big$v/1.0.0" \
+            >"$WORK/turns-$v.status" &
+        track_pid $!
+    done
+    sleep 0.3 # every one of them read (each compiles in ~70 ms: the first few at most done)
+    start=$(date +%s%N)
+    tput "$key_b" turns.small 1.0.0 '{"type":"object"}' >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_eq 201 "$(http_status)" "the other tenant's registration"
+    assert_le "$ms" 400 "it waited for one step, not the burst (${ms} ms)"
+    wait_until 60 '[[ $(cat "$WORK"/turns-*.status | wc -c) -ge 48 ]]' ||
+        fail "the burst was not answered"
+    for v in $(seq 1 16); do
+        st=$(cat "$WORK/turns-$v.status")
+        case $st in
+        201 | 409) n201=$((n201 + 1)) ;; # compiled (409: the tenant's 3 MiB are full)
+        429)
+            n429=$((n429 + 1))
+            assert_match "$(tr -d '\r' <"$WORK/turns-$v.head")" $'(^|\n)[Rr]etry-[Aa]fter: 1(\n|$)' \
+                "a refusal carries Retry-After"
+            ;;
+        *) fail "registration $v answered $st" ;;
+        esac
+    done
+    assert_ge "$n429" 1 "past 8 waiting the tenant's burst is refused 429 ($n201 answered, $n429 refused)"
+    assert_ge "$n201" 9 "the running one and the 8 waiting were answered"
 }
 
 # Clients that hang up while their registrations wait for the threadpool
