@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "api_subs_internal.h"
+#include "dispatch.h"
 #include "hub.h"
 #include "log.h"
 #include "store_subs.h"
@@ -454,6 +455,8 @@ static void sub_patch_done(struct hub_api_call *call, const struct hub_pg_outcom
     if (r == NULL) {
         return;
     }
+    /* no job this process holds starts with what it read before */
+    hub_dispatch_subscription_changed(call->hub->dispatch, PQgetvalue(r, 0, HUB_SUBS_PATCH_ID));
     if (PQgetvalue(r, 0, HUB_SUBS_PATCH_URL_CHANGED)[0] == 't') {
         hub_subs_probe_patched(c, r);
     }
@@ -525,9 +528,13 @@ static void sub_patch(struct subs_call *c) {
 
 /* ============================================================ delete ======= */
 
-/* DELETE /v1/subscriptions/{id}: 204; its jobs go with it (cascade). */
+/* DELETE /v1/subscriptions/{id}: 204; its jobs go with it (cascade), and
+ * none this process holds starts. */
 static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
-    if (sub_changed((struct subs_call *)call, out, "subscription deleted") != NULL) {
+    PGresult *r = sub_changed((struct subs_call *)call, out, "subscription deleted");
+
+    if (r != NULL) {
+        hub_dispatch_subscription_changed(call->hub->dispatch, PQgetvalue(r, 0, 0));
         hub_api_send_no_content(call->req);
     }
 }

@@ -36,6 +36,7 @@
 #include "log.h"
 #include "pg.h"
 #include "store_dispatch.h"
+#include "store_subs.h"
 
 #define DISPATCH_DUE_SAMPLE_MS 5000 /* the jobs_due gauge */
 #define DISPATCH_TIMERS 4           /* claim, flush, reclaim, sample */
@@ -84,6 +85,12 @@ static void reclaim_timer_cb(uv_timer_t *t) {
 static int dispatch_tenant_max(int workers) {
     int reserve = workers / 8 > 1 ? workers / 8 : 1;
     return workers > reserve ? workers - reserve : 0;
+}
+
+/* A subscription changed (its id), or the listening session is new (NULL):
+ * hub_pg_listen's callback on the claim connection. */
+static void subs_notified(void *arg, const char *payload) {
+    hub_dispatch_subscription_changed(arg, payload);
 }
 
 /* Makes the dispatcher: lease owner, breakers, its three pools, timers; the
@@ -160,6 +167,11 @@ int hub_dispatch_start(struct hub *hub, struct hub_dispatch **out) {
         hub_caps_free(d->caps);
         free(d);
         goto fail;
+    }
+    /* another process's API changed a subscription: its jobs held here
+     * go back (the claim's session hears it; a new session, everything) */
+    if (hub_pg_listen(d->pg_claim, HUB_SUBS_CHANGED_CHANNEL, subs_notified, d) != 0) {
+        hub_log(HUB_WARN, "cannot listen for subscription changes (out of memory)");
     }
     uv_timer_init(hub->loop, &d->claim_timer);
     uv_timer_init(hub->loop, &d->flush_timer);

@@ -44,6 +44,19 @@ void hub_dispatch_stop(struct hub_dispatch *d, void (*done_cb)(void *arg), void 
  */
 void hub_dispatch_kick(struct hub_dispatch *d);
 
+/*
+ * sub_id's row changed or is gone (committed): the API's PATCH or DELETE
+ * calls it before answering, and every dispatcher hears it from the others
+ * (HUB_SUBS_CHANGED_CHANNEL, store_subs.h).  None of its jobs this process
+ * holds (queued, or leased by a claim or offer made before this
+ * call) starts an attempt with what was read before.  Queued ones go back
+ * unattempted now (pending at once: the next claim reads the subscription
+ * again, or they stay parked where the change parked them), the others
+ * when they reach the send.  sub_id NULL: every subscription (the
+ * listening session was lost).  NULL d is a no-op.
+ */
+void hub_dispatch_subscription_changed(struct hub_dispatch *d, const char *sub_id);
+
 /* Attempts in flight (gauge). */
 size_t hub_dispatch_inflight(const struct hub_dispatch *d);
 

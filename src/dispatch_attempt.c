@@ -626,7 +626,7 @@ static void attempt_send(struct hub_dispatch *d, struct attempt_ctx *a,
     struct job *j = a->j;
     int rc;
 
-    if (dispatch_disabled_here(d, j)) {
+    if (dispatch_stale_here(d, j)) {
         /* its subscription was disabled here after its lease was taken
          * (dispatch_int.h): given back unattempted, the outcome statement
          * parks it; a probe slot goes back to its breaker */

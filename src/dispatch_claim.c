@@ -138,7 +138,7 @@ void dispatch_queue_drop_subscription(struct hub_dispatch *d, const char *sub_id
     size_t kept = 0;
     for (size_t i = 0; i < d->n_queue; i++) {
         struct job *j = d->queue[i];
-        if (strcmp(j->sub_id, sub_id) == 0) {
+        if (sub_id == NULL || strcmp(j->sub_id, sub_id) == 0) {
             job_release(d, j);
         } else {
             d->queue[kept++] = j;

@@ -140,10 +140,10 @@ struct job {
     int breaker_probe; /* the breaker let this attempt through as its probe */
 };
 
-struct outcome;      /* dispatch_outcome.c */
-struct disabled_sub; /* dispatch_outcome.c */
-struct url_slot;     /* dispatch_attempt.c */
-struct due_tenant;   /* dispatch_claim.c */
+struct outcome;    /* dispatch_outcome.c */
+struct stale_sub;  /* dispatch_outcome.c */
+struct url_slot;   /* dispatch_attempt.c */
+struct due_tenant; /* dispatch_claim.c */
 
 struct attempt_ctx; /* dispatch_attempt.c: the attempt of a job with a policy */
 
@@ -229,10 +229,11 @@ struct hub_dispatch {
     int flushing;         /* outcome transactions in flight (at most DISPATCH_OUT_CONNECTIONS) */
     int outcomes_checked; /* hub_sql_dispatch_outcomes_checked since a duplicate attempt key */
     size_t flush_single;  /* outcomes to write one per transaction (after a batch failed) */
-    /* subscriptions this process disabled lately (dispatch_disabled_here) */
-    struct disabled_sub *disabled;
-    size_t n_disabled;
-    size_t cap_disabled;
+    /* subscriptions this process disabled, or learned changed, lately
+     * (dispatch_stale_here) */
+    struct stale_sub *stale;
+    size_t n_stale;
+    size_t cap_stale;
 };
 
 /* ------------------------------------------------------------ dispatch.c -- */
@@ -253,9 +254,10 @@ void dispatch_pump(struct hub_dispatch *d);
 /* Runs a claim (or a tenant sample) after delay_ms on the claim timer. */
 void dispatch_claim_soon(struct hub_dispatch *d, uint64_t delay_ms);
 
-/* Gives back every queued job of sub_id unattempted (the outcome write
- * parks them): this process just disabled it (410, auto-disable), and no
- * attempt may start after the disable. */
+/* Gives back every queued job of sub_id (NULL: every queued job)
+ * unattempted (the outcome write parks them where the subscription is no
+ * longer deliverable): this process just disabled it (410, auto-disable),
+ * or it changed, and no attempt may start with what was read before. */
 void dispatch_queue_drop_subscription(struct hub_dispatch *d, const char *sub_id);
 
 /* Queues j (owned by the queue from now on), naming its slot's origin
@@ -333,14 +335,15 @@ void dispatch_breaker_report(struct hub_dispatch *d, const struct job *j, int su
 
 /*
  * 1 when j must not be attempted: an outcome statement of this process
- * disabled j's subscription (410, auto-disable), and j was leased by a
- * claim or a fast-path offer made before the dispatcher learned it.  Such
+ * disabled j's subscription (410, auto-disable), or it changed
+ * (hub_dispatch_subscription_changed), and j was leased by a claim or a
+ * fast-path offer made before the dispatcher learned it.  Such
  * a statement may have read the subscription still enabled (an ingest
  * transaction in flight at the disable commits its leased jobs after it),
  * and its jobs reach the queue after dispatch_queue_drop_subscription().
  * A job leased later was read after the disable committed.  Borrows j.
  */
-int dispatch_disabled_here(struct hub_dispatch *d, const struct job *j);
+int dispatch_stale_here(struct hub_dispatch *d, const struct job *j);
 
 /* Writes up to one batch of queued outcomes now, if a connection is free. */
 void dispatch_flush(struct hub_dispatch *d);

@@ -21,9 +21,11 @@
  * protect the jobs meanwhile: the write is fenced by them.
  *
  * A committed disable also notes its subscription for a lease
- * (dispatch_disabled_here): jobs leased before the dispatcher learned of it
- * (an ingest transaction's fast path, a claim or load in flight) reach the
- * dispatcher after their queue was dropped, and go back unattempted.
+ * (dispatch_stale_here), as does a change the API made
+ * (hub_dispatch_subscription_changed): jobs leased before the dispatcher
+ * learned of it (an ingest transaction's fast path, a claim or load in
+ * flight) reach the dispatcher after their queue was dropped, and go back
+ * unattempted.
  *
  * Also here: the reclaim of expired leases (jobs of a dispatcher that died
  * mid-attempt), poison after STREAMING_HUB_POISON_THRESHOLD reclaims.
@@ -67,12 +69,12 @@ struct outcome {
     char sub_id[40];
 };
 
-/* A subscription an outcome statement of this process disabled: jobs of
- * claims and offers up to `serial` may have been leased before the disable
- * (dispatch_disabled_here).  Kept for a lease from `ms`: every such lease
- * began before, so by then it is over, and its job is settled, given back
- * or someone else's. */
-struct disabled_sub {
+/* A subscription an outcome statement of this process disabled, or the API
+ * changed ("": every one): jobs of claims and offers up to `serial` may
+ * have been leased before (dispatch_stale_here).  Kept for a lease from
+ * `ms`: every such lease began before, so by then it is over, and its job
+ * is settled, given back or someone else's. */
+struct stale_sub {
     char sub_id[40];
     uint64_t serial;
     int64_t ms;
@@ -240,60 +242,69 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
     schedule_flush(d);
 }
 
-/* ------------------------------------------------------------- disabled -- */
+/* ------------------------------------------------- disabled or changed -- */
 
-/* Forgets the disables older than a lease (see struct disabled_sub). */
-static void disabled_prune(struct hub_dispatch *d, int64_t now) {
+/* Forgets the notes older than a lease (see struct stale_sub). */
+static void stale_prune(struct hub_dispatch *d, int64_t now) {
     size_t kept = 0;
 
-    for (size_t i = 0; i < d->n_disabled; i++) {
-        if (now - d->disabled[i].ms <= d->hub->cfg.dispatch_lease_ms) {
-            d->disabled[kept++] = d->disabled[i];
+    for (size_t i = 0; i < d->n_stale; i++) {
+        if (now - d->stale[i].ms <= d->hub->cfg.dispatch_lease_ms) {
+            d->stale[kept++] = d->stale[i];
         }
     }
-    d->n_disabled = kept;
+    d->n_stale = kept;
 }
 
-/* Notes that the committed outcome statement just disabled sub_id: every
- * claim and offer made so far may hold jobs of it.  Out of memory the note
- * is lost (and such a job may be attempted, as before the note existed). */
-static void disabled_note(struct hub_dispatch *d, const char *sub_id) {
+/* Notes that sub_id was just disabled or changed (committed; "" for every
+ * subscription): every claim and offer made so far may hold jobs of it.
+ * Out of memory the note is lost (and such a job may be attempted, as
+ * before the note existed). */
+static void stale_note(struct hub_dispatch *d, const char *sub_id) {
     int64_t now = dispatch_unix_ms();
-    struct disabled_sub *e = NULL;
+    struct stale_sub *e = NULL;
 
-    disabled_prune(d, now);
-    for (size_t i = 0; i < d->n_disabled && e == NULL; i++) {
-        e = strcmp(d->disabled[i].sub_id, sub_id) == 0 ? &d->disabled[i] : NULL;
+    stale_prune(d, now);
+    for (size_t i = 0; i < d->n_stale && e == NULL; i++) {
+        e = strcmp(d->stale[i].sub_id, sub_id) == 0 ? &d->stale[i] : NULL;
     }
-    if (e == NULL && d->n_disabled == d->cap_disabled) {
-        size_t cap = d->cap_disabled ? d->cap_disabled * 2 : 8;
-        struct disabled_sub *a = realloc(d->disabled, sizeof(*a) * cap);
+    if (e == NULL && d->n_stale == d->cap_stale) {
+        size_t cap = d->cap_stale ? d->cap_stale * 2 : 8;
+        struct stale_sub *a = realloc(d->stale, sizeof(*a) * cap);
         if (a == NULL) {
             return;
         }
-        d->disabled = a;
-        d->cap_disabled = cap;
+        d->stale = a;
+        d->cap_stale = cap;
     }
     if (e == NULL) {
-        e = &d->disabled[d->n_disabled++];
+        e = &d->stale[d->n_stale++];
         snprintf(e->sub_id, sizeof(e->sub_id), "%s", sub_id);
     }
     e->serial = d->claim_serial;
     e->ms = now;
 }
 
-int dispatch_disabled_here(struct hub_dispatch *d, const struct job *j) {
-    if (d->n_disabled == 0) {
+int dispatch_stale_here(struct hub_dispatch *d, const struct job *j) {
+    if (d->n_stale == 0) {
         return 0; /* the usual case: no disable lately */
     }
-    disabled_prune(d, dispatch_unix_ms());
-    for (size_t i = 0; i < d->n_disabled; i++) {
-        if (j->claim.serial <= d->disabled[i].serial &&
-            strcmp(d->disabled[i].sub_id, j->sub_id) == 0) {
+    stale_prune(d, dispatch_unix_ms());
+    for (size_t i = 0; i < d->n_stale; i++) {
+        if (j->claim.serial <= d->stale[i].serial &&
+            (d->stale[i].sub_id[0] == '\0' || strcmp(d->stale[i].sub_id, j->sub_id) == 0)) {
             return 1;
         }
     }
     return 0;
+}
+
+void hub_dispatch_subscription_changed(struct hub_dispatch *d, const char *sub_id) {
+    if (d == NULL) {
+        return;
+    }
+    stale_note(d, sub_id != NULL ? sub_id : "");
+    dispatch_queue_drop_subscription(d, sub_id);
 }
 
 /* -------------------------------------------------------------- breaker -- */
@@ -437,7 +448,7 @@ static void flush_done(void *arg, const struct hub_pg_outcome *out) {
         }
         /* queued jobs go back now; jobs of claims and offers still in
          * flight (or on the policy threads) when they reach the send */
-        disabled_note(d, sub_id);
+        stale_note(d, sub_id);
         dispatch_queue_drop_subscription(d, sub_id);
         hub_opevents_disabled(d->hub, tenant, sub_id, PQgetvalue(r, i, HUB_OUTCOMES_REASON));
         if (strcmp(PQgetvalue(r, i, HUB_OUTCOMES_REASON), "gone") == 0) {
@@ -680,7 +691,7 @@ void dispatch_outcome_free(struct hub_dispatch *d) {
     free(d->outcomes);
     d->outcomes = NULL;
     d->n_outcomes = d->cap_outcomes = 0;
-    free(d->disabled);
-    d->disabled = NULL;
-    d->n_disabled = d->cap_disabled = 0;
+    free(d->stale);
+    d->stale = NULL;
+    d->n_stale = d->cap_stale = 0;
 }

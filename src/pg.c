@@ -156,6 +156,11 @@ struct hub_pg {
     int pending_closes;    /* retry timers still closing; the pool is freed at 0 */
     void (*closed_cb)(void *arg);
     void *closed_arg;
+    /* hub_pg_listen: the first connection's LISTEN, and who hears it */
+    struct hub_sql listen_sql; /* text NULL: none */
+    char *listen_text;
+    hub_pg_notify_cb listen_cb;
+    void *listen_arg;
 };
 
 static void pg_conn_start(struct pg_conn *c);
@@ -663,6 +668,42 @@ static void pg_conn_start(struct pg_conn *c) {
     }
 }
 
+/* The LISTEN of a new session committed (or failed): the listener hears
+ * NULL, as notifications sent while no session listened are lost. */
+static void pg_listen_done(void *arg, const struct hub_pg_outcome *out) {
+    struct hub_pg *pg = arg;
+
+    if (pg->closing) {
+        return;
+    }
+    if (out->status == HUB_PG_ECONN) {
+        return; /* the next session listens again, and says so then */
+    }
+    if (out->status != HUB_PG_OK) {
+        hub_log(HUB_WARN, "cannot listen for notifications", HUB_LS("pool", pg->name),
+                HUB_LS("error", out->error));
+    }
+    pg->listen_cb(pg->listen_arg, NULL);
+}
+
+/* Sends the pool's LISTEN on c, ahead of everything else on the new
+ * session.  Returns -1 when the connection was lost. */
+static int pg_conn_listen(struct pg_conn *c) {
+    struct hub_pg_txn *txn = hub_pg_txn_new(c->pg, pg_listen_done, c->pg);
+
+    if (txn == NULL) {
+        pg_conn_lost(c, "out of memory");
+        return -1;
+    }
+    hub_pg_txn_add(txn, &c->pg->listen_sql, 0, NULL, NULL, NULL);
+    if (txn->failed != NULL) {
+        txn_complete(txn, HUB_PG_ENOMEM, txn->failed);
+        pg_conn_lost(c, "out of memory");
+        return -1;
+    }
+    return pg_conn_send(c, txn);
+}
+
 /* Advances a non-blocking connect: PQconnectPoll says which way to wait
  * next.  Once up, the connection enters pipeline mode and takes queued
  * transactions at once. */
@@ -694,6 +735,9 @@ static void pg_conn_connecting(struct pg_conn *c) {
             pg_conn_lost(c, "cannot watch the database socket");
             return;
         }
+        if (c->index == 0 && c->pg->listen_sql.text != NULL && pg_conn_listen(c) != 0) {
+            return;
+        }
         pg_pump(c->pg);
         return;
     /* not done yet: wait for the direction libpq asks for */
@@ -708,6 +752,20 @@ static void pg_conn_connecting(struct pg_conn *c) {
         }
         return;
     }
+}
+
+/* Hands the notifications read so far to the pool's listener (hub_pg_listen).
+ * Returns -1 when the connection was lost meanwhile. */
+static int pg_conn_notifies(struct pg_conn *c) {
+    PGnotify *n;
+
+    while (c->state == C_UP && (n = PQnotifies(c->conn)) != NULL) {
+        if (c->pg->listen_cb != NULL && !c->pg->closing) {
+            c->pg->listen_cb(c->pg->listen_arg, n->extra);
+        }
+        PQfreemem(n);
+    }
+    return c->state == C_UP ? 0 : -1;
 }
 
 /* Reads every result available and completes transactions whose sync
@@ -797,7 +855,7 @@ static int pg_conn_read(struct pg_conn *c) {
             e->txn->results[e->stmt] = r;
         }
     }
-    return 0;
+    return pg_conn_notifies(c);
 }
 
 /* Sends what libpq has buffered; watches for writability while some is
@@ -997,6 +1055,20 @@ static void pg_pump(struct hub_pg *pg) {
     }
 }
 
+int hub_pg_listen(struct hub_pg *pg, const char *channel, hub_pg_notify_cb cb, void *arg) {
+    char *text = NULL;
+
+    if (asprintf(&text, "LISTEN %s", channel) < 0) {
+        return -1;
+    }
+    free(pg->listen_text);
+    pg->listen_text = text;
+    pg->listen_sql = (struct hub_sql){"pg_listen", text, 0};
+    pg->listen_cb = cb;
+    pg->listen_arg = arg;
+    return 0;
+}
+
 void hub_pg_set_max_inflight(struct hub_pg *pg, int n) {
     pg->max_inflight = n >= 1 && n <= PG_MAX_INFLIGHT ? n : PG_MAX_INFLIGHT;
 }
@@ -1092,6 +1164,7 @@ static void pg_timer_closed(uv_handle_t *h) {
     free(pg->dsn);
     free(pg->name);
     free(pg->options);
+    free(pg->listen_text);
     free(pg);
 }
 

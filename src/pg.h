@@ -104,6 +104,21 @@ void hub_pg_close(struct hub_pg *pg, void (*closed_cb)(void *arg), void *arg);
  */
 void hub_pg_set_max_inflight(struct hub_pg *pg, int n);
 
+/* A notification's payload (hub_pg_listen), or NULL: the listening session
+ * is new, and what was notified while none listened is lost. */
+typedef void (*hub_pg_notify_cb)(void *arg, const char *payload);
+
+/*
+ * The pool's first connection LISTENs on channel (an identifier, not
+ * quoted) from its next connect on, before any transaction: cb(arg,
+ * payload) runs on the loop for each notification it reads, and cb(arg,
+ * NULL) each time a session's LISTEN has committed (or failed, logged).
+ * Notifications are read with the connection's results, and whenever it
+ * is idle.  Call it right after hub_pg_new, before the loop runs.
+ * Returns 0, or -1 on OOM.
+ */
+int hub_pg_listen(struct hub_pg *pg, const char *channel, hub_pg_notify_cb cb, void *arg);
+
 /* Number of connections currently usable. */
 int hub_pg_connected(const struct hub_pg *pg);
 

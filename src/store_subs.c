@@ -177,18 +177,20 @@ const struct hub_sql hub_sql_subs_patch = {
     "    RETURNING x.*, (o.url <> x.url) AS url_changed, o.verification_state AS was),"
     SUBS_AUDIT("subscription.update", "$16::jsonb") ","
     SUBS_AUDIT_VERIFICATION("v", "'tenant'", "'url_change'", "NULL", "s.url_changed")
-    " SELECT " SUBS_JSON("s", "") ", s.url_changed, " SUBS_PROBE_COLS("s") " FROM s",
+    " SELECT " SUBS_JSON("s", "") ", s.url_changed, s.id::text,"
+    "        pg_notify('" HUB_SUBS_CHANGED_CHANNEL "', s.id::text), " SUBS_PROBE_COLS("s") " FROM s",
 };
 
 /* Jobs go with the subscription (ON DELETE CASCADE, migrations/0003);
  * attempts, partitioned by day, stay until retention drops their day.
- * The audit row keeps the id. */
+ * The audit row keeps the id; the notification reaches every dispatcher
+ * at the commit. */
 const struct hub_sql hub_sql_subs_delete = {
     "subs_delete",
     "WITH s AS (DELETE FROM subscriptions WHERE tenant_id = $1::text AND id = $2::uuid"
     "           RETURNING id, tenant_id),"
     SUBS_AUDIT("subscription.delete", "NULL")
-    " SELECT s.id FROM s",
+    " SELECT s.id::text, pg_notify('" HUB_SUBS_CHANGED_CHANNEL "', s.id::text) FROM s",
 };
 
 /* The object (for the answer) and the probe block in one read. */

@@ -78,6 +78,14 @@ extern const struct hub_sql hub_sql_subs_get;
 extern const struct hub_sql hub_sql_subs_list;
 
 /*
+ * The channel a PATCH or DELETE of a subscription notifies at its commit,
+ * the subscription's id the payload: every dispatcher listens on it
+ * (hub_dispatch_subscription_changed), so that no job it holds starts an
+ * attempt with what was read before the change.
+ */
+#define HUB_SUBS_CHANGED_CHANNEL "streaming_hub_subscription_changed"
+
+/*
  * $1 tenant, $2 id, $3 event_types (JSON array or NULL: unchanged), $4
  * schema_major (or NULL), $5 url (or NULL), $6 'true' to set headers_sealed
  * to $7 (may be NULL: no headers), $8 'true' to set retry_schedule to $9
@@ -95,11 +103,14 @@ extern const struct hub_sql hub_sql_subs_list;
 enum hub_subs_patch_col {
     HUB_SUBS_PATCH_OBJECT,      /* the subscription's JSON text */
     HUB_SUBS_PATCH_URL_CHANGED, /* 't' when the url changed */
+    HUB_SUBS_PATCH_ID,          /* its id (text) */
+    HUB_SUBS_PATCH_NOTIFIED,    /* void: HUB_SUBS_CHANGED_CHANNEL's notification */
     HUB_SUBS_PATCH_PROBE,       /* first column of the hub_subs_probe_col block */
 };
 extern const struct hub_sql hub_sql_subs_patch;
 
-/* $1 tenant, $2 id.  Deletes (jobs cascade) and audits.  One row (the id)
+/* $1 tenant, $2 id.  Deletes (jobs cascade), audits and notifies
+ * HUB_SUBS_CHANGED_CHANNEL.  One row (the id as text, then a void column)
  * when deleted, none when absent. */
 extern const struct hub_sql hub_sql_subs_delete;
 

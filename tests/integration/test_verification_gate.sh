@@ -11,7 +11,9 @@
 # again, then delivered to the new, verified url; an attempt in flight at
 # the change finishing (it was leased while verified) with its retry
 # parked, or its success standing; the audit entries of each transition;
-# jobs an ingest left pending after a disable parked by the sweep.
+# jobs an ingest left pending after a disable parked by the sweep; jobs a
+# dispatcher holds in memory at a PATCH or DELETE (this process's or
+# another's) never started with the old destination after the answer.
 #
 # Each scenario is a tenant of its own with sink paths of its own.
 set -uo pipefail
@@ -273,6 +275,108 @@ scenario_jobs_left_pending_after_a_disable_are_parked() {
     assert_eq 0 "$(jobs_in "$FSUB" parked)" "the re-enable gave them back"
     sleep 3
     assert_eq 0 "$(jobs_in "$FSUB" parked)" "and the sweep leaves a deliverable subscription's jobs alone"
+}
+
+# ---------------------------------------------------------------------------
+# jobs a dispatcher holds in memory at the change
+# ---------------------------------------------------------------------------
+
+# 16 workers, 14 of them a tenant's at most, and a tenant leaves two free
+# for the others: another tenant's three attempts hang, this tenant's
+# eleven hang too (DELIVERY_TIMEOUT, 3 s here), and the dispatcher holds the
+# claimed jobs of this tenant's other subscriptions in memory, read with
+# their subscriptions as they were, until those attempts end (a lease of
+# 30 s lets them wait that long rather than go back).
+QUEUE_ENV="STREAMING_HUB_DISPATCH_WORKERS=16 STREAMING_HUB_DISPATCH_LEASE=30s STREAMING_HUB_DELIVERY_TIMEOUT=3s"
+
+# held_origin: the held subscriptions' origin, the sink by another name,
+# so that the hanging attempts do not hold their destination's slots too.
+held_origin() {
+    printf '%s\n' "${SINK_URL/127.0.0.1/localhost}"
+}
+
+# old_after PATH MS: requests at PATH received after Unix ms MS.
+old_after() {
+    sink_ts "$1" | awk -v t="$2" '$1 > t { n++ } END { print n + 0 }'
+}
+
+# hold_queue SUB...: three hanging attempts of another tenant, then 30
+# events for $TENANT, whose subscriptions are a hanging one (one attempt a
+# job) and SUB...; waits until jobs of each SUB wait in memory, leased.
+hold_queue() {
+    local hang=/hang/$(own_id hang)/ other=/hang/$(own_id other)/ key_f sub
+    key_f=$(own_tenant_key f)
+    subscribe_at "$key_f" "$other" transaction.posted ',"retry_schedule":["1h"]' >/dev/null
+    subscribe_at "$KEY" "$hang" transaction.posted ',"retry_schedule":["1h"]' >/dev/null
+    TENANT=$(own_id f) events "$(own_id f)-" 3
+    wait_until 20 "(( \$(deliveries $other) >= 3 ))" || fatal "the other tenant's attempts do not hang"
+    events "$(own_id q)-" 30
+    wait_until 20 "(( \$(deliveries $hang) >= 11 ))" || fatal "this tenant's attempts do not hang"
+    for sub in "$@"; do
+        wait_until 10 "(( \$(jobs_in $sub in_flight) > 0 ))" ||
+            fatal "no job of $sub is held: $(job_states "$sub")"
+    done
+}
+
+hub_env_jobs_held_here_never_go_to_the_old_url() {
+    echo "$QUEUE_ENV"
+}
+
+# A PATCH of the destination, or a DELETE, answered by the process that
+# holds the jobs: none of them starts at the old destination after the
+# answer; the PATCHed subscription's jobs reach the new one once verified.
+scenario_jobs_held_here_never_go_to_the_old_url() {
+    local old new gone sub del t t_del
+    own_client
+    old=/echo/$(own_id old)/ new=/echo/$(own_id new)/ gone=/echo/$(own_id gone)/
+    sub=$(SINK_URL=$(held_origin) subscribe_at "$KEY" "$old" transaction.posted)
+    del=$(SINK_URL=$(held_origin) subscribe_at "$KEY" "$gone" transaction.posted)
+    hold_queue "$sub" "$del"
+    repoint "$sub" "$SINK_URL$new"
+    t=$(date +%s%3N)
+    hub_curl DELETE "/v1/subscriptions/$del" '' -H "Authorization: Bearer $KEY" >/dev/null
+    assert_eq 204 "$(http_status)" "deleted"
+    t_del=$(date +%s%3N)
+    sleep 4 # the hanging attempts end after 3 s: a held job would start then
+    assert_eq 0 "$(old_after "$old" "$t")" \
+        "no job started at the old url after the PATCH answered ($(deliveries "$old") before)"
+    assert_eq 0 "$(old_after "$gone" "$t_del")" \
+        "none at the deleted subscription's after the DELETE ($(deliveries "$gone") before)"
+    subscription_wait_verified "$sub" || fail "the new url was not verified"
+    wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
+}
+
+hub_env_jobs_held_in_another_process_never_go_to_the_old_url() {
+    echo "$QUEUE_ENV STREAMING_HUB_ROLE=ingest"
+}
+
+# The same when the PATCH is answered by another process: the one holding
+# the jobs (role delivery) lets none of them start at the old destination
+# after the answer.
+scenario_jobs_held_in_another_process_never_go_to_the_old_url() {
+    local old new sub t saved url_a pid_b
+    own_client
+    old=/echo/$(own_id old)/ new=/echo/$(own_id new)/
+    saved=$(cat "$WORK/hub.state")
+    url_a=$HUB_URL
+    # shellcheck disable=SC2086 # NAME=VALUE words
+    hub_start "${HUB_SHARED_ENV[@]}" $QUEUE_ENV STREAMING_HUB_ROLE=delivery
+    track_pid "$HUB_PID"
+    track_pid "$HUB_WRAPPER_PID"
+    pid_b=$HUB_PID
+    printf '%s\n' "$saved" >"$WORK/hub.state"
+    hub_state_load
+    HUB_URL=$url_a
+    sub=$(SINK_URL=$(held_origin) subscribe_at "$KEY" "$old" transaction.posted)
+    hold_queue "$sub"
+    repoint "$sub" "$SINK_URL$new"
+    t=$(date +%s%3N)
+    sleep 4
+    assert_eq 0 "$(old_after "$old" "$t")" \
+        "no job started at the old url after the PATCH answered ($(deliveries "$old") before)"
+    subscription_wait_verified "$sub" || fail "the new url was not verified"
+    wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
+    kill "$pid_b" 2>/dev/null
 }
 
 scenarios_main "$@"
