@@ -197,14 +197,15 @@ static json_t *subs_item(void *arg, const char *text, size_t len) {
 /* ======================================================== idempotency ====== */
 
 /*
- * The subscription row a create or a rotation returned (the statement after
- * the idempotency record's when there is one).  Returns NULL after having
- * answered: a collision on the Idempotency-Key replays the other request's
- * answer, a failure is a database error, no row is `status` with `missing`.
+ * The subscription row a create or a rotation returned: its statement is
+ * the stmt-th of the call's own (after the idempotency record's when there
+ * is one).  Returns NULL after having answered: a collision on the
+ * Idempotency-Key replays the other request's answer, a failure is a
+ * database error, no row is `status` with `missing`.
  */
-static PGresult *idem_written(struct subs_call *c, const struct hub_pg_outcome *out, int status,
-                              const char *missing) {
-    PGresult *r = out->results[hub_api_idem_first(&c->call)];
+static PGresult *idem_written(struct subs_call *c, const struct hub_pg_outcome *out, int stmt,
+                              int status, const char *missing) {
+    PGresult *r = out->results[hub_api_idem_first(&c->call) + stmt];
 
     if (out->status != HUB_PG_OK) {
         if (!hub_api_idem_collided(&c->call, out)) {
@@ -253,11 +254,21 @@ static const struct hub_api_idem_ops rotate_idem = {
 
 /* The create committed (subscription, audit row, idempotency record):
  * start the background probe, then answer 201 with the secret, shown
- * this once, and the new subscription's Location. */
+ * this once, and the new subscription's Location.  No row: the tenant
+ * holds its cap (409). */
 static void create_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = idem_written(c, out, 500, "the subscription was not stored");
+    char detail[160];
+    PGresult *r;
     char location[sizeof(SUBS_PATH) + HUB_UUID_TEXT_SIZE + 1];
+
+    snprintf(
+        detail, sizeof(detail),
+        "the tenant holds %lld subscriptions, its cap (STREAMING_HUB_TENANT_MAX_SUBSCRIPTIONS): "
+        "delete one first",
+        (long long)call->hub->cfg.tenant_max_subscriptions);
+    /* statement 1: the tenant's lock is statement 0 */
+    r = idem_written(c, out, 1, 409, detail);
 
     if (r == NULL) {
         return;
@@ -303,6 +314,7 @@ static int seal_headers(struct subs_call *c) {
 static void create_execute(struct subs_call *c) {
     struct hub *hub = c->call.hub;
     char id[HUB_UUID_TEXT_SIZE];
+    char cap[24];
     struct hub_pg_txn *txn;
     int oom = 0;
 
@@ -321,13 +333,15 @@ static void create_execute(struct subs_call *c) {
     if (txn == NULL) {
         return;
     }
-    hub_pg_txn_add(txn, &hub_sql_subs_create, 15,
+    snprintf(cap, sizeof(cap), "%lld", (long long)hub->cfg.tenant_max_subscriptions);
+    hub_pg_txn_add(txn, &hub_sql_subs_tenant_lock, 1, (const char *[]){c->tenant_id}, NULL, NULL);
+    hub_pg_txn_add(txn, &hub_sql_subs_create, 16,
                    (const char *[]){c->object_id, c->tenant_id, c->in.event_types,
                                     c->in.schema_major, c->in.url, c->in.headers_sealed,
                                     c->secret_sealed, c->in.enabled ? "true" : "false",
                                     c->in.retry_schedule, c->in.policy, c->in.ordering,
                                     c->in.max_rate, c->idem.scope ? c->idem.scope : "",
-                                    c->idem.marker ? c->idem.marker : "", c->idem.key},
+                                    c->idem.marker ? c->idem.marker : "", c->idem.key, cap},
                    NULL, NULL);
     hub_api_call_submit(&c->call, txn);
 }
@@ -545,7 +559,7 @@ static void sub_delete_done(struct hub_api_call *call, const struct hub_pg_outco
  * secret (shown this once, like a create's). */
 static void rotate_done(struct hub_api_call *call, const struct hub_pg_outcome *out) {
     struct subs_call *c = (struct subs_call *)call;
-    PGresult *r = idem_written(c, out, 404, "subscription not found");
+    PGresult *r = idem_written(c, out, 0, 404, "subscription not found");
 
     if (r == NULL) {
         return;

@@ -248,6 +248,11 @@ static const struct hub_cfg_var hub_cfg_vars[] = {
     {"SCHEMA_MAX_BYTES", CFG_SIZE, "8MiB", OFF(schema_max_bytes), 1 << 10, 1.0 * (1 << 30), NULL,
      "bytes of live schema text (as stored: compact) one tenant, or the platform, may hold; a "
      "registration over it is refused with 409"},
+    /* the subscriptions a tenant may hold (api_subs.c): each event of the
+     * tenant's makes one job per matching subscription in the shared
+     * ingest transaction */
+    {"TENANT_MAX_SUBSCRIPTIONS", CFG_INT, "1000", OFF(tenant_max_subscriptions), 1, 1000000, NULL,
+     "subscriptions one tenant may hold; a create over it is refused with 409"},
 };
 
 #define N_VARS (sizeof(hub_cfg_vars) / sizeof(hub_cfg_vars[0]))

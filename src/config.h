@@ -107,8 +107,9 @@ struct hub_config {
     /* tenant API key cache (src/auth_cache.h) */
     int64_t auth_cache_ttl_ms; /* how stale an authentication may be; 0 = off */
     /* per-scope caps of the schema registry (api_schemas.c) */
-    int64_t schema_max_versions; /* live versions per tenant or the platform */
-    int64_t schema_max_bytes;    /* bytes of live schema text per tenant or the platform */
+    int64_t schema_max_versions;      /* live versions per tenant or the platform */
+    int64_t schema_max_bytes;         /* bytes of live schema text per tenant or the platform */
+    int64_t tenant_max_subscriptions; /* subscriptions per tenant (api_subs.c) */
 };
 
 /*

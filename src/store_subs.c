@@ -103,11 +103,12 @@ const struct hub_sql hub_sql_subs_create = {
     "    INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url,"
     "                               headers_sealed, secret_sealed, enabled, disabled_reason,"
     "                               retry_schedule, policy, ordering, max_rate)"
-    "    VALUES ($1::uuid, $2::text, " SUBS_TEXT_ARRAY("$3") ", $4::int, $5::text,"
-    "            $6::text, $7::text, $8::boolean,"
-    "            CASE WHEN $8::boolean THEN NULL ELSE 'disabled' END,"
-    "            CASE WHEN $9::json IS NULL THEN NULL ELSE " SUBS_TEXT_ARRAY("$9") " END,"
-    "            $10::text, $11::text, $12::float8)"
+    "    SELECT $1::uuid, $2::text, " SUBS_TEXT_ARRAY("$3") ", $4::int, $5::text,"
+    "           $6::text, $7::text, $8::boolean,"
+    "           CASE WHEN $8::boolean THEN NULL ELSE 'disabled' END,"
+    "           CASE WHEN $9::json IS NULL THEN NULL ELSE " SUBS_TEXT_ARRAY("$9") " END,"
+    "           $10::text, $11::text, $12::float8"
+    "     WHERE (SELECT count(*) FROM subscriptions WHERE tenant_id = $2::text) < $16::int"
     "    RETURNING *),"
     " b AS (SELECT s.id, s.tenant_id, " SUBS_JSON("s", "") " AS obj, "
              SUBS_JSON("s", ", '_ss', s.secret_sealed, '_req', $14::text") " AS stored FROM s),"
@@ -116,6 +117,11 @@ const struct hub_sql hub_sql_subs_create = {
     " i AS (INSERT INTO idempotency_keys (scope, key, status, body)"
     "       SELECT $13::text, $15::text, 201, b.stored FROM b WHERE $15::text IS NOT NULL)"
     " SELECT obj FROM b",
+};
+
+const struct hub_sql hub_sql_subs_tenant_lock = {
+    "subs_tenant_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended('subscriptions:' || $1::text, 0))",
 };
 
 /* Every tenant statement filters on tenant_id = $1 first: another

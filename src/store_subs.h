@@ -63,12 +63,18 @@ enum hub_subs_probe_col {
  * $5 url, $6 headers_sealed (or NULL), $7 secret_sealed, $8 enabled
  * ('true'/'false'), $9 retry_schedule (JSON array or NULL), $10 policy (or
  * NULL), $11 ordering, $12 max_rate (or NULL), $13 idempotency scope, $14
- * request marker, $15 Idempotency-Key (or NULL).  Inserts the subscription
+ * request marker, $15 Idempotency-Key (or NULL), $16 the tenant's cap
+ * (STREAMING_HUB_TENANT_MAX_SUBSCRIPTIONS).  Inserts the subscription
  * (verification_state 'pending'; disabled_reason 'disabled' when not
  * enabled), its audit row and, with a key, the idempotency record (status
- * 201).  One row (hub_subs_object_col).
+ * 201): one row (hub_subs_object_col); none when the tenant holds its cap
+ * already.  Run after hub_sql_subs_tenant_lock in the same transaction, so
+ * that its count sees every create that committed before.
  */
 extern const struct hub_sql hub_sql_subs_create;
+
+/* $1 tenant: the lock its creates take in turn (released at commit). */
+extern const struct hub_sql hub_sql_subs_tenant_lock;
 
 /* $1 tenant, $2 id.  One row (hub_subs_object_col) or none. */
 extern const struct hub_sql hub_sql_subs_get;

@@ -867,6 +867,48 @@ scenario_delete_removes_the_subscription_and_its_jobs() {
                              AND object_id = '$id1'")" "deletion is audited"
 }
 
+hub_env_a_tenant_holds_at_most_its_cap_of_subscriptions() {
+    echo STREAMING_HUB_TENANT_MAX_SUBSCRIPTIONS=3
+}
+
+# Each event of a tenant's makes a job per matching subscription inside the
+# shared ingest transaction: a tenant holds at most
+# STREAMING_HUB_TENANT_MAX_SUBSCRIPTIONS of them.  One more is 409 naming
+# the cap, and writes nothing; six creates at once make exactly the room
+# left; another tenant creates all along; a delete makes room again.
+scenario_a_tenant_holds_at_most_its_cap_of_subscriptions() {
+    local key_b id body i n
+    own_client
+    key_b=$(own_tenant_key b)
+    id=$(sub_create "$KEY" "/echo/$(own_id 1)/")
+    sub_create "$KEY" "/echo/$(own_id 2)/" >/dev/null
+    sub_create "$KEY" "/echo/$(own_id 3)/" >/dev/null
+    body=$(api "$KEY" POST /v1/subscriptions "$(sub_body "$SINK_URL/echo/$(own_id 4)/")")
+    assert_eq 409 "$(http_status)" "a fourth is refused"
+    assert_contains "$body" "STREAMING_HUB_TENANT_MAX_SUBSCRIPTIONS" "the problem names the cap: $body"
+    assert_contains "$(last_header content-type)" "$PROBLEM" "as problem+json"
+    assert_eq "3 3" "$(psql_q "SELECT count(*) FROM subscriptions WHERE tenant_id = '$TENANT'") $(psql_q "SELECT count(*) FROM audit_log WHERE action = 'subscription.create' AND tenant_id = '$TENANT'")" \
+        "nothing written for it: three subscriptions, three audit rows"
+    sub_create "$key_b" "/echo/$(own_id b)/" >/dev/null
+    assert_eq 201 "$(http_status)" "another tenant creates"
+    api "$KEY" DELETE "/v1/subscriptions/$id" >/dev/null
+    assert_eq 204 "$(http_status)" "a delete"
+    sub_create "$KEY" "/echo/$(own_id 5)/" >/dev/null
+    assert_eq 201 "$(http_status)" "makes room for one more"
+    # the other tenant's two left, six at once: exactly two are created
+    for i in 1 2 3 4 5 6; do
+        curl -s -o /dev/null -w '%{http_code}\n' -X POST -H "Authorization: Bearer $key_b" \
+            -H 'Content-Type: application/json' --max-time 30 \
+            -d "$(sub_body "$SINK_URL/echo/$(own_id "b$i")/")" "$HUB_URL/v1/subscriptions" \
+            >"$WORK/cap-$i.status" &
+    done
+    wait
+    n=$(cat "$WORK"/cap-*.status | grep -c '^201$')
+    assert_eq "2 4" "$n $(cat "$WORK"/cap-*.status | grep -c '^409$')" "six at once: two created, four refused"
+    assert_eq 3 "$(psql_q "SELECT count(*) FROM subscriptions WHERE tenant_id = '$(own_id b)'")" \
+        "the other tenant holds its three"
+}
+
 # ---------------------------------------------------------------------------
 # nothing secret in the logs
 # ---------------------------------------------------------------------------
