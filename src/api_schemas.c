@@ -324,11 +324,13 @@ static json_t *changes_errors(const json_t *changes) {
  * threadpool also checks every tenant's events against their schemas, and
  * one tenant's burst of large registrations must not take all its threads.
  * The steps waiting for their turn queue by scope (a tenant, or the
- * platform), and the scopes take turns, a step each: a tenant's burst of
- * costly registrations waits behind itself, never in front of another
- * tenant's.  A scope holds at most SCHEMAS_WAIT_MAX registrations waiting;
- * one more is refused 429 before it is read.  Loop-only state, so
- * file-static.
+ * platform), and the scopes take turns, a step each; a scope that had
+ * nothing waiting goes first.  A tenant's burst of costly registrations
+ * waits behind itself: another tenant's registration waits for the step
+ * running, never for the burst.  A scope holds at most SCHEMAS_WAIT_MAX
+ * steps waiting (those of clients that left count until their turn skips
+ * them); one more registration is refused 429 before its body is copied.
+ * Loop-only state, so file-static.
  */
 #define SCHEMAS_WORK_MAX 1
 #define SCHEMAS_WAIT_MAX 8
@@ -364,9 +366,8 @@ static size_t work_waiting(const struct schemas_call *c) {
     return w != NULL ? w->n : 0;
 }
 
-/* Queues c behind its scope's waiting steps; a scope new to the ring takes
- * its turn after every scope already there.  Returns 0, or -1 when out of
- * memory. */
+/* Queues c behind its scope's waiting steps; a scope new to the ring has
+ * the next turn.  Returns 0, or -1 when out of memory. */
 static int work_queue(struct schemas_call *c) {
     struct work_scope *w = work_scope_find(c->scope);
     if (w == NULL) {
@@ -377,11 +378,11 @@ static int work_queue(struct schemas_call *c) {
         memcpy(w->scope, c->scope, len);
         if (work_last == NULL) {
             w->next = w;
+            work_last = w;
         } else {
-            w->next = work_last->next;
+            w->next = work_last->next; /* right after the last: next in turn */
             work_last->next = w;
         }
-        work_last = w;
     }
     c->queued = NULL;
     if (w->tail != NULL) {
@@ -420,15 +421,27 @@ static struct schemas_call *work_next(void) {
     return c;
 }
 
-/* Starts c's step; a call whose request went away meanwhile skips it (its
- * end runs at once, as cancelled, and frees the call). */
 static void work_done(uv_work_t *w, int status);
 
+/* Starts c's step on the threadpool.  A call whose request went away
+ * meanwhile skips it, taking no thread: its end runs at once, as
+ * cancelled, which frees the call. */
 static void work_start(struct schemas_call *c) {
-    work_running++;
-    if (c->call.req == NULL ||
-        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, work_done) != 0) {
-        work_done(&c->work, UV_ECANCELED);
+    if (c->call.req != NULL &&
+        uv_queue_work(c->call.hub->loop, &c->work, c->work_cb, work_done) == 0) {
+        work_running++;
+        return;
+    }
+    *c->work_rc = HUB_ECANCELED;
+    hub_api_call_wake(&c->call, c->answer, NULL);
+}
+
+/* Starts waiting steps while the threadpool may take one. */
+static void work_pump(void) {
+    struct schemas_call *next;
+
+    while (work_running < SCHEMAS_WORK_MAX && (next = work_next()) != NULL) {
+        work_start(next);
     }
 }
 
@@ -442,15 +455,11 @@ static int work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
     c->work_cb = work;
     c->work_rc = rc;
     c->answer = answer;
-    if (work_running >= SCHEMAS_WORK_MAX || work_last != NULL) {
-        if (work_queue(c) != 0) {
-            return -1;
-        }
-        hub_api_call_wait(&c->call);
-        return 0;
+    if (work_queue(c) != 0) {
+        return -1;
     }
     hub_api_call_wait(&c->call);
-    work_start(c);
+    work_pump();
     return 0;
 }
 
@@ -458,14 +467,11 @@ static int work_submit(struct schemas_call *c, uv_work_cb work, int *rc,
  * call's wait ends (freeing it when its request went away meanwhile). */
 static void work_done(uv_work_t *w, int status) {
     struct schemas_call *c = w->data;
-    struct schemas_call *next;
 
     work_running--;
-    if (work_running < SCHEMAS_WORK_MAX && (next = work_next()) != NULL) {
-        work_start(next);
-    }
+    work_pump();
     if (status != 0) {
-        *c->work_rc = HUB_ECANCELED; /* the loop is closing, or the client left */
+        *c->work_rc = HUB_ECANCELED; /* the loop is closing */
     }
     hub_api_call_wake(&c->call, c->answer, NULL);
 }

@@ -26,6 +26,7 @@
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "breaker.h"
@@ -37,6 +38,7 @@
 #include "pg.h"
 #include "store_dispatch.h"
 #include "store_subs.h"
+#include "uuid.h"
 
 #define DISPATCH_DUE_SAMPLE_MS 5000 /* the jobs_due gauge */
 #define DISPATCH_TIMERS 4           /* claim, flush, reclaim, sample */
@@ -87,9 +89,24 @@ static int dispatch_tenant_max(int workers) {
     return workers > reserve ? workers - reserve : 0;
 }
 
-/* A subscription changed (its id), or the listening session is new (NULL):
- * hub_pg_listen's callback on the claim connection. */
+/* A subscription changed (its id), or the listening session was lost or is
+ * new (NULL): hub_pg_listen's callback on the claim connection.  Anyone
+ * with a database role may NOTIFY the channel: a payload that is not a
+ * subscription id (as the PATCH and DELETE send it, lower-case) is no
+ * reason to give anything back. */
 static void subs_notified(void *arg, const char *payload) {
+    unsigned char bytes[HUB_UUID_BYTES];
+    char canonical[HUB_UUID_TEXT_SIZE];
+
+    if (payload != NULL) {
+        if (hub_uuid_parse(payload, strlen(payload), bytes) != 0) {
+            return;
+        }
+        hub_uuid_format(bytes, canonical);
+        if (strcmp(canonical, payload) != 0) {
+            return;
+        }
+    }
     hub_dispatch_subscription_changed(arg, payload);
 }
 

@@ -741,6 +741,12 @@ void dispatch_attempt_start(struct hub_dispatch *d, struct job *j) {
     struct attempt_ctx local, *a = &local;
     json_error_t jerr;
 
+    if (dispatch_stale_here(d, j)) {
+        /* its subscription changed or was disabled since it was read: not
+         * even its old policy or rate sees it (dispatch_int.h) */
+        dispatch_job_unattempted(d, j, "pending", 0);
+        return;
+    }
     if (j->policy != NULL) {
         if ((a = attempt_ctx_new(d)) == NULL) {
             /* given back unattempted: the next claim tries again */

@@ -49,6 +49,7 @@
 #define DISPATCH_FLUSH_MS 5         /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256      /* outcomes per transaction */
 #define DISPATCH_FLUSH_RETRY_MS 500 /* after a batch that was not written */
+#define DISPATCH_STALE_MAX 64       /* stale notes before they fold into one for all */
 
 /* One finished job, as the outcome statement takes it (struct
  * hub_outcomes_param).  Owns excerpt. */
@@ -267,6 +268,13 @@ static void stale_note(struct hub_dispatch *d, const char *sub_id) {
     stale_prune(d, now);
     for (size_t i = 0; i < d->n_stale && e == NULL; i++) {
         e = strcmp(d->stale[i].sub_id, sub_id) == 0 ? &d->stale[i] : NULL;
+    }
+    if (e == NULL && d->n_stale >= DISPATCH_STALE_MAX) {
+        /* a tenant deleting subscriptions in a loop must not make every
+         * attempt's check (dispatch_stale_here) long: one note for every
+         * subscription covers what these did, and more */
+        d->n_stale = 0;
+        sub_id = "";
     }
     if (e == NULL && d->n_stale == d->cap_stale) {
         size_t cap = d->cap_stale ? d->cap_stale * 2 : 8;

@@ -576,6 +576,9 @@ static void pg_conn_schedule_retry(struct pg_conn *c) {
  * a streak only. */
 static void pg_conn_lost(struct pg_conn *c, const char *reason) {
     char why[256]; /* one line: the log and the callbacks' error text */
+    /* the listening session is gone: what is notified until the next one
+     * listens is lost (hub_pg_listen) */
+    int deaf = c->state == C_UP && c->index == 0 && c->pg->listen_sql.text != NULL;
 
     /* `reason` may point into the PGconn freed below: keep a copy. */
     snprintf(why, sizeof(why), "%s", reason ? reason : "unknown error");
@@ -603,6 +606,9 @@ static void pg_conn_lost(struct pg_conn *c, const char *reason) {
         return;
     }
     pg_conn_schedule_retry(c);
+    if (deaf) {
+        c->pg->listen_cb(c->pg->listen_arg, NULL);
+    }
 }
 
 /*
@@ -668,20 +674,22 @@ static void pg_conn_start(struct pg_conn *c) {
     }
 }
 
-/* The LISTEN of a new session committed (or failed): the listener hears
- * NULL, as notifications sent while no session listened are lost. */
+/* The LISTEN of a new session committed: the listener hears NULL, as
+ * notifications sent while no session listened are lost.  A session that
+ * cannot listen is dropped, and the next one tries again. */
 static void pg_listen_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_pg *pg = arg;
 
-    if (pg->closing) {
-        return;
-    }
-    if (out->status == HUB_PG_ECONN) {
-        return; /* the next session listens again, and says so then */
+    if (pg->closing || out->status == HUB_PG_ECONN) {
+        return; /* the loss said so already; the next session listens again */
     }
     if (out->status != HUB_PG_OK) {
-        hub_log(HUB_WARN, "cannot listen for notifications", HUB_LS("pool", pg->name),
-                HUB_LS("error", out->error));
+        char why[200];
+        snprintf(why, sizeof(why), "cannot LISTEN: %s", out->error ? out->error : "");
+        if (pg->conns[0].state == C_UP) {
+            pg_conn_lost(&pg->conns[0], why);
+        }
+        return;
     }
     pg->listen_cb(pg->listen_arg, NULL);
 }

@@ -112,10 +112,12 @@ typedef void (*hub_pg_notify_cb)(void *arg, const char *payload);
  * The pool's first connection LISTENs on channel (an identifier, not
  * quoted) from its next connect on, before any transaction: cb(arg,
  * payload) runs on the loop for each notification it reads, and cb(arg,
- * NULL) each time a session's LISTEN has committed (or failed, logged).
- * Notifications are read with the connection's results, and whenever it
- * is idle.  Call it right after hub_pg_new, before the loop runs.
- * Returns 0, or -1 on OOM.
+ * NULL) each time the listening session is lost and each time a new
+ * session's LISTEN has committed (a session whose LISTEN fails is dropped
+ * and retried).  Notifications are read with the connection's results,
+ * after them, and whenever it is idle; PostgreSQL sends them once the
+ * session is between transactions.  Call it right after hub_pg_new, before
+ * the loop runs.  Returns 0, or -1 on OOM.
  */
 int hub_pg_listen(struct hub_pg *pg, const char *channel, hub_pg_notify_cb cb, void *arg);
 

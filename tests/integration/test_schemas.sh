@@ -379,11 +379,13 @@ scenario_kafka_quarantine() {
 
 # The roster gate comes before the schema's refusal (SPEC §3.2): a record
 # of a tenant not on the roster, or inactive, is dropped and leaves no
-# quarantine row, even when its payload fails a platform schema.
+# quarantine row, even when its payload fails a platform schema (which an
+# active tenant's record, produced last, shows in force).
 scenario_kafka_roster_before_schema() {
-    local ghost inactive u0 i0 s0
+    local ghost inactive active u0 i0 s0
     ghost=$(own_id ghost)
     inactive=$(own_tenant inactive inactive)
+    active=$(own_tenant active)
     admin_curl PUT "/admin/schemas/kafkaroster.tested/1.0.0" '{"type":"object","required":["id"]}' >/dev/null
     assert_eq 201 "$(http_status)" "registered"
     sleep 0.5 # the registry's poll (100 ms here)
@@ -395,18 +397,20 @@ scenario_kafka_roster_before_schema() {
         --count 3 --payload-file "$WORK/kafka-roster.json" --id-prefix "$ghost-"
     produce --topic "$TOPIC" --tenant "$inactive" --type studio.lerian.kafkaroster.tested \
         --count 2 --payload-file "$WORK/kafka-roster.json" --id-prefix "$inactive-"
+    produce --topic "$TOPIC" --tenant "$active" --type studio.lerian.kafkaroster.tested \
+        --count 1 --payload-file "$WORK/kafka-roster.json" --id-prefix "$active-"
     wait_until 30 '(( $(metric_delta "$M{verdict=\"dropped\",reason=\"unknown_tenant\"}" "$u0") +
         $(metric_delta "$M{verdict=\"dropped\",reason=\"inactive_tenant\"}" "$i0") +
-        $(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0") >= 5 ))' ||
-        fail "the five records got no verdict in 30 s"
+        $(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0") >= 6 ))' ||
+        fail "the six records got no verdict in 30 s"
     assert_eq 3 "$(metric_delta "$M{verdict=\"dropped\",reason=\"unknown_tenant\"}" "$u0")" \
         "the unknown tenant's records dropped unknown_tenant"
     assert_eq 2 "$(metric_delta "$M{verdict=\"dropped\",reason=\"inactive_tenant\"}" "$i0")" \
         "the inactive tenant's records dropped inactive_tenant"
-    assert_eq 0 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0")" \
-        "none quarantined schema_violation"
-    assert_eq 0 "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id IN ('$ghost', '$inactive')")" \
-        "no quarantine row for either tenant"
+    assert_eq 1 "$(metric_delta "$M{verdict=\"quarantined\",reason=\"schema_violation\"}" "$s0")" \
+        "only the active tenant's record quarantined schema_violation (the schema is in force)"
+    assert_eq "0 1" "$(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id IN ('$ghost', '$inactive')") $(psql_q "SELECT count(*) FROM quarantine WHERE tenant_id = '$active'")" \
+        "no quarantine row for the two, one for the active tenant"
 }
 
 scenario_hostile_does_not_stall_others() {

@@ -318,6 +318,20 @@ hold_queue() {
     done
 }
 
+# after_change OLD NEW SUB T: the checks after a change answered at Unix ms
+# T: some of SUB's 30 jobs were still held then (fewer than 30 reached OLD
+# before T, the probe aside), none reached OLD after it, and once NEW is
+# verified every job succeeded, the rest at NEW.
+after_change() {
+    local old=$1 new=$2 sub=$3 t=$4 before
+    before=$(deliveries "$old")
+    assert_le "$before" 29 "jobs were still held at the answer ($before of 30 delivered before)"
+    assert_eq 0 "$(old_after "$old" "$t")" "no job started at the old url after the answer"
+    subscription_wait_verified "$sub" || fail "the new url was not verified"
+    wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
+    assert_ge "$(deliveries "$new")" "$((30 - before))" "the rest reached the new url"
+}
+
 hub_env_jobs_held_here_never_go_to_the_old_url() {
     echo "$QUEUE_ENV"
 }
@@ -337,46 +351,75 @@ scenario_jobs_held_here_never_go_to_the_old_url() {
     hub_curl DELETE "/v1/subscriptions/$del" '' -H "Authorization: Bearer $KEY" >/dev/null
     assert_eq 204 "$(http_status)" "deleted"
     t_del=$(date +%s%3N)
+    assert_le "$(deliveries "$gone")" 29 "the deleted subscription's jobs were still held"
     sleep 4 # the hanging attempts end after 3 s: a held job would start then
-    assert_eq 0 "$(old_after "$old" "$t")" \
-        "no job started at the old url after the PATCH answered ($(deliveries "$old") before)"
-    assert_eq 0 "$(old_after "$gone" "$t_del")" \
-        "none at the deleted subscription's after the DELETE ($(deliveries "$gone") before)"
-    subscription_wait_verified "$sub" || fail "the new url was not verified"
-    wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
+    assert_eq 0 "$(old_after "$gone" "$t_del")" "none at the deleted subscription's after the DELETE"
+    after_change "$old" "$new" "$sub" "$t"
+}
+
+hub_env_a_dispatcher_that_stops_listening_gives_back_what_it_holds() {
+    echo "$QUEUE_ENV"
+}
+
+# A dispatcher whose claim session is lost cannot hear a change until its
+# next session listens: it gives back what it holds (at the loss, and when
+# the next session listens, which covers the time between).  The server
+# ends its session, then the destination changes behind its back (as a
+# PATCH whose notification found nobody listening: no probe here, the
+# subscription stays verified).
+scenario_a_dispatcher_that_stops_listening_gives_back_what_it_holds() {
+    local old new sub t
+    own_client
+    old=/echo/$(own_id old)/ new=/echo/$(own_id new)/
+    sub=$(SINK_URL=$(held_origin) subscribe_at "$KEY" "$old" transaction.posted)
+    hold_queue "$sub"
+    assert_eq 1 "$(psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                            WHERE application_name = 'streaming-hub-claim'")" \
+        "the dispatcher's claim session ended"
+    psql_q "UPDATE subscriptions SET url = '$SINK_URL$new' WHERE id = '$sub'" >/dev/null
+    t=$(date +%s%3N)
+    sleep 4 # the hanging attempts end after 3 s: a held job would start then
+    after_change "$old" "$new" "$sub" "$t"
 }
 
 hub_env_jobs_held_in_another_process_never_go_to_the_old_url() {
     echo "$QUEUE_ENV STREAMING_HUB_ROLE=ingest"
 }
 
-# The same when the PATCH is answered by another process: the one holding
-# the jobs (role delivery) lets none of them start at the old destination
-# after the answer.
-scenario_jobs_held_in_another_process_never_go_to_the_old_url() {
-    local old new sub t saved url_a pid_b
-    own_client
-    old=/echo/$(own_id old)/ new=/echo/$(own_id new)/
+# start_delivery_process: a second process on the database, role delivery,
+# holding the jobs; HUB_URL stays the first one's (role ingest: the API).
+# Sets PID_B.
+start_delivery_process() {
+    local saved url_a
     saved=$(cat "$WORK/hub.state")
     url_a=$HUB_URL
     # shellcheck disable=SC2086 # NAME=VALUE words
     hub_start "${HUB_SHARED_ENV[@]}" $QUEUE_ENV STREAMING_HUB_ROLE=delivery
     track_pid "$HUB_PID"
     track_pid "$HUB_WRAPPER_PID"
-    pid_b=$HUB_PID
+    PID_B=$HUB_PID
     printf '%s\n' "$saved" >"$WORK/hub.state"
     hub_state_load
     HUB_URL=$url_a
+}
+
+# The same when the PATCH is answered by another process: the one holding
+# the jobs (role delivery) hears it on its claim connection and lets none
+# of them start at the old destination after the answer.  Last in the
+# file: the second process's start takes the next hub number, which a
+# later scenario's start would take again.
+scenario_jobs_held_in_another_process_never_go_to_the_old_url() {
+    local old new sub t
+    own_client
+    old=/echo/$(own_id old)/ new=/echo/$(own_id new)/
+    start_delivery_process
     sub=$(SINK_URL=$(held_origin) subscribe_at "$KEY" "$old" transaction.posted)
     hold_queue "$sub"
     repoint "$sub" "$SINK_URL$new"
     t=$(date +%s%3N)
-    sleep 4
-    assert_eq 0 "$(old_after "$old" "$t")" \
-        "no job started at the old url after the PATCH answered ($(deliveries "$old") before)"
-    subscription_wait_verified "$sub" || fail "the new url was not verified"
-    wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
-    kill "$pid_b" 2>/dev/null
+    sleep 4 # the hanging attempts end after 3 s: a held job would start then
+    after_change "$old" "$new" "$sub" "$t"
+    kill "$PID_B" 2>/dev/null
 }
 
 scenarios_main "$@"
