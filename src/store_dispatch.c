@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#include "store_subs.h"
+
 /* The SQL below is laid out for reading as SQL; clang-format would reflow the
  * string pieces across macro boundaries. */
 // clang-format off
@@ -438,9 +440,12 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "    FROM u WHERE disabled"                                                                    \
     ")"                                                                                            \
     " SELECT id::text, tenant_id, disabled_reason, NULL::text AS dead_job, NULL::text AS event_id,"  \
-    "        NULL::text AS event_type FROM u WHERE disabled"                                       \
+    "        NULL::text AS event_type,"                                                            \
+    "        (SELECT NULL::text FROM pg_notify('" HUB_SUBS_CHANGED_CHANNEL "', u.id::text))"         \
+    "   FROM u WHERE disabled"                                                                     \
     " UNION ALL"                                                                                   \
-    " SELECT job_sub::text, job_tenant, new_reason, id::text, job_event_id, job_event_type"        \
+    " SELECT job_sub::text, job_tenant, new_reason, id::text, job_event_id, job_event_type,"       \
+    "        NULL::text"                                                                           \
     "   FROM j WHERE new_state = 'dead'"
 
 const struct hub_sql hub_sql_dispatch_outcomes = {"dispatch_outcomes", OUTCOMES_SQL(""), 0};

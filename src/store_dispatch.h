@@ -247,6 +247,7 @@ enum hub_outcomes_col {
     HUB_OUTCOMES_DEAD_JOB,   /* the dead job's id (int8 as text), NULL for a disable */
     HUB_OUTCOMES_EVENT_ID,   /* the dead job's event id, NULL for a disable */
     HUB_OUTCOMES_EVENT_TYPE, /* the dead job's event type, NULL for a disable */
+    HUB_OUTCOMES_NOTIFIED,   /* NULL; a disable notifies HUB_SUBS_CHANGED_CHANNEL (store_subs.h) */
     HUB_OUTCOMES_NCOLS,
 };
 extern const struct hub_sql hub_sql_dispatch_outcomes;

@@ -84,8 +84,9 @@ extern const struct hub_sql hub_sql_subs_get;
 extern const struct hub_sql hub_sql_subs_list;
 
 /*
- * The channel a PATCH or DELETE of a subscription notifies at its commit,
- * the subscription's id the payload: every dispatcher listens on it
+ * The channel a PATCH or DELETE of a subscription, and an outcome statement
+ * that disables one (410, auto-disable), notify at their commit, the
+ * subscription's id the payload: every dispatcher listens on it
  * (hub_dispatch_subscription_changed), so that no job it holds starts an
  * attempt with what was read before the change.
  */

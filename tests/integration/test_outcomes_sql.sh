@@ -220,7 +220,7 @@ assert_eq "$before" "$(moved)" "claim 2's outcome of a job leased to claim 1 is 
 psql_q "UPDATE subscriptions SET failure_first_at = now() - interval '2 hours',
                                  failure_last_at = now() - interval '1 hour' WHERE id = '$S3'" >/dev/null
 OUT_SUB=$S2 OUT_FAIL_STATUS=410 OUT_AUTODISABLE=t outcomes "104:f:$NOW" "102:t:$NOW"
-assert_eq "$S2|t|gone|||" "$(cat "$WORK/outcomes.out")" "a fenced 410 disables its subscription (reported)"
+assert_eq "$S2|t|gone||||" "$(cat "$WORK/outcomes.out")" "a fenced 410 disables its subscription (reported)"
 assert_eq "false gone $NOW 1" \
     "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' ' || failure_last_at || ' '
                       || (SELECT count(*) FROM audit_log WHERE object_id = '$S2'
@@ -228,7 +228,7 @@ assert_eq "false gone $NOW 1" \
                  FROM subscriptions WHERE id = '$S2'")" \
     "disabled as gone, audited; the streak moved by the fenced 410, not cleared by the stale success"
 OUT_SUB=$S3 OUT_AUTODISABLE=t OUT_WINDOW_MS=3600000 OUT_SPREAD_MS=1000 outcomes "105:f:$NOW"
-assert_eq "$S3|t|auto_disabled|||" "$(cat "$WORK/outcomes.out")" \
+assert_eq "$S3|t|auto_disabled||||" "$(cat "$WORK/outcomes.out")" \
     "a fenced failure past the gates auto-disables (reported)"
 assert_eq "false auto_disabled 1" \
     "$(psql_q "SELECT enabled || ' ' || disabled_reason || ' '
@@ -316,7 +316,7 @@ psql_q "INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, ev
                now() + interval '1 minute'
           FROM generate_series(131, 133) g" >/dev/null
 outcomes "131:d:$NOW" "132:d:$NOW" "133:d:$NOW" || fatal "dead outcomes: $(cat "$WORK/outcomes.err")"
-assert_eq "$SUB|t|exhausted|131|e131|a.b" "$(cat "$WORK/outcomes.out")" \
+assert_eq "$SUB|t|exhausted|131|e131|a.b|" "$(cat "$WORK/outcomes.out")" \
     "the fenced dead job is a row with its event; the stale ones are not"
 assert_eq "131:dead 132:in_flight 133:in_flight" \
     "$(psql_q "SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM delivery_jobs WHERE id BETWEEN 131 AND 133")" \
