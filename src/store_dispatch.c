@@ -278,7 +278,13 @@ const struct hub_sql hub_sql_dispatch_load_events = {
  * flight (disabled, or sent back to verification: SPEC §6, §7.7) is parked
  * rather than retried: the transaction that changed the subscription parked
  * it (d.state is the row as committed, re-read when that transaction wrote
- * it first), or it committed before this snapshot.  The lease owner is set
+ * it first), or it committed before this snapshot.  A job given back
+ * without an attempt follows d.state alone: the subscription's row read
+ * here is this snapshot's, and a verification that committed after it,
+ * whose trigger unparked the job (the row re-read), would have the give-
+ * back park it again for good; a give-back of a job the change did not
+ * park (an ingest that committed after it) is left to the stragglers'
+ * sweep.  The lease owner is set
  * only while a job is in flight, so it is the whole fence; a "state =
  * 'in_flight'" there would let the planner walk the partial lease index
  * (all jobs in flight) instead of the primary key whenever its statistics
@@ -364,7 +370,7 @@ const struct hub_sql hub_sql_dispatch_load_events = {
     "   ORDER BY s.id FOR UPDATE"                                                                  \
     "), j AS ("                                                                                    \
     "  UPDATE delivery_jobs d SET state = CASE WHEN o.state = 'pending' AND ("                     \
-    "             d.state = 'parked' OR NOT EXISTS ("                                              \
+    "             d.state = 'parked' OR o.attempted AND NOT EXISTS ("                              \
     "             SELECT 1 FROM subscriptions s WHERE s.id = d.subscription_id AND s.enabled"      \
     "                AND s.verification_state = 'active'))"                                        \
     "             THEN 'parked' ELSE o.state END, reason = o.reason,"                              \

@@ -15,6 +15,7 @@
 # do (the controls).  Then the verification gate in the outcome (a retry of
 # a job whose subscription is no longer verified is parked), and the
 # trigger that parks and unparks a subscription's jobs (migrations/0011),
+# a give-back that races a verification (pending, not parked for good),
 # including the migration's parking of the rows it finds.  Since 0014 a
 # first success is recorded on its job and the rest as rows, the
 # delivery_attempts view shows both and takes inserts (a previous binary's)
@@ -285,6 +286,36 @@ assert_eq "112:pending 113:pending" "$(s4_jobs 111)" "verified again (and enable
 psql_q "UPDATE subscriptions SET enabled = false, verification_state = 'pending' WHERE id = '$S4';
         UPDATE subscriptions SET verification_state = 'active' WHERE id = '$S4'" >/dev/null
 assert_eq "112:parked 113:parked" "$(s4_jobs 111)" "verified but disabled: still parked"
+
+# 8b. a job given back without an attempt while its subscription's new url
+# is being verified: the outcome statement's snapshot is older than the
+# verification, which unparked the job (its row lock makes the outcome
+# wait and re-read the job); the job goes back to pending, not to parked
+# for good (its subscription is deliverable, and nothing unparks it again)
+S6=00000000-0000-7000-8000-000000000006
+psql_q "INSERT INTO subscriptions (id, tenant_id, event_types, schema_major, url, secret_sealed,
+                                   verification_state)
+        VALUES ('$S6', 't', '{*}', 1, 'http://sink.invalid/6', 'sealed', 'active');
+        INSERT INTO delivery_jobs (id, subscription_id, tenant_id, event_seq, event_day, event_id,
+                                   event_type, state, lease_owner, lease_until)
+        OVERRIDING SYSTEM VALUE
+        VALUES (141, '$S6', 't', 141, current_date, 'e141', 'a.b', 'in_flight', 'us#1',
+                now() + interval '1 minute');
+        UPDATE subscriptions SET url = 'http://sink.invalid/6b', verification_state = 'pending'
+         WHERE id = '$S6'" >/dev/null
+psql -XAtq "$STREAMING_HUB_POSTGRES_DSN" >/dev/null 2>&1 <<SQL &
+BEGIN;
+UPDATE subscriptions SET verification_state = 'active' WHERE id = '$S6';
+SELECT pg_sleep(2);
+COMMIT;
+SQL
+wait_sql 10 1 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(2)%'" ||
+    fatal "the verification did not reach its sleep"
+OUT_SUB=$S6 outcomes "141:released:$NOW"
+wait
+assert_eq "141:pending:-" \
+    "$(psql_q "SELECT id || ':' || state || ':' || coalesce(lease_owner, '-') FROM delivery_jobs WHERE id = 141")" \
+    "given back while its subscription was verified: pending, not parked for good"
 
 # 9. the migration parks the rows it finds: the pending jobs of a
 # subscription that is enabled but not verified (claimable until 0011),
