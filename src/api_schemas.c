@@ -324,18 +324,22 @@ static json_t *changes_errors(const json_t *changes) {
  * threadpool also checks every tenant's events against their schemas, and
  * one tenant's burst of large registrations must not take all its threads.
  * The steps waiting for their turn queue by scope (a tenant, or the
- * platform), and the scopes take turns, a step each; a scope that had
- * nothing waiting goes first.  A tenant's burst of costly registrations
- * waits behind itself: another tenant's registration waits for the step
- * running, never for the burst.  A scope holds at most SCHEMAS_WAIT_MAX
- * steps waiting (those of clients that left count until their turn skips
- * them); one more registration is refused 429 before its body is copied.
- * Loop-only state, so file-static.
+ * platform), and the scopes take turns, a step each.  A scope that just
+ * had its turn goes to the back of the round, and stays there, even with
+ * nothing left waiting, until its turn comes round again; a scope new to
+ * the round goes first.  So a tenant's burst of costly registrations waits
+ * behind itself (another tenant's registration waits for the step
+ * running, never for the burst), and a tenant that keeps sending them one
+ * at a time cannot come back as new ahead of the others.  A scope holds at
+ * most SCHEMAS_WAIT_MAX steps waiting (those of clients that left count
+ * until their turn skips them, using no thread); one more registration is
+ * refused 429 before its body is copied.  Loop-only state, so file-static.
  */
 #define SCHEMAS_WORK_MAX 1
 #define SCHEMAS_WAIT_MAX 8
 
-/* A scope's waiting steps, in the ring of the scopes that have some. */
+/* A scope's waiting steps, in the ring of the scopes that have some or
+ * just had their turn. */
 struct work_scope {
     struct work_scope *next; /* the next scope in the ring */
     struct schemas_call *head, *tail;
@@ -396,29 +400,29 @@ static int work_queue(struct schemas_call *c) {
 }
 
 /* Takes the first waiting step of the scope whose turn it is, and moves the
- * turn to the next scope; NULL when none waits. */
+ * scope to the back of the round; a scope whose turn comes with nothing
+ * waiting leaves the ring.  NULL when none waits. */
 static struct schemas_call *work_next(void) {
-    struct work_scope *w;
-    struct schemas_call *c;
-
-    if (work_last == NULL) {
-        return NULL;
+    while (work_last != NULL) {
+        struct work_scope *w = work_last->next;
+        struct schemas_call *c = w->head;
+        if (c != NULL) {
+            w->head = c->queued;
+            if (w->head == NULL) {
+                w->tail = NULL;
+            }
+            w->n--;
+            work_last = w; /* its next step waits for a whole round */
+            return c;
+        }
+        if (w == work_last) {
+            work_last = NULL; /* it was the only scope */
+        } else {
+            work_last->next = w->next;
+        }
+        free(w);
     }
-    w = work_last->next;
-    c = w->head;
-    w->head = c->queued;
-    w->n--;
-    if (w->head != NULL) {
-        work_last = w; /* its next step waits for a whole round */
-        return c;
-    }
-    if (w == work_last) {
-        work_last = NULL; /* it was the only scope */
-    } else {
-        work_last->next = w->next;
-    }
-    free(w);
-    return c;
+    return NULL;
 }
 
 static void work_done(uv_work_t *w, int status);

@@ -230,10 +230,13 @@ struct hub_dispatch {
     int outcomes_checked; /* hub_sql_dispatch_outcomes_checked since a duplicate attempt key */
     size_t flush_single;  /* outcomes to write one per transaction (after a batch failed) */
     /* subscriptions this process disabled, or learned changed, lately
-     * (dispatch_stale_here) */
+     * (dispatch_stale_here): a table by id (n_stale notes in cap_stale
+     * slots), and the note for every subscription (ms 0: none) */
     struct stale_sub *stale;
     size_t n_stale;
     size_t cap_stale;
+    uint64_t stale_all_serial;
+    int64_t stale_all_ms;
 };
 
 /* ------------------------------------------------------------ dispatch.c -- */

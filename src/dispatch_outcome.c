@@ -45,11 +45,11 @@
 #include "stats.h"
 #include "store.h"
 #include "store_dispatch.h"
+#include "util.h"
 
 #define DISPATCH_FLUSH_MS 5         /* outcome batching window */
 #define DISPATCH_FLUSH_MAX 256      /* outcomes per transaction */
 #define DISPATCH_FLUSH_RETRY_MS 500 /* after a batch that was not written */
-#define DISPATCH_STALE_MAX 64       /* stale notes before they fold into one for all */
 
 /* One finished job, as the outcome statement takes it (struct
  * hub_outcomes_param).  Owns excerpt. */
@@ -71,10 +71,10 @@ struct outcome {
 };
 
 /* A subscription an outcome statement of this process disabled, or the API
- * changed ("": every one): jobs of claims and offers up to `serial` may
- * have been leased before (dispatch_stale_here).  Kept for a lease from
- * `ms`: every such lease began before, so by then it is over, and its job
- * is settled, given back or someone else's. */
+ * changed: jobs of claims and offers up to `serial` may have been leased
+ * before (dispatch_stale_here).  Kept for a lease from `ms`: every such
+ * lease began before, so by then it is over, and its job is settled, given
+ * back or someone else's.  sub_id "" is an empty slot of the table. */
 struct stale_sub {
     char sub_id[40];
     uint64_t serial;
@@ -245,66 +245,99 @@ void dispatch_job_outcome(struct hub_dispatch *d, struct job *j,
 
 /* ------------------------------------------------- disabled or changed -- */
 
-/* Forgets the notes older than a lease (see struct stale_sub). */
-static void stale_prune(struct hub_dispatch *d, int64_t now) {
-    size_t kept = 0;
+/*
+ * The notes live in an open-addressing table by subscription id (linear
+ * probing, a power-of-two number of slots, at most three quarters used),
+ * so the check every attempt start makes is one probe however many
+ * subscriptions changed lately: a tenant that deletes subscriptions in a
+ * loop costs the others nothing.  A note older than a lease reads as
+ * absent, and the table drops such notes whenever it would grow.  The
+ * note for every subscription ("") is kept apart.
+ */
+static int stale_live(const struct hub_dispatch *d, const struct stale_sub *e, int64_t now) {
+    return e->sub_id[0] != '\0' && now - e->ms <= d->hub->cfg.dispatch_lease_ms;
+}
 
-    for (size_t i = 0; i < d->n_stale; i++) {
-        if (now - d->stale[i].ms <= d->hub->cfg.dispatch_lease_ms) {
-            d->stale[kept++] = d->stale[i];
+/* The slot of sub_id in a table of cap slots: its note, or the empty slot
+ * where it would go. */
+static struct stale_sub *stale_slot(struct stale_sub *t, size_t cap, const char *sub_id) {
+    size_t i = (size_t)hub_fnv1a_str(sub_id) & (cap - 1);
+
+    while (t[i].sub_id[0] != '\0' && strcmp(t[i].sub_id, sub_id) != 0) {
+        i = (i + 1) & (cap - 1);
+    }
+    return &t[i];
+}
+
+/* Makes room for one more note: the live notes go into a table with room
+ * for them (twice as many slots when they fill half of it).  Returns 0, or
+ * -1 when out of memory (the table is unchanged). */
+static int stale_room(struct hub_dispatch *d, int64_t now) {
+    size_t live = 0, cap = 16;
+    struct stale_sub *t;
+
+    if ((d->n_stale + 1) * 4 <= d->cap_stale * 3) {
+        return 0;
+    }
+    for (size_t i = 0; i < d->cap_stale; i++) {
+        live += stale_live(d, &d->stale[i], now);
+    }
+    while (cap < (live + 1) * 2) {
+        cap *= 2;
+    }
+    if ((t = calloc(cap, sizeof(*t))) == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < d->cap_stale; i++) {
+        if (stale_live(d, &d->stale[i], now)) {
+            *stale_slot(t, cap, d->stale[i].sub_id) = d->stale[i];
         }
     }
-    d->n_stale = kept;
+    free(d->stale);
+    d->stale = t;
+    d->cap_stale = cap;
+    d->n_stale = live;
+    return 0;
 }
 
 /* Notes that sub_id was just disabled or changed (committed; "" for every
  * subscription): every claim and offer made so far may hold jobs of it.
- * Out of memory the note is lost (and such a job may be attempted, as
- * before the note existed). */
+ * Out of memory it notes every subscription instead. */
 static void stale_note(struct hub_dispatch *d, const char *sub_id) {
     int64_t now = dispatch_unix_ms();
-    struct stale_sub *e = NULL;
+    struct stale_sub *e;
 
-    stale_prune(d, now);
-    for (size_t i = 0; i < d->n_stale && e == NULL; i++) {
-        e = strcmp(d->stale[i].sub_id, sub_id) == 0 ? &d->stale[i] : NULL;
-    }
-    if (e == NULL && d->n_stale >= DISPATCH_STALE_MAX) {
-        /* a tenant deleting subscriptions in a loop must not make every
-         * attempt's check (dispatch_stale_here) long: one note for every
-         * subscription covers what these did, and more */
-        d->n_stale = 0;
-        sub_id = "";
-    }
-    if (e == NULL && d->n_stale == d->cap_stale) {
-        size_t cap = d->cap_stale ? d->cap_stale * 2 : 8;
-        struct stale_sub *a = realloc(d->stale, sizeof(*a) * cap);
-        if (a == NULL) {
-            return;
+    if (sub_id[0] != '\0' && stale_room(d, now) == 0) {
+        e = stale_slot(d->stale, d->cap_stale, sub_id);
+        if (e->sub_id[0] == '\0') {
+            snprintf(e->sub_id, sizeof(e->sub_id), "%s", sub_id);
+            d->n_stale++;
         }
-        d->stale = a;
-        d->cap_stale = cap;
+        e->serial = d->claim_serial;
+        e->ms = now;
+        return;
     }
-    if (e == NULL) {
-        e = &d->stale[d->n_stale++];
-        snprintf(e->sub_id, sizeof(e->sub_id), "%s", sub_id);
-    }
-    e->serial = d->claim_serial;
-    e->ms = now;
+    d->stale_all_serial = d->claim_serial;
+    d->stale_all_ms = now;
 }
 
 int dispatch_stale_here(struct hub_dispatch *d, const struct job *j) {
+    int64_t now;
+    const struct stale_sub *e;
+
+    if (d->n_stale == 0 && d->stale_all_ms == 0) {
+        return 0; /* the usual case: nothing changed lately */
+    }
+    now = dispatch_unix_ms();
+    if (d->stale_all_ms != 0 && now - d->stale_all_ms <= d->hub->cfg.dispatch_lease_ms &&
+        j->claim.serial <= d->stale_all_serial) {
+        return 1;
+    }
     if (d->n_stale == 0) {
-        return 0; /* the usual case: no disable lately */
+        return 0;
     }
-    stale_prune(d, dispatch_unix_ms());
-    for (size_t i = 0; i < d->n_stale; i++) {
-        if (j->claim.serial <= d->stale[i].serial &&
-            (d->stale[i].sub_id[0] == '\0' || strcmp(d->stale[i].sub_id, j->sub_id) == 0)) {
-            return 1;
-        }
-    }
-    return 0;
+    e = stale_slot(d->stale, d->cap_stale, j->sub_id);
+    return stale_live(d, e, now) && j->claim.serial <= e->serial;
 }
 
 void hub_dispatch_subscription_changed(struct hub_dispatch *d, const char *sub_id) {
@@ -313,6 +346,11 @@ void hub_dispatch_subscription_changed(struct hub_dispatch *d, const char *sub_i
     }
     stale_note(d, sub_id != NULL ? sub_id : "");
     dispatch_queue_drop_subscription(d, sub_id);
+    if (!d->stopping) {
+        /* what went back is due at once: a full queue had kept the claim
+         * waiting for an attempt to end (perhaps one that hangs) */
+        dispatch_claim_soon(d, 0);
+    }
 }
 
 /* -------------------------------------------------------------- breaker -- */

@@ -676,7 +676,10 @@ static void pg_conn_start(struct pg_conn *c) {
 
 /* The LISTEN of a new session committed: the listener hears NULL, as
  * notifications sent while no session listened are lost.  A session that
- * cannot listen is dropped, and the next one tries again. */
+ * cannot listen (a server without LISTEN, or a proxy that refuses it) is
+ * kept: the pool's own work goes on, deaf, and the warning says so; the
+ * transactions sent behind the LISTEN have their own Sync and are not
+ * touched by its failure. */
 static void pg_listen_done(void *arg, const struct hub_pg_outcome *out) {
     struct hub_pg *pg = arg;
 
@@ -684,12 +687,8 @@ static void pg_listen_done(void *arg, const struct hub_pg_outcome *out) {
         return; /* the loss said so already; the next session listens again */
     }
     if (out->status != HUB_PG_OK) {
-        char why[200];
-        snprintf(why, sizeof(why), "cannot LISTEN: %s", out->error ? out->error : "");
-        if (pg->conns[0].state == C_UP) {
-            pg_conn_lost(&pg->conns[0], why);
-        }
-        return;
+        hub_log(HUB_WARN, "cannot listen for notifications; going on without them",
+                HUB_LS("pool", pg->name), HUB_LS("error", out->error));
     }
     pg->listen_cb(pg->listen_arg, NULL);
 }
@@ -705,7 +704,7 @@ static int pg_conn_listen(struct pg_conn *c) {
     }
     hub_pg_txn_add(txn, &c->pg->listen_sql, 0, NULL, NULL, NULL);
     if (txn->failed != NULL) {
-        txn_complete(txn, HUB_PG_ENOMEM, txn->failed);
+        txn_complete(txn, HUB_PG_ECONN, txn->failed); /* the loss below says it */
         pg_conn_lost(c, "out of memory");
         return -1;
     }
@@ -811,6 +810,10 @@ static int pg_conn_read(struct pg_conn *c) {
             struct hub_pg_txn *txn = e->txn;
             exp_pop(c);
             c->inflight--;
+            /* a notification the server sent before this Sync's answer
+             * goes first: it may say that what the transaction read has
+             * changed since (hub_pg_listen).  Committed either way. */
+            pg_conn_notifies(c);
             txn_complete(txn, HUB_PG_OK, NULL);
             if (c->state != C_UP) {
                 return -1; /* the callback's new work lost the connection */

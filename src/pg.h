@@ -113,11 +113,11 @@ typedef void (*hub_pg_notify_cb)(void *arg, const char *payload);
  * quoted) from its next connect on, before any transaction: cb(arg,
  * payload) runs on the loop for each notification it reads, and cb(arg,
  * NULL) each time the listening session is lost and each time a new
- * session's LISTEN has committed (a session whose LISTEN fails is dropped
- * and retried).  Notifications are read with the connection's results,
- * after them, and whenever it is idle; PostgreSQL sends them once the
- * session is between transactions.  Call it right after hub_pg_new, before
- * the loop runs.  Returns 0, or -1 on OOM.
+ * session's LISTEN has committed (or failed: the session is kept, deaf,
+ * and a warning logged).  Notifications are read with the connection's
+ * results, each handed over before the transaction whose answer came
+ * after it completes, and whenever the connection is idle.  Call it right
+ * after hub_pg_new, before the loop runs.  Returns 0, or -1 on OOM.
  */
 int hub_pg_listen(struct hub_pg *pg, const char *channel, hub_pg_notify_cb cb, void *arg);
 

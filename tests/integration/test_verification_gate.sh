@@ -13,7 +13,8 @@
 # parked, or its success standing; the audit entries of each transition;
 # jobs an ingest left pending after a disable parked by the sweep; jobs a
 # dispatcher holds in memory at a PATCH or DELETE (this process's or
-# another's) never started with the old destination after the answer.
+# another's) never started with the old destination after the answer, and
+# many deletes leave the others' delivery alone.
 #
 # Each scenario is a tenant of its own with sink paths of its own.
 set -uo pipefail
@@ -330,6 +331,29 @@ after_change() {
     subscription_wait_verified "$sub" || fail "the new url was not verified"
     wait_jobs "$sub" succeeded 30 30 || fail "not every job was delivered: $(job_states "$sub")"
     assert_ge "$(deliveries "$new")" "$((30 - before))" "the rest reached the new url"
+}
+
+# Every DELETE leaves a note each dispatcher checks at every attempt start,
+# for a lease: 150 of them (the notes' table grows from 16 slots to 256)
+# and a neighbour's events still go out, once each.
+scenario_many_deleted_subscriptions_leave_delivery_alone() {
+    local ok_p=/echo/$(own_id ok)/ i id ids=()
+    own_client
+    subscribe_at "$KEY" "$ok_p" transaction.posted >/dev/null
+    for i in $(seq 1 150); do
+        id=$(json_field id "$(subscription_create "$KEY" "$(subscription_json other.thing "$SINK_URL/echo/$(own_id "d$i")/")")")
+        [[ -n $id ]] || fatal "subscription $i not created"
+        ids+=("$id")
+    done
+    for id in "${ids[@]}"; do
+        hub_curl DELETE "/v1/subscriptions/$id" '' -H "Authorization: Bearer $KEY" >/dev/null
+        [[ $(http_status) == 204 ]] || fatal "DELETE of $id: $(http_status)"
+    done
+    events "$(own_id e)-" 5
+    wait_until 30 "(( \$(deliveries $ok_p) >= 5 ))" || fail "the events were not delivered"
+    sleep 0.5
+    assert_eq 5 "$(deliveries "$ok_p")" "five events, delivered once each, after 150 deletes"
+    hub_alive || fail "the hub died"
 }
 
 hub_env_jobs_held_here_never_go_to_the_old_url() {
