@@ -17,7 +17,8 @@
 # payload does not hold up another tenant; a schema of 9,000 costly patterns
 # is refused quickly with 400 naming the pattern; a big schema registers without
 # holding up /healthz (the compile runs off the loop), tenants take turns
-# at the compile (a burst of one never holds another; 429 past 8 waiting),
+# at the compile (a burst of one never holds another, nor does a steady
+# stream of two at a time; 429 past 8 waiting),
 # and clients that hang
 # up on theirs leave nothing behind; a tenant at its cap
 # of live versions or bytes is refused with 409 naming it, and others are
@@ -567,6 +568,34 @@ scenario_registrations_take_turns_across_tenants() {
     done
     assert_ge "$n429" 1 "past 8 waiting the tenant's burst is refused 429 ($n201 answered, $n429 refused)"
     assert_ge "$n201" 9 "the running one and the 8 waiting were answered"
+}
+
+# A tenant that keeps two registrations going, each client sending the
+# next as soon as the last is answered, never has more than one waiting:
+# its scope must still wait its turn behind another tenant's, not come
+# back as new ahead of it.
+scenario_a_steady_tenant_does_not_starve_another() {
+    local key_b start ms loop
+    own_client a
+    key_b=$(own_tenant_key b)
+    big_schema "$WORK/steady-schema.json"
+    for loop in 1 2; do
+        (
+            for v in $(seq 1 8); do
+                curl -s -o /dev/null --max-time 60 -X PUT -H "Authorization: Bearer $KEY" \
+                    -H 'Content-Type: application/json' --data-binary "@$WORK/steady-schema.json" \
+                    "$HUB_URL/v1/schemas/steady.l$loop.v$v/1.0.0"
+            done
+        ) &
+        track_pid $!
+    done
+    sleep 0.3 # both clients going
+    start=$(date +%s%N)
+    tput "$key_b" steady.small 1.0.0 '{"type":"object"}' >/dev/null
+    ms=$((($(date +%s%N) - start) / 1000000))
+    assert_eq 201 "$(http_status)" "the other tenant's registration"
+    assert_le "$ms" 400 "it took its turn (${ms} ms)"
+    wait
 }
 
 # Clients that hang up while their registrations wait for the threadpool
