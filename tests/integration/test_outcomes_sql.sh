@@ -309,10 +309,11 @@ UPDATE subscriptions SET verification_state = 'active' WHERE id = '$S6';
 SELECT pg_sleep(2);
 COMMIT;
 SQL
+verifier=$!
 wait_sql 10 1 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(2)%'" ||
     fatal "the verification did not reach its sleep"
 OUT_SUB=$S6 outcomes "141:released:$NOW"
-wait
+wait "$verifier" # only it: the script's watchdog is a child too
 assert_eq "141:pending:-" \
     "$(psql_q "SELECT id || ':' || state || ':' || coalesce(lease_owner, '-') FROM delivery_jobs WHERE id = 141")" \
     "given back while its subscription was verified: pending, not parked for good"

@@ -575,7 +575,7 @@ scenario_registrations_take_turns_across_tenants() {
 # its scope must still wait its turn behind another tenant's, not come
 # back as new ahead of it.
 scenario_a_steady_tenant_does_not_starve_another() {
-    local key_b start ms loop
+    local key_b start ms loop pids=()
     own_client a
     key_b=$(own_tenant_key b)
     big_schema "$WORK/steady-schema.json"
@@ -588,6 +588,7 @@ scenario_a_steady_tenant_does_not_starve_another() {
             done
         ) &
         track_pid $!
+        pids+=($!)
     done
     sleep 0.3 # both clients going
     start=$(date +%s%N)
@@ -595,7 +596,7 @@ scenario_a_steady_tenant_does_not_starve_another() {
     ms=$((($(date +%s%N) - start) / 1000000))
     assert_eq 201 "$(http_status)" "the other tenant's registration"
     assert_le "$ms" 400 "it took its turn (${ms} ms)"
-    wait
+    wait "${pids[@]}"
 }
 
 # Clients that hang up while their registrations wait for the threadpool

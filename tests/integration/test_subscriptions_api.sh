@@ -877,7 +877,7 @@ hub_env_a_tenant_holds_at_most_its_cap_of_subscriptions() {
 # the cap, and writes nothing; six creates at once make exactly the room
 # left; another tenant creates all along; a delete makes room again.
 scenario_a_tenant_holds_at_most_its_cap_of_subscriptions() {
-    local key_b id body i n
+    local key_b id body i n pids=()
     own_client
     key_b=$(own_tenant_key b)
     id=$(sub_create "$KEY" "/echo/$(own_id 1)/")
@@ -901,8 +901,9 @@ scenario_a_tenant_holds_at_most_its_cap_of_subscriptions() {
             -H 'Content-Type: application/json' --max-time 30 \
             -d "$(sub_body "$SINK_URL/echo/$(own_id "b$i")/")" "$HUB_URL/v1/subscriptions" \
             >"$WORK/cap-$i.status" &
+        pids+=($!)
     done
-    wait
+    wait "${pids[@]}"
     n=$(cat "$WORK"/cap-*.status | grep -c '^201$')
     assert_eq "2 4" "$n $(cat "$WORK"/cap-*.status | grep -c '^409$')" "six at once: two created, four refused"
     assert_eq 3 "$(psql_q "SELECT count(*) FROM subscriptions WHERE tenant_id = '$(own_id b)'")" \
