@@ -329,8 +329,10 @@ int dispatch_stale_here(struct hub_dispatch *d, const struct job *j) {
         return 0; /* the usual case: nothing changed lately */
     }
     now = dispatch_unix_ms();
-    if (d->stale_all_ms != 0 && now - d->stale_all_ms <= d->hub->cfg.dispatch_lease_ms &&
-        j->claim.serial <= d->stale_all_serial) {
+    if (d->stale_all_ms != 0 && now - d->stale_all_ms > d->hub->cfg.dispatch_lease_ms) {
+        d->stale_all_ms = 0; /* over: the usual case again (every listening session sets it) */
+    }
+    if (d->stale_all_ms != 0 && j->claim.serial <= d->stale_all_serial) {
         return 1;
     }
     if (d->n_stale == 0) {
